@@ -1,0 +1,297 @@
+"""Incremental parsing (and, for servers and tests, encoding) of NSQ V2 frames.
+
+A frame is ``[size int32][type int32][data]``, ``size`` counting the type and the data.
+:class:`FrameParser` turns any fragmentation of a byte stream into whole frames in time
+linear in the bytes fed: an incomplete frame is kept as a list of chunks and joined once,
+when enough bytes for it have arrived, never re-copied per chunk.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any, Final
+
+from txnsq.errors import NSQServerError, ProtocolError, error_from_frame
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "FRAME_ERROR",
+    "FRAME_MESSAGE",
+    "FRAME_RESPONSE",
+    "HEARTBEAT",
+    "ErrorFrame",
+    "FrameParser",
+    "Heartbeat",
+    "MessageFrame",
+    "Response",
+    "encode_error",
+    "encode_message",
+    "encode_response",
+]
+
+FRAME_RESPONSE: Final = 0
+FRAME_ERROR: Final = 1
+FRAME_MESSAGE: Final = 2
+
+#: The largest frame size a parser accepts unless told otherwise: generous for nsqd's
+#: default ``--max-msg-size`` of 1 MiB, small enough that a confused or hostile peer
+#: cannot make the client allocate gigabytes.
+DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
+
+_HEADER = struct.Struct(">ll")
+_MESSAGE_HEADER = struct.Struct(">qH16s")
+_HEADER_SIZE: Final = 8
+# size (4) + type (4) + timestamp (8) + attempts (2) + id (16)
+_MESSAGE_OVERHEAD: Final = 34
+_HEARTBEAT_DATA: Final = b"_heartbeat_"
+
+
+class Response:
+    """A response frame (``OK``, ``CLOSE_WAIT``, IDENTIFY or AUTH JSON...)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Response and other.data == self.data
+
+    def __hash__(self) -> int:
+        return hash((Response, self.data))
+
+    def __repr__(self) -> str:
+        return f"Response({self.data!r})"
+
+
+class Heartbeat:
+    """The ``_heartbeat_`` response frame: answer it with ``NOP``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HEARTBEAT"
+
+
+#: The one :class:`Heartbeat` instance the parser hands out.
+HEARTBEAT: Final = Heartbeat()
+
+
+class ErrorFrame:
+    """An error frame, its payload split into ``code`` and ``text`` on the first space."""
+
+    __slots__ = ("code", "text")
+
+    def __init__(self, code: str, text: str) -> None:
+        self.code = code
+        self.text = text
+
+    @property
+    def fatal(self) -> bool:
+        """Whether nsqd closes the connection after this error."""
+        return self.exception().fatal
+
+    def exception(self) -> NSQServerError:
+        """Return the named exception for this error frame."""
+        return error_from_frame(self.code, self.text)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is ErrorFrame and (other.code, other.text) == (self.code, self.text)
+
+    def __hash__(self) -> int:
+        return hash((ErrorFrame, self.code, self.text))
+
+    def __repr__(self) -> str:
+        return f"ErrorFrame({self.code!r}, {self.text!r})"
+
+
+class MessageFrame:
+    """A message frame: nanosecond ``timestamp``, ``attempts``, 16-byte ``id``, ``body``."""
+
+    __slots__ = ("attempts", "body", "id", "timestamp")
+
+    def __init__(self, timestamp: int, attempts: int, id: bytes, body: bytes) -> None:
+        self.timestamp = timestamp
+        self.attempts = attempts
+        self.id = id
+        self.body = body
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is MessageFrame and (
+            other.timestamp,
+            other.attempts,
+            other.id,
+            other.body,
+        ) == (self.timestamp, self.attempts, self.id, self.body)
+
+    def __hash__(self) -> int:
+        return hash((MessageFrame, self.timestamp, self.attempts, self.id, self.body))
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageFrame(timestamp={self.timestamp}, attempts={self.attempts}, "
+            f"id={self.id!r}, body={self.body[:40]!r}{'...' if len(self.body) > 40 else ''})"
+        )
+
+
+#: What :meth:`FrameParser.feed` returns items of. Message frames are whatever the
+#: parser's ``message_factory`` builds (:class:`MessageFrame` by default).
+Frame = Response | Heartbeat | ErrorFrame | Any
+
+MessageFactory = Callable[[int, int, bytes, bytes], Any]
+
+
+class FrameParser:
+    """Turns a byte stream into frames.
+
+    ``feed(data)`` returns the frames completed by ``data`` (possibly none). Message
+    frames are built by calling ``message_factory(timestamp, attempts, id, body)``, so a
+    client can build its own message objects without an intermediate one.
+
+    :raises ProtocolError: from :meth:`feed` on a negative size, a size too small for its
+        frame type, a size above ``max_frame_size`` or an unknown frame type. The parser is
+        then unusable (the stream cannot be resynchronised): close the connection.
+    """
+
+    __slots__ = ("_broken", "_buffer", "_chunks", "_have", "_need", "max_frame_size", "message_factory")
+
+    def __init__(
+        self,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        message_factory: MessageFactory = MessageFrame,
+    ) -> None:
+        if max_frame_size < _MESSAGE_OVERHEAD:
+            raise ValueError(f"max_frame_size must be at least {_MESSAGE_OVERHEAD}")
+        self.max_frame_size = max_frame_size
+        self.message_factory = message_factory
+        self._buffer = b""  # unparsed bytes, joined
+        self._chunks: list[bytes] = []  # unparsed bytes after _buffer, not joined yet
+        self._have = 0  # len(_buffer) + sum of len(_chunks)
+        self._need = 4  # bytes needed before parsing can make progress
+        self._broken: ProtocolError | None = None
+
+    def buffered(self) -> int:
+        """Return how many received bytes are not part of a returned frame yet."""
+        return self._have
+
+    def take_buffered(self) -> bytes:
+        """Remove and return the bytes that are not part of a returned frame yet.
+
+        Used when the stream changes under the parser (compression switched on): the
+        bytes after the frame that switched it belong to the new stream.
+        """
+        data = b"".join([self._buffer, *self._chunks])
+        self._buffer = b""
+        self._chunks = []
+        self._have = 0
+        self._need = 4
+        return data
+
+    def feed(self, data: bytes) -> list[Any]:
+        """Add ``data`` to the stream; return the frames it completed, in order."""
+        if self._broken is not None:
+            raise self._broken
+        have = self._have + len(data)
+        if have < self._need:
+            if data:
+                self._chunks.append(bytes(data))
+                self._have = have
+            return []
+        if self._chunks:
+            buf = b"".join([self._buffer, *self._chunks, data])
+            self._chunks = []
+        elif self._buffer:
+            buf = self._buffer + data
+        else:
+            buf = bytes(data)
+        try:
+            frames, pos = self._parse(buf)
+        except ProtocolError as e:
+            self._broken = e
+            self._buffer = b""
+            self._have = 0
+            raise
+        self._buffer = buf[pos:] if pos else buf
+        self._have = len(buf) - pos
+        return frames
+
+    def _parse(self, buf: bytes) -> tuple[list[Any], int]:
+        frames: list[Any] = []
+        append = frames.append
+        unpack_header = _HEADER.unpack_from
+        unpack_message = _MESSAGE_HEADER.unpack_from
+        make_message = self.message_factory
+        max_size = self.max_frame_size
+        end = len(buf)
+        pos = 0
+        while True:
+            avail = end - pos
+            if avail < _HEADER_SIZE:
+                self._need = 4 if avail < 4 else _HEADER_SIZE
+                if avail >= 4:
+                    size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+                    _check_size(size, max_size)
+                    self._need = 4 + size
+                return frames, pos
+            size, frame_type = unpack_header(buf, pos)
+            if size > max_size or size < 4:
+                _check_size(size, max_size)
+            frame_end = pos + 4 + size
+            if frame_end > end:
+                if frame_type not in (FRAME_MESSAGE, FRAME_RESPONSE, FRAME_ERROR):
+                    raise ProtocolError(f"unknown frame type {frame_type}")
+                if frame_type == FRAME_MESSAGE and size < _MESSAGE_OVERHEAD - 4:
+                    raise ProtocolError(f"message frame of size {size} is too small")
+                self._need = 4 + size
+                return frames, pos
+            if frame_type == FRAME_MESSAGE:
+                if size < _MESSAGE_OVERHEAD - 4:
+                    raise ProtocolError(f"message frame of size {size} is too small")
+                timestamp, attempts, msg_id = unpack_message(buf, pos + _HEADER_SIZE)
+                append(make_message(timestamp, attempts, msg_id, buf[pos + _MESSAGE_OVERHEAD : frame_end]))
+            elif frame_type == FRAME_RESPONSE:
+                payload = buf[pos + _HEADER_SIZE : frame_end]
+                append(HEARTBEAT if payload == _HEARTBEAT_DATA else Response(payload))
+            elif frame_type == FRAME_ERROR:
+                payload = buf[pos + _HEADER_SIZE : frame_end]
+                code, _, text = payload.partition(b" ")
+                append(
+                    ErrorFrame(
+                        code.decode("ascii", "replace"), text.decode("utf-8", "replace")
+                    )
+                )
+            else:
+                raise ProtocolError(f"unknown frame type {frame_type}")
+            pos = frame_end
+
+
+def _check_size(size: int, max_size: int) -> None:
+    if size < 0:
+        raise ProtocolError(f"negative frame size {size}")
+    if size < 4:
+        raise ProtocolError(f"frame size {size} is smaller than the 4-byte frame type")
+    if size > max_size:
+        raise ProtocolError(f"frame size {size} is above the limit of {max_size} bytes")
+
+
+def encode_response(data: bytes) -> bytes:
+    """Return a response frame carrying ``data``."""
+    return _HEADER.pack(len(data) + 4, FRAME_RESPONSE) + data
+
+
+def encode_error(code: str, text: str = "") -> bytes:
+    """Return an error frame with payload ``"<code> <text>"``."""
+    payload = f"{code} {text}".rstrip().encode("utf-8") if text else code.encode("ascii")
+    return _HEADER.pack(len(payload) + 4, FRAME_ERROR) + payload
+
+
+def encode_message(timestamp: int, attempts: int, id: bytes, body: bytes) -> bytes:
+    """Return a message frame (what nsqd sends a subscriber)."""
+    if len(id) != 16:
+        raise ValueError("message id must be 16 bytes")
+    return (
+        _HEADER.pack(len(body) + _MESSAGE_OVERHEAD - 4, FRAME_MESSAGE)
+        + _MESSAGE_HEADER.pack(timestamp, attempts, id)
+        + body
+    )

@@ -1,0 +1,203 @@
+"""IDENTIFY: the options a client sends, the features nsqd answers with, and the upgrade
+steps (TLS, compression, AUTH) that answer asks for, in the order nsqd expects them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from txnsq._version import __version__
+from txnsq.errors import HandshakeError, ProtocolError
+
+__all__ = [
+    "DEFAULT_USER_AGENT",
+    "Features",
+    "IdentifyOptions",
+    "UpgradeStep",
+    "identify_body",
+    "parse_identify_response",
+    "upgrade_steps",
+]
+
+DEFAULT_USER_AGENT: Final = f"txnsq/{__version__}"
+
+
+@dataclass(frozen=True, slots=True)
+class IdentifyOptions:
+    """What a connection asks nsqd for in IDENTIFY. Times are in milliseconds, as on the wire.
+
+    ``None`` leaves a value to nsqd's default. ``client_id`` and ``hostname`` default (in
+    the Twisted and blocking clients) to this machine's short and full host name.
+
+    :raises ValueError: at construction, for a value nsqd would refuse.
+    """
+
+    client_id: str | None = None
+    hostname: str | None = None
+    user_agent: str = DEFAULT_USER_AGENT
+    #: milliseconds between heartbeats; -1 disables them (nsqd then never times us out)
+    heartbeat_interval_ms: int | None = 30_000
+    #: bytes nsqd buffers before writing to us; -1 disables output buffering
+    output_buffer_size: int | None = None
+    #: milliseconds nsqd waits before flushing its buffer; -1 disables the timeout
+    output_buffer_timeout_ms: int | None = None
+    #: deliver only this percentage (1-99) of the channel's messages; 0 means all
+    sample_rate: int = 0
+    #: the server-side in-flight timeout for messages sent to this connection
+    msg_timeout_ms: int | None = None
+    tls_v1: bool = False
+    snappy: bool = False
+    deflate: bool = False
+    deflate_level: int = 6
+
+    def __post_init__(self) -> None:
+        for name in ("client_id", "hostname", "user_agent"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+        hb = self.heartbeat_interval_ms
+        if hb is not None and hb != -1 and hb < 1000:
+            raise ValueError(f"heartbeat_interval_ms must be -1 or at least 1000, not {hb}")
+        obs = self.output_buffer_size
+        if obs is not None and obs != -1 and obs < 64:
+            raise ValueError(f"output_buffer_size must be -1 or at least 64, not {obs}")
+        obt = self.output_buffer_timeout_ms
+        if obt is not None and obt != -1 and obt < 1:
+            raise ValueError(f"output_buffer_timeout_ms must be -1 or at least 1, not {obt}")
+        if not 0 <= self.sample_rate <= 99:
+            raise ValueError(f"sample_rate must be 0 to 99, not {self.sample_rate}")
+        mt = self.msg_timeout_ms
+        if mt is not None and mt < 1000:
+            raise ValueError(f"msg_timeout_ms must be at least 1000, not {mt}")
+        if self.snappy and self.deflate:
+            raise ValueError("snappy and deflate cannot both be enabled")
+        if not 1 <= self.deflate_level <= 9:
+            raise ValueError(f"deflate_level must be 1 to 9, not {self.deflate_level}")
+
+
+def identify_body(options: IdentifyOptions) -> bytes:
+    """Return the IDENTIFY JSON body for ``options`` (``feature_negotiation`` always on)."""
+    data: dict[str, Any] = {"feature_negotiation": True}
+    for key, value in asdict(options).items():
+        if value is None:
+            continue
+        data[key.removesuffix("_ms")] = value
+    if not options.deflate:
+        data.pop("deflate_level")
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """What nsqd agreed to in its IDENTIFY answer.
+
+    An nsqd too old for feature negotiation answers a plain ``OK``: then
+    ``negotiated`` is false and every value is nsqd's documented default.
+    """
+
+    negotiated: bool = False
+    version: str | None = None
+    max_rdy_count: int = 2500
+    max_msg_timeout_ms: int = 900_000
+    msg_timeout_ms: int = 60_000
+    tls_v1: bool = False
+    deflate: bool = False
+    deflate_level: int = 0
+    max_deflate_level: int = 6
+    snappy: bool = False
+    sample_rate: int = 0
+    auth_required: bool = False
+    output_buffer_size: int = 16_384
+    output_buffer_timeout_ms: int = 250
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+_INT_FIELDS: Final = {
+    "max_rdy_count": "max_rdy_count",
+    "max_msg_timeout": "max_msg_timeout_ms",
+    "msg_timeout": "msg_timeout_ms",
+    "deflate_level": "deflate_level",
+    "max_deflate_level": "max_deflate_level",
+    "sample_rate": "sample_rate",
+    "output_buffer_size": "output_buffer_size",
+    "output_buffer_timeout": "output_buffer_timeout_ms",
+}
+_BOOL_FIELDS: Final = ("tls_v1", "deflate", "snappy", "auth_required")
+
+
+def parse_identify_response(data: bytes) -> Features:
+    """Parse nsqd's answer to IDENTIFY (JSON, or ``OK`` from an old nsqd).
+
+    :raises ProtocolError: if it is neither, or a field has the wrong type.
+    """
+    if data == b"OK":
+        return Features()
+    try:
+        raw = json.loads(data)
+    except ValueError as e:
+        raise ProtocolError(f"IDENTIFY answer is neither OK nor JSON: {data[:80]!r}") from e
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"IDENTIFY answer is not a JSON object: {data[:80]!r}")
+    values: dict[str, Any] = {"negotiated": True}
+    extra: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _INT_FIELDS:
+            if type(value) is not int:
+                raise ProtocolError(f"IDENTIFY answer field {key} is not an int: {value!r}")
+            values[_INT_FIELDS[key]] = value
+        elif key in _BOOL_FIELDS:
+            if type(value) is not bool:
+                raise ProtocolError(f"IDENTIFY answer field {key} is not a bool: {value!r}")
+            values[key] = value
+        elif key == "version":
+            values["version"] = str(value)
+        else:
+            extra[key] = value
+    return Features(extra=extra, **values)
+
+
+#: One step after IDENTIFY: ``"tls"`` (start TLS, then expect OK), ``"snappy"`` or
+#: ``"deflate"`` (compress both directions, then expect a compressed OK), ``"auth"``
+#: (send AUTH, expect the identity JSON).
+UpgradeStep = str
+
+
+def upgrade_steps(
+    options: IdentifyOptions, features: Features, have_auth_secret: bool
+) -> list[UpgradeStep]:
+    """Return the steps the IDENTIFY answer asks for, in order (TLS, compression, AUTH).
+
+    :raises HandshakeError: when the answer and the options disagree in a way the
+        connection cannot go on with: TLS asked for but refused, a feature granted that
+        was not asked for, or AUTH required with no secret configured.
+    """
+    steps: list[UpgradeStep] = []
+    if features.tls_v1:
+        if not options.tls_v1:
+            raise HandshakeError("nsqd enabled TLS although it was not asked for")
+        steps.append("tls")
+    elif options.tls_v1:
+        raise HandshakeError(
+            "TLS was asked for but nsqd did not enable it (is nsqd started with --tls-cert "
+            "and --tls-key?)"
+        )
+    if features.snappy and features.deflate:
+        raise HandshakeError("nsqd enabled both snappy and deflate")
+    if features.snappy:
+        if not options.snappy:
+            raise HandshakeError("nsqd enabled snappy although it was not asked for")
+        steps.append("snappy")
+    elif features.deflate:
+        if not options.deflate:
+            raise HandshakeError("nsqd enabled deflate although it was not asked for")
+        steps.append("deflate")
+    elif options.snappy or options.deflate:
+        which = "snappy" if options.snappy else "deflate"
+        raise HandshakeError(f"{which} compression was asked for but nsqd did not enable it")
+    if features.auth_required:
+        if not have_auth_secret:
+            raise HandshakeError("nsqd requires AUTH but no auth secret is configured")
+        steps.append("auth")
+    return steps

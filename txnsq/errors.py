@@ -1,0 +1,247 @@
+"""Exceptions raised by txnsq.
+
+Every error frame nsqd can send maps to a named subclass of :class:`NSQServerError`
+(``E_BAD_TOPIC`` -> :class:`BadTopicError`, ...); :func:`error_from_frame` builds one from
+a frame's code and text. Client-side failures have their own classes:
+:class:`ProtocolError` (the peer broke the wire protocol), :class:`ConnectionClosed` (a
+command could not complete because its connection went away), :class:`NotReady` (no
+usable connection in time) and :class:`HandshakeError` (IDENTIFY, TLS, compression or AUTH
+negotiation failed).
+
+This module is pure Python: it imports nothing from Twisted.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "AuthDisabledError",
+    "AuthFailedError",
+    "AuthFirstError",
+    "BadBodyError",
+    "BadChannelError",
+    "BadMessageError",
+    "BadTopicError",
+    "ConnectionClosed",
+    "DPubFailedError",
+    "FinFailedError",
+    "HandshakeError",
+    "IdentifyFailedError",
+    "InvalidError",
+    "MPubFailedError",
+    "NSQError",
+    "NSQServerError",
+    "NotReady",
+    "ProtocolError",
+    "PubFailedError",
+    "ReqFailedError",
+    "SubFailedError",
+    "TooManyChannelConsumersError",
+    "TouchFailedError",
+    "UnauthorizedError",
+    "error_from_frame",
+]
+
+
+class NSQError(Exception):
+    """Base class of every exception txnsq raises on purpose."""
+
+
+class NSQServerError(NSQError):
+    """An error frame sent by nsqd.
+
+    :ivar code: the error code, e.g. ``"E_BAD_TOPIC"``.
+    :ivar text: the human-readable rest of the frame (may be empty).
+    :ivar fatal: ``True`` when nsqd closes the connection after sending it; only
+        ``E_FIN_FAILED``, ``E_REQ_FAILED`` and ``E_TOUCH_FAILED`` are not fatal.
+    """
+
+    code: ClassVar[str] = ""
+    fatal: ClassVar[bool] = True
+
+    def __init__(self, text: str = "", code: str | None = None) -> None:
+        self.text = text
+        if code is not None and code != type(self).code:
+            # Only used for codes txnsq has no class for.
+            self.code = code  # type: ignore[misc]
+        super().__init__(f"{self.code} {text}".strip())
+
+
+class InvalidError(NSQServerError):
+    """``E_INVALID``: nsqd refused the command or its arguments."""
+
+    code = "E_INVALID"
+
+
+class BadBodyError(NSQServerError):
+    """``E_BAD_BODY``: a command body nsqd could not read (size, JSON)."""
+
+    code = "E_BAD_BODY"
+
+
+class BadTopicError(NSQServerError):
+    """``E_BAD_TOPIC``: an invalid topic name."""
+
+    code = "E_BAD_TOPIC"
+
+
+class BadChannelError(NSQServerError):
+    """``E_BAD_CHANNEL``: an invalid channel name."""
+
+    code = "E_BAD_CHANNEL"
+
+
+class BadMessageError(NSQServerError):
+    """``E_BAD_MESSAGE``: a message body nsqd refused (empty or over ``--max-msg-size``)."""
+
+    code = "E_BAD_MESSAGE"
+
+
+class PubFailedError(NSQServerError):
+    """``E_PUB_FAILED``: nsqd could not store a PUB (topic exiting, disk error)."""
+
+    code = "E_PUB_FAILED"
+
+
+class MPubFailedError(NSQServerError):
+    """``E_MPUB_FAILED``: nsqd could not store an MPUB."""
+
+    code = "E_MPUB_FAILED"
+
+
+class DPubFailedError(NSQServerError):
+    """``E_DPUB_FAILED``: nsqd could not store a DPUB."""
+
+    code = "E_DPUB_FAILED"
+
+
+class FinFailedError(NSQServerError):
+    """``E_FIN_FAILED`` (not fatal): the message was no longer in flight, usually timed out."""
+
+    code = "E_FIN_FAILED"
+    fatal = False
+
+
+class ReqFailedError(NSQServerError):
+    """``E_REQ_FAILED`` (not fatal): the message was no longer in flight."""
+
+    code = "E_REQ_FAILED"
+    fatal = False
+
+
+class TouchFailedError(NSQServerError):
+    """``E_TOUCH_FAILED`` (not fatal): the message was no longer in flight."""
+
+    code = "E_TOUCH_FAILED"
+    fatal = False
+
+
+class IdentifyFailedError(NSQServerError):
+    """``E_IDENTIFY_FAILED``: nsqd refused the IDENTIFY options or an upgrade failed."""
+
+    code = "E_IDENTIFY_FAILED"
+
+
+class AuthFailedError(NSQServerError):
+    """``E_AUTH_FAILED``: the auth server refused the secret (or could not be reached)."""
+
+    code = "E_AUTH_FAILED"
+
+
+class UnauthorizedError(NSQServerError):
+    """``E_UNAUTHORIZED``: the secret grants no permission for this command."""
+
+    code = "E_UNAUTHORIZED"
+
+
+class AuthDisabledError(NSQServerError):
+    """``E_AUTH_DISABLED``: AUTH sent to an nsqd that has no auth server."""
+
+    code = "E_AUTH_DISABLED"
+
+
+class AuthFirstError(NSQServerError):
+    """``E_AUTH_FIRST``: a command sent before AUTH on an nsqd that requires it."""
+
+    code = "E_AUTH_FIRST"
+
+
+class SubFailedError(NSQServerError):
+    """``E_SUB_FAILED``: nsqd could not subscribe (topic or channel exiting)."""
+
+    code = "E_SUB_FAILED"
+
+
+class TooManyChannelConsumersError(NSQServerError):
+    """``E_TOO_MANY_CHANNEL_CONSUMERS``: the channel has ``--max-channel-consumers``."""
+
+    code = "E_TOO_MANY_CHANNEL_CONSUMERS"
+
+
+_BY_CODE: dict[str, type[NSQServerError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidError,
+        BadBodyError,
+        BadTopicError,
+        BadChannelError,
+        BadMessageError,
+        PubFailedError,
+        MPubFailedError,
+        DPubFailedError,
+        FinFailedError,
+        ReqFailedError,
+        TouchFailedError,
+        IdentifyFailedError,
+        AuthFailedError,
+        UnauthorizedError,
+        AuthDisabledError,
+        AuthFirstError,
+        SubFailedError,
+        TooManyChannelConsumersError,
+    )
+}
+
+NON_FATAL_CODES = frozenset(code for code, cls in _BY_CODE.items() if not cls.fatal)
+
+
+def error_from_frame(code: str, text: str = "") -> NSQServerError:
+    """Return the exception for an error frame's ``code`` and ``text``.
+
+    Unknown codes give a plain :class:`NSQServerError` (fatal) carrying the code.
+    """
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return NSQServerError(text, code=code)
+    return cls(text)
+
+
+class ProtocolError(NSQError):
+    """The peer sent bytes that break the NSQ wire protocol (bad size, unknown frame...).
+
+    The connection that produced it cannot be trusted any more and is closed.
+    """
+
+
+class HandshakeError(NSQError):
+    """The connection handshake (IDENTIFY, TLS, compression, AUTH) could not complete."""
+
+
+class ConnectionClosed(NSQError):
+    """A command could not complete because its connection was closed.
+
+    :ivar reason: why the connection closed (an exception or a Twisted ``Failure``), or
+        ``None`` when it was closed on purpose.
+    """
+
+    def __init__(self, message: str = "connection closed", reason: object = None) -> None:
+        self.reason = reason
+        if reason is not None:
+            detail = getattr(reason, "value", reason)
+            message = f"{message}: {detail!r}"
+        super().__init__(message)
+
+
+class NotReady(NSQError):
+    """No ready connection was available in time (or the client is stopping)."""
