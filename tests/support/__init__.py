@@ -1,0 +1,1 @@
+"""Helpers for txnsq's own tests (not part of the installed package)."""

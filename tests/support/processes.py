@@ -1,0 +1,317 @@
+"""Run real ``nsqd`` and ``nsqlookupd`` processes for integration tests.
+
+The binaries come from ``$NSQ_BIN_DIR`` (``scripts/install-nsq`` builds them into
+``.nsq/bin``). When they are missing a test is skipped, except under ``CI=true``, where
+that is a failure: CI must never pass by skipping the integration suite.
+
+Every process listens on free ports of 127.0.0.1 only, keeps its data in a temporary
+directory, and is stopped (by pid) in the test's cleanup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+from unittest import SkipTest
+
+REPO = Path(__file__).resolve().parents[2]
+LOOPBACK = "127.0.0.1"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def nsq_binary(name: str) -> str:
+    """Return the path of an nsq tool, or skip (fail under CI) when it is missing."""
+    bin_dir = Path(os.environ.get("NSQ_BIN_DIR") or REPO / ".nsq" / "bin")
+    path = bin_dir / name
+    if path.is_file() and os.access(path, os.X_OK):
+        return str(path)
+    found = shutil.which(name)
+    if found:
+        return found
+    message = f"{name} not found in {bin_dir} or on PATH; run scripts/install-nsq"
+    if in_ci():
+        raise RuntimeError(f"CI=true and {message}")
+    raise SkipTest(message)
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def http_get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (loopback)
+        return bytes(response.read())
+
+
+def http_post(url: str, body: bytes = b"", timeout: float = 5.0) -> bytes:
+    request = urllib.request.Request(url, data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        return bytes(response.read())
+
+
+class _Process:
+    """A long-running nsq process with an HTTP API answering ``/ping``."""
+
+    name = ""
+
+    def __init__(self, workdir: str, http_port: int) -> None:
+        self.workdir = workdir
+        self.http_port = http_port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = os.path.join(workdir, f"{self.name}.log")
+
+    def args(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def http_address(self) -> str:
+        return f"{LOOPBACK}:{self.http_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.http_address}"
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(f"{self.name} already running")
+        log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop)
+        self._log = log
+        self.proc = subprocess.Popen(
+            [nsq_binary(self.name), *self.args()],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.workdir,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                if http_get(self.http_url + "/ping", timeout=1.0).strip() == b"OK":
+                    return
+            except (OSError, urllib.error.URLError):
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} did not answer /ping:\n{self.log_tail()}")
+            time.sleep(0.02)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
+        """Send ``sig`` (SIGTERM: clean exit, nsqd saves its queues) and wait for exit."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._log.close()
+        return proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: nsqd loses what it held only in memory."""
+        self.stop(signal.SIGKILL)
+
+    def restart(self, sig: int = signal.SIGTERM) -> None:
+        """Stop with ``sig`` and start again on the same ports and data directory."""
+        self.stop(sig)
+        self.start()
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"".join(f.readlines()[-lines:]).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
+class NSQLookupd(_Process):
+    name = "nsqlookupd"
+
+    def __init__(self, workdir: str, extra_args: list[str] | None = None) -> None:
+        super().__init__(workdir, free_port())
+        self.tcp_port = free_port()
+        self.extra_args = list(extra_args or [])
+
+    @property
+    def tcp_address(self) -> str:
+        return f"{LOOPBACK}:{self.tcp_port}"
+
+    def args(self) -> list[str]:
+        return [
+            f"--tcp-address={self.tcp_address}",
+            f"--http-address={self.http_address}",
+            f"--broadcast-address={LOOPBACK}",
+            *self.extra_args,
+        ]
+
+    def lookup(self, topic: str) -> dict[str, Any]:
+        url = f"{self.http_url}/lookup?" + urllib.parse.urlencode({"topic": topic})
+        try:
+            return dict(json.loads(http_get(url)))
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return {"channels": [], "producers": []}
+            raise
+
+
+class NSQD(_Process):
+    name = "nsqd"
+
+    def __init__(
+        self,
+        workdir: str,
+        extra_args: list[str] | None = None,
+        lookupds: list[NSQLookupd] | None = None,
+    ) -> None:
+        super().__init__(workdir, free_port())
+        self.tcp_port = free_port()
+        self.https_port = free_port()
+        self.data_path = os.path.join(workdir, "data")
+        os.makedirs(self.data_path, exist_ok=True)
+        self.extra_args = list(extra_args or [])
+        self.lookupds = list(lookupds or [])
+
+    @property
+    def tcp_address(self) -> str:
+        """``"127.0.0.1:<port>"``, what txnsq's clients take."""
+        return f"{LOOPBACK}:{self.tcp_port}"
+
+    def args(self) -> list[str]:
+        return [
+            f"--tcp-address={self.tcp_address}",
+            f"--http-address={self.http_address}",
+            f"--https-address={LOOPBACK}:{self.https_port}",
+            f"--broadcast-address={LOOPBACK}",
+            f"--data-path={self.data_path}",
+            *[f"--lookupd-tcp-address={lookupd.tcp_address}" for lookupd in self.lookupds],
+            *self.extra_args,
+        ]
+
+    # -- HTTP API helpers (blocking; fine in test bodies, keep them off hot loops) --
+
+    def stats(self, topic: str | None = None, channel: str | None = None) -> dict[str, Any]:
+        query = {"format": "json"}
+        if topic:
+            query["topic"] = topic
+        if channel:
+            query["channel"] = channel
+        return dict(json.loads(http_get(f"{self.http_url}/stats?" + urllib.parse.urlencode(query))))
+
+    def topic_stats(self, topic: str) -> dict[str, Any] | None:
+        for t in self.stats(topic=topic).get("topics", []):
+            if t["topic_name"] == topic:
+                return dict(t)
+        return None
+
+    def channel_stats(self, topic: str, channel: str) -> dict[str, Any] | None:
+        t = self.topic_stats(topic)
+        for c in (t or {}).get("channels", []):
+            if c["channel_name"] == channel:
+                return dict(c)
+        return None
+
+    def create_topic(self, topic: str) -> None:
+        http_post(f"{self.http_url}/topic/create?" + urllib.parse.urlencode({"topic": topic}))
+
+    def create_channel(self, topic: str, channel: str) -> None:
+        q = urllib.parse.urlencode({"topic": topic, "channel": channel})
+        http_post(f"{self.http_url}/channel/create?{q}")
+
+    def http_publish(self, topic: str, body: bytes) -> None:
+        http_post(f"{self.http_url}/pub?" + urllib.parse.urlencode({"topic": topic}), body)
+
+    def http_mpublish(self, topic: str, bodies: list[bytes]) -> None:
+        """Publish with ``/mpub?binary=true`` (bodies may contain newlines)."""
+        import struct
+
+        payload = struct.pack(">l", len(bodies)) + b"".join(
+            struct.pack(">l", len(b)) + b for b in bodies
+        )
+        q = urllib.parse.urlencode({"topic": topic, "binary": "true"})
+        http_post(f"{self.http_url}/mpub?{q}", payload)
+
+
+class ProcessGroup:
+    """Processes started for one test (or one class); :meth:`stop_all` stops them all."""
+
+    def __init__(self) -> None:
+        self.workdir = tempfile.mkdtemp(prefix="txnsq-test-")
+        self.processes: list[_Process] = []
+
+    def lookupd(self, extra_args: list[str] | None = None) -> NSQLookupd:
+        p = NSQLookupd(self._subdir("nsqlookupd"), extra_args)
+        self.processes.append(p)
+        p.start()
+        return p
+
+    def nsqd(
+        self, extra_args: list[str] | None = None, lookupds: list[NSQLookupd] | None = None
+    ) -> NSQD:
+        p = NSQD(self._subdir("nsqd"), extra_args, lookupds)
+        self.processes.append(p)
+        p.start()
+        return p
+
+    def _subdir(self, name: str) -> str:
+        return tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir)
+
+    def stop_all(self) -> None:
+        for p in reversed(self.processes):
+            try:
+                p.stop()
+            except Exception:  # noqa: BLE001 - best effort in cleanup
+                pass
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_nsqd(testcase: Any, extra_args: list[str] | None = None, lookupds: list[NSQLookupd] | None = None) -> NSQD:
+    """Start an nsqd for ``testcase`` (a trial/unittest TestCase) and stop it in cleanup."""
+    group = ProcessGroup()
+    testcase.addCleanup(group.stop_all)
+    return group.nsqd(extra_args, lookupds)
+
+
+def start_lookupd(testcase: Any, extra_args: list[str] | None = None) -> NSQLookupd:
+    """Start an nsqlookupd for ``testcase`` and stop it in cleanup."""
+    group = ProcessGroup()
+    testcase.addCleanup(group.stop_all)
+    return group.lookupd(extra_args)
+
+
+def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05, what: str = "") -> Any:
+    """Poll ``predicate()`` (blocking) until it returns something truthy, or fail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)

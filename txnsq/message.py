@@ -1,0 +1,92 @@
+"""The :class:`Message` a consumer's handler receives."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from txnsq.errors import NSQError
+
+__all__ = ["Message", "MessageAlreadyAnswered", "MessageOwner"]
+
+
+class MessageAlreadyAnswered(NSQError):
+    """``finish()`` or ``requeue()`` called on a message that was already answered."""
+
+
+class MessageOwner(Protocol):
+    """Who a :class:`Message`'s answers go to (a connection, or a consumer's record of one)."""
+
+    def message_finished(self, message: Message) -> None: ...
+
+    def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None: ...
+
+    def message_touched(self, message: Message) -> None: ...
+
+
+class Message:
+    """A message delivered by nsqd.
+
+    :ivar id: the 16-byte message id (ASCII hex), as nsqd sent it.
+    :ivar body: the message body.
+    :ivar attempts: how many times nsqd has delivered it, this delivery included.
+    :ivar timestamp: when it was published, in nanoseconds since the epoch.
+
+    Answer it once, with :meth:`finish` or :meth:`requeue`; :meth:`touch` resets its
+    in-flight timeout on nsqd and may be called any number of times before that.
+    """
+
+    __slots__ = ("_owner", "_responded", "attempts", "body", "id", "timestamp")
+
+    def __init__(
+        self, owner: MessageOwner, timestamp: int, attempts: int, id: bytes, body: bytes
+    ) -> None:
+        self._owner = owner
+        self._responded = False
+        self.timestamp = timestamp
+        self.attempts = attempts
+        self.id = id
+        self.body = body
+
+    @property
+    def has_responded(self) -> bool:
+        """Whether the message has been finished or requeued."""
+        return self._responded
+
+    def finish(self) -> None:
+        """Tell nsqd the message was handled (FIN).
+
+        :raises MessageAlreadyAnswered: if it was already finished or requeued.
+        """
+        if self._responded:
+            raise MessageAlreadyAnswered(f"message {self.id!r} was already answered")
+        self._responded = True
+        self._owner.message_finished(self)
+
+    def requeue(self, delay: float | None = None, backoff: bool = True) -> None:
+        """Ask nsqd to deliver the message again (REQ).
+
+        :param delay: seconds before redelivery; ``None`` lets the consumer choose (it
+            grows with :attr:`attempts`).
+        :param backoff: whether this failure counts towards the consumer's backoff.
+        :raises MessageAlreadyAnswered: if it was already finished or requeued.
+        :raises ValueError: on a negative delay.
+        """
+        if self._responded:
+            raise MessageAlreadyAnswered(f"message {self.id!r} was already answered")
+        if delay is not None and delay < 0:
+            raise ValueError(f"requeue delay must not be negative, not {delay}")
+        self._responded = True
+        self._owner.message_requeued(self, delay, backoff)
+
+    def touch(self) -> None:
+        """Reset the message's in-flight timeout on nsqd (TOUCH).
+
+        :raises MessageAlreadyAnswered: if it was already finished or requeued.
+        """
+        if self._responded:
+            raise MessageAlreadyAnswered(f"message {self.id!r} was already answered")
+        self._owner.message_touched(self)
+
+    def __repr__(self) -> str:
+        body = self.body if len(self.body) <= 40 else self.body[:40] + b"..."
+        return f"<Message id={self.id.decode('ascii', 'replace')} attempts={self.attempts} body={body!r}>"

@@ -1,0 +1,585 @@
+"""``NSQProtocol``: one connection to nsqd, as a Twisted protocol.
+
+On connect it sends the magic and IDENTIFY, then performs what the IDENTIFY answer asks
+for, in nsqd's order: TLS (``transport.startTLS``), snappy or deflate (both directions,
+including bytes that arrived in the same read as the frame that switched it on), AUTH.
+Nothing else is written until all of that has succeeded (nsqd silently drops commands
+pipelined into an upgrade); :meth:`NSQProtocol.whenReady` then fires with the negotiated
+:class:`~txnsq._wire.identify.Features`.
+
+Once ready, commands that nsqd answers (SUB, PUB, MPUB, DPUB, CLS) return Deferreds that
+are matched to responses in order. Non-fatal error frames (``E_FIN_FAILED``,
+``E_REQ_FAILED``, ``E_TOUCH_FAILED``) answer no command: they go to ``on_error``.
+Heartbeats are answered with NOP. Message frames become :class:`~txnsq.message.Message`
+objects handed to ``on_message``. Writes made while a read is being processed (FIN, RDY
+from a handler) are joined into one transport write at the end of that read.
+
+A malformed frame is logged once and the connection is dropped; it never reaches the
+reactor. When the connection goes, every pending Deferred fails with
+:class:`~txnsq.errors.ConnectionClosed`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall, IHandshakeListener, IReactorTime
+from twisted.internet.protocol import Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from txnsq._wire import commands
+from txnsq._wire.compression import Compressor, Decompressor, codecs_for
+from txnsq._wire.frames import (
+    DEFAULT_MAX_FRAME_SIZE,
+    ErrorFrame,
+    FrameParser,
+    Heartbeat,
+    Response,
+)
+from txnsq._wire.identify import (
+    Features,
+    IdentifyOptions,
+    identify_body,
+    parse_identify_response,
+    upgrade_steps,
+)
+from txnsq.errors import (
+    ConnectionClosed,
+    HandshakeError,
+    NotReady,
+    NSQError,
+    NSQServerError,
+    ProtocolError,
+)
+from txnsq.message import Message, MessageOwner
+from txnsq.tls import TLSOptions, client_connection_creator, describe_tls_failure
+
+__all__ = ["NSQProtocol"]
+
+_OK = b"OK"
+_CLOSE_WAIT = b"CLOSE_WAIT"
+
+# Connection states.
+_CONNECTING = "connecting"
+_HANDSHAKE = "handshake"
+_READY = "ready"
+_CLOSING = "closing"
+_CLOSED = "closed"
+
+
+def _default_hostname() -> str:
+    return socket.gethostname()
+
+
+@implementer(IHandshakeListener)
+class NSQProtocol(Protocol):
+    """A connection to one nsqd.
+
+    :param identify: what to ask for in IDENTIFY (``tls_v1`` is set from ``tls``).
+    :param tls: TLS options; when given, the connection upgrades to TLS and verifies the
+        server's certificate (see :class:`~txnsq.tls.TLSOptions`).
+    :param tls_hostname: the name the certificate must match when ``tls`` has no
+        hostname override (normally the host part of the address dialled).
+    :param auth_secret: sent with AUTH when nsqd requires it; never logged.
+    :param handshake_timeout: seconds the whole handshake may take before the connection
+        is dropped and :meth:`whenReady` fails.
+    :param on_message: called with each :class:`~txnsq.message.Message`.
+    :param on_error: called with each non-fatal server error (an
+        :class:`~txnsq.errors.NSQServerError`) and with fatal ones that answer no command.
+    :param on_close: called with the reason (a ``Failure``) when the connection is lost.
+    :param clock: the reactor's time interface (the global reactor by default).
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        identify: IdentifyOptions | None = None,
+        *,
+        tls: TLSOptions | None = None,
+        tls_hostname: str | None = None,
+        auth_secret: bytes | str | None = None,
+        handshake_timeout: float = 10.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        on_message: Callable[[Message], object] | None = None,
+        on_error: Callable[[NSQServerError], object] | None = None,
+        on_close: Callable[[Failure], object] | None = None,
+        clock: IReactorTime | None = None,
+    ) -> None:
+        if clock is None:
+            from twisted.internet import reactor
+
+            clock = reactor  # type: ignore[assignment]
+        assert clock is not None
+        self._clock = clock
+        identify = identify or IdentifyOptions()
+        if tls is None and identify.tls_v1:
+            tls = TLSOptions()
+        if identify.client_id is None or identify.hostname is None:
+            host = _default_hostname()
+            identify = replace(
+                identify,
+                client_id=identify.client_id or host.split(".")[0],
+                hostname=identify.hostname or host,
+            )
+        self.identify_options = replace(identify, tls_v1=tls is not None)
+        self._tls = tls
+        self._tls_hostname = tls_hostname
+        if isinstance(auth_secret, str):
+            auth_secret = auth_secret.encode("utf-8")
+        self._auth_secret = auth_secret or None
+        self._handshake_timeout = handshake_timeout
+        self.on_message = on_message
+        self.on_error = on_error
+        self.on_close = on_close
+
+        self._parser = FrameParser(max_frame_size, partial(Message, self))
+        self._state = _CONNECTING
+        self._steps: list[str] = []
+        self._handshake_buffer = b""
+        self._handshake_timer: IDelayedCall | None = None
+        self._ready_waiters: list[defer.Deferred[Features]] = []
+        self._ready_result: Features | Failure | None = None
+        self._pending: deque[defer.Deferred[bytes]] = deque()
+        self._compressor: Compressor | None = None
+        self._decompressor: Decompressor | None = None
+        self._out: list[bytes] | None = None
+        self._in_read = False
+        self._flush_call: IDelayedCall | None = None
+        self._tls_started = False
+        self._closing_reason: Exception | None = None
+
+        #: The negotiated features, once IDENTIFY has been answered.
+        self.features: Features | None = None
+        #: The identity nsqd's auth server returned for the AUTH secret (parsed JSON).
+        self.auth_identity: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether the handshake has completed and the connection is still open."""
+        return self._state == _READY
+
+    @property
+    def peer(self) -> str:
+        """A printable description of the remote end, for logs."""
+        transport = self.transport
+        if transport is None:
+            return "<not connected>"
+        try:
+            addr = transport.getPeer()
+        except Exception:  # noqa: BLE001 - some fake transports have no peer
+            return "<unknown>"
+        host, port = getattr(addr, "host", None), getattr(addr, "port", None)
+        return f"{host}:{port}" if host is not None else str(addr)
+
+    def whenReady(self) -> defer.Deferred[Features]:  # noqa: N802 - Twisted naming
+        """Return a Deferred that fires with the negotiated features once the handshake
+        (IDENTIFY, TLS, compression, AUTH) has succeeded.
+
+        It fails with :class:`~txnsq.errors.HandshakeError` (timeout, TLS verification,
+        negotiation mismatch), the server's named error (e.g.
+        :class:`~txnsq.errors.AuthFailedError`), or :class:`~txnsq.errors.ConnectionClosed`.
+        """
+        result = self._ready_result
+        if isinstance(result, Features):
+            return defer.succeed(result)
+        if isinstance(result, Failure):
+            return defer.fail(result)
+        d: defer.Deferred[Features] = defer.Deferred()
+        self._ready_waiters.append(d)
+        return d
+
+    def set_message_owner(self, owner: MessageOwner) -> None:
+        """Route answers to messages received from now on to ``owner`` (a consumer's record
+        of this connection) instead of writing them straight to this connection."""
+        self._parser.message_factory = partial(Message, owner)
+
+    def subscribe(self, topic: str, channel: str) -> defer.Deferred[bytes]:
+        """Send ``SUB topic channel``; the Deferred fires with ``b"OK"``.
+
+        :raises TypeError, ValueError: on invalid names (nothing is sent).
+        :raises NotReady: if the handshake has not completed.
+        """
+        return self._command(commands.sub(topic, channel))
+
+    def publish(self, topic: str, body: bytes) -> defer.Deferred[bytes]:
+        """Send PUB; the Deferred fires with ``b"OK"`` or fails with the server's error."""
+        return self._command(commands.pub(topic, body))
+
+    def multi_publish(self, topic: str, bodies: list[bytes]) -> defer.Deferred[bytes]:
+        """Send MPUB (atomic); the Deferred fires with ``b"OK"``."""
+        return self._command(commands.mpub(topic, bodies))
+
+    def deferred_publish(self, topic: str, body: bytes, delay_ms: int) -> defer.Deferred[bytes]:
+        """Send DPUB: nsqd delivers the message after ``delay_ms`` milliseconds."""
+        return self._command(commands.dpub(topic, delay_ms, body))
+
+    def send_command(self, data: bytes) -> defer.Deferred[bytes]:
+        """Write an already-encoded command that nsqd answers with one response.
+
+        :raises NotReady: if the handshake has not completed or the connection is closing.
+        """
+        return self._command(data)
+
+    def rdy(self, count: int) -> None:
+        """Send ``RDY count`` (checked against the server's ``max_rdy_count``)."""
+        max_rdy = self.features.max_rdy_count if self.features else None
+        self._write_ready(commands.rdy(count, max_rdy))
+
+    def finish(self, message_id: bytes) -> None:
+        """Send ``FIN``."""
+        self._write_ready(commands.fin(message_id))
+
+    def requeue(self, message_id: bytes, delay_ms: int = 0) -> None:
+        """Send ``REQ`` with a delay in milliseconds."""
+        self._write_ready(commands.req(message_id, delay_ms))
+
+    def touch(self, message_id: bytes) -> None:
+        """Send ``TOUCH``."""
+        self._write_ready(commands.touch(message_id))
+
+    def close_cleanly(self) -> defer.Deferred[bytes]:
+        """Send CLS: nsqd stops sending messages and answers ``CLOSE_WAIT`` (the Deferred's
+        result). Messages in flight can still be finished or requeued afterwards."""
+        d = self._command(commands.CLS)
+        self._state = _CLOSING
+        return d
+
+    # MessageOwner: a Message answered directly against this connection.
+    def message_finished(self, message: Message) -> None:
+        self.finish(message.id)
+
+    def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
+        self.requeue(message.id, int((delay or 0) * 1000))
+
+    def message_touched(self, message: Message) -> None:
+        self.touch(message.id)
+
+    # ------------------------------------------------------------- Twisted events
+
+    def connectionMade(self) -> None:  # noqa: N802
+        self._state = _HANDSHAKE
+        self._handshake_timer = self._clock.callLater(
+            self._handshake_timeout, self._handshake_timed_out
+        )
+        self._write_raw(commands.MAGIC_V2 + commands.identify(identify_body(self.identify_options)))
+
+    def dataReceived(self, data: bytes) -> None:  # noqa: N802
+        try:
+            if self._decompressor is not None:
+                data = self._decompressor.decompress(data)
+            if self._state == _READY or self._state == _CLOSING:
+                frames = self._parser.feed(data)
+                if frames:
+                    self._process(frames)
+            elif self._state == _HANDSHAKE:
+                self._handshake_buffer += data
+                self._handshake_step()
+        except ProtocolError as e:
+            self._protocol_error(e)
+
+    def handshakeCompleted(self) -> None:  # noqa: N802 - IHandshakeListener
+        """TLS handshake done; nsqd's OK over TLS moves the state forward."""
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionClosed())) -> None:  # noqa: B008, N802
+        was = self._state
+        self._state = _CLOSED
+        self._cancel_handshake_timer()
+        self._out = None
+        call, self._flush_call = self._flush_call, None
+        if call is not None and call.active():
+            call.cancel()
+        if self._ready_result is None:
+            if self._closing_reason is not None:
+                self._handshake_failed(Failure(self._closing_reason))
+            elif self._tls_started and was == _HANDSHAKE:
+                self._handshake_failed(
+                    Failure(HandshakeError(describe_tls_failure(reason)))
+                )
+            else:
+                self._handshake_failed(
+                    Failure(ConnectionClosed("connection closed during the handshake", reason))
+                )
+        pending, self._pending = self._pending, deque()
+        if pending:
+            error = ConnectionClosed(
+                "connection closed before nsqd answered", self._closing_reason or reason
+            )
+            for d in pending:
+                if not d.called:
+                    d.errback(Failure(error))
+        if self.on_close is not None:
+            try:
+                self.on_close(reason)
+            except Exception:  # noqa: BLE001
+                self._log.failure("on_close hook raised")
+
+    # ------------------------------------------------------------------ internals
+
+    def _process(self, frames: list[Any]) -> None:
+        """Dispatch frames of a ready connection; writes are joined into one."""
+        if self._out is None:
+            self._out = []
+        out = self._out
+        self._in_read = True
+        on_message = self.on_message
+        try:
+            for frame in frames:
+                if type(frame) is Message:
+                    if on_message is not None:
+                        try:
+                            on_message(frame)
+                        except Exception:  # noqa: BLE001
+                            self._log.failure("on_message raised; the message is left unanswered")
+                elif type(frame) is Response:
+                    self._response(frame.data)
+                elif type(frame) is Heartbeat:
+                    out.append(commands.NOP)
+                else:
+                    self._error_frame(frame)
+                if self._state == _CLOSED:
+                    return
+        finally:
+            self._in_read = False
+            self._flush()
+
+    def _response(self, data: bytes) -> None:
+        if not self._pending:
+            raise ProtocolError(f"response {data[:60]!r} with no command waiting for it")
+        d = self._pending.popleft()
+        if not d.called:  # a cancelled command keeps its place in the queue
+            d.callback(data)
+
+    def _error_frame(self, frame: ErrorFrame) -> None:
+        error = frame.exception()
+        if error.fatal and self._pending:
+            d = self._pending.popleft()
+            if not d.called:
+                d.errback(Failure(error))
+                return
+        self._log.warn(
+            "nsqd {peer} sent {code}: {text}", peer=self.peer, code=error.code, text=error.text
+        )
+        if self.on_error is not None:
+            try:
+                self.on_error(error)
+            except Exception:  # noqa: BLE001
+                self._log.failure("on_error hook raised")
+
+    def _command(self, data: bytes) -> defer.Deferred[bytes]:
+        if self._state != _READY:
+            raise NotReady(f"connection is not ready ({self._state})")
+        d: defer.Deferred[bytes] = defer.Deferred()
+        self._pending.append(d)
+        self._write(data)
+        return d
+
+    def _write_ready(self, data: bytes) -> None:
+        if self._state != _READY and self._state != _CLOSING:
+            raise NotReady(f"connection is not ready ({self._state})")
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        """Queue ``data``; queued writes go out as one transport write at the end of the
+        current read, or on the next reactor turn (so a burst of commands is compressed
+        and written once)."""
+        out = self._out
+        if out is not None:
+            out.append(data)
+            return
+        self._out = [data]
+        if not self._in_read:
+            self._flush_call = self._clock.callLater(0, self._flush)
+
+    def _flush(self) -> None:
+        call, self._flush_call = self._flush_call, None
+        if call is not None and call.active():
+            call.cancel()
+        out, self._out = self._out, None
+        if out and self._state != _CLOSED and self.transport is not None:
+            self._write_raw(out[0] if len(out) == 1 else b"".join(out))
+
+    def close(self) -> None:
+        """Write any queued commands, then close the connection."""
+        self._flush()
+        if self.transport is not None and self._state != _CLOSED:
+            self.transport.loseConnection()
+
+    def _write_raw(self, data: bytes) -> None:
+        if self._compressor is not None:
+            data = self._compressor.compress(data)
+        assert self.transport is not None
+        self.transport.write(data)
+
+    # -- handshake
+
+    def _next_handshake_frame(self) -> Any:
+        """Take one whole frame off the handshake buffer, or return None."""
+        buf = self._handshake_buffer
+        if len(buf) < 4:
+            return None
+        size = int.from_bytes(buf[:4], "big", signed=True)
+        end = 4 + size
+        if 4 <= size <= self._parser.max_frame_size and len(buf) < end:
+            return None
+        frames = self._parser.feed(buf[:end])  # validates the size and type
+        self._handshake_buffer = buf[end:]
+        if len(frames) != 1:
+            raise ProtocolError("malformed frame during the handshake")
+        return frames[0]
+
+    def _handshake_step(self) -> None:
+        while self._state == _HANDSHAKE:
+            frame = self._next_handshake_frame()
+            if frame is None:
+                return
+            if type(frame) is Heartbeat:
+                self._write_raw(commands.NOP)
+                continue
+            if type(frame) is ErrorFrame:
+                self._abort_handshake(frame.exception())
+                return
+            if type(frame) is not Response:
+                raise ProtocolError("message frame during the handshake")
+            data = frame.data
+            if self.features is None:
+                self._identified(parse_identify_response(data))
+            else:
+                step = self._steps.pop(0)
+                if step == "auth":
+                    self._authenticated(data)
+                elif data != _OK:
+                    raise ProtocolError(f"expected OK after {step} upgrade, got {data[:60]!r}")
+            if self._state == _HANDSHAKE:
+                self._start_next_step()
+
+    def _identified(self, features: Features) -> None:
+        self.features = features
+        try:
+            self._steps = upgrade_steps(
+                self.identify_options, features, self._auth_secret is not None
+            )
+        except HandshakeError as e:
+            self._abort_handshake(e)
+
+    def _start_next_step(self) -> None:
+        if not self._steps:
+            self._handshake_done()
+            return
+        step = self._steps[0]
+        features = self.features
+        assert features is not None
+        if step == "tls":
+            if self._tls_started:
+                return  # waiting for the OK over TLS
+            if self._handshake_buffer:
+                raise ProtocolError("nsqd sent bytes before the TLS handshake")
+            assert self._tls is not None
+            host = self._tls_hostname or self.peer.rsplit(":", 1)[0]
+            creator = client_connection_creator(self._tls, host)
+            self._tls_started = True
+            self.transport.startTLS(creator)  # type: ignore[union-attr]
+        elif step in ("snappy", "deflate"):
+            if self._compressor is not None:
+                return  # waiting for the compressed OK
+            codecs = codecs_for(
+                snappy=step == "snappy",
+                deflate=step == "deflate",
+                deflate_level=self.identify_options.deflate_level,
+            )
+            assert codecs is not None
+            self._compressor, self._decompressor = codecs
+            # What came after the frame that switched compression on is compressed.
+            rest, self._handshake_buffer = self._handshake_buffer, b""
+            if rest:
+                self._handshake_buffer = self._decompressor.decompress(rest)
+        elif step == "auth":
+            if getattr(self, "_auth_sent", False):
+                return
+            self._auth_sent = True
+            assert self._auth_secret is not None
+            self._write_raw(commands.auth(self._auth_secret))
+
+    def _authenticated(self, data: bytes) -> None:
+        try:
+            identity = json.loads(data)
+        except ValueError:
+            identity = None
+        self.auth_identity = identity if isinstance(identity, dict) else {"raw": data.decode("utf-8", "replace")}
+
+    def _handshake_done(self) -> None:
+        self._cancel_handshake_timer()
+        self._state = _READY
+        features = self.features
+        assert features is not None
+        self._ready_result = features
+        rest, self._handshake_buffer = self._handshake_buffer, b""
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for d in waiters:
+            d.callback(features)
+        if rest and self._state == _READY:
+            frames = self._parser.feed(rest)
+            if frames:
+                self._process(frames)
+
+    def _handshake_failed(self, failure: Failure) -> None:
+        if self._ready_result is not None:
+            return
+        self._ready_result = failure
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for d in waiters:
+            d.errback(failure)
+        if not waiters:
+            # Nobody asked yet; keep the failure for whenReady() without an unhandled
+            # error being logged when this protocol is garbage collected.
+            pass
+
+    def _abort_handshake(self, error: NSQError) -> None:
+        self._log.warn(
+            "Handshake with nsqd {peer} failed: {error}", peer=self.peer, error=error
+        )
+        self._closing_reason = error
+        self._handshake_failed(Failure(error))
+        self._cancel_handshake_timer()
+        if self.transport is not None:
+            self.transport.loseConnection()
+
+    def _handshake_timed_out(self) -> None:
+        self._handshake_timer = None
+        error = HandshakeError(
+            f"handshake with nsqd {self.peer} did not complete in {self._handshake_timeout} s"
+        )
+        self._closing_reason = error
+        self._handshake_failed(Failure(error))
+        if self.transport is not None:
+            self.transport.abortConnection()  # type: ignore[attr-defined]
+
+    def _cancel_handshake_timer(self) -> None:
+        timer, self._handshake_timer = self._handshake_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
+
+    def _protocol_error(self, error: ProtocolError) -> None:
+        if self._state == _CLOSED:
+            return
+        self._log.error(
+            "Closing connection to nsqd {peer}: protocol error: {error}",
+            peer=self.peer,
+            error=error,
+        )
+        self._closing_reason = error
+        self._handshake_failed(Failure(error))
+        self._state = _CLOSING
+        if self.transport is not None:
+            self.transport.abortConnection()  # type: ignore[attr-defined]
