@@ -1,5 +1,52 @@
-"""txnsq: an NSQ client library for Twisted."""
+"""txnsq: an NSQ client library for Twisted.
+
+The public names are imported lazily, so that ``import txnsq._wire`` (the sans-I/O core,
+shared with the blocking client and the Spark data source) never imports Twisted.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from txnsq._version import __version__
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from txnsq._wire.identify import Features, IdentifyOptions
+    from txnsq.consumer import Consumer, ConsumerOptions
+    from txnsq.message import Message
+    from txnsq.producer import Producer
+    from txnsq.protocol import NSQProtocol
+    from txnsq.tls import TLSOptions
+
+_LAZY = {
+    "Consumer": "txnsq.consumer",
+    "ConsumerOptions": "txnsq.consumer",
+    "Features": "txnsq._wire.identify",
+    "IdentifyOptions": "txnsq._wire.identify",
+    "Message": "txnsq.message",
+    "NSQProtocol": "txnsq.protocol",
+    "Producer": "txnsq.producer",
+    "TLSOptions": "txnsq.tls",
+}
+
+__all__ = [
+    "Consumer",
+    "ConsumerOptions",
+    "Features",
+    "IdentifyOptions",
+    "Message",
+    "NSQProtocol",
+    "Producer",
+    "TLSOptions",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'txnsq' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

@@ -5,7 +5,8 @@
 - ``ca``: the CA everything trusted is signed by;
 - ``server``: a server certificate signed by ``ca`` with the SANs ``DNS:localhost`` and
   ``IP:127.0.0.1`` (what nsqd serves with :func:`nsqd_tls_args`);
-- ``client``: a client certificate (CN ``txnsq-test-client``) signed by ``ca``;
+- ``client``: a client certificate (CN and ``DNS:`` SAN ``txnsq-test-client``) signed by
+  ``ca``;
 - ``untrusted_ca``: another CA that nothing trusts, with ``untrusted_client`` and
   ``untrusted_server`` certificates signed by it (same names as their trusted twins).
 
@@ -15,9 +16,12 @@ keys live for one test, in that test's temporary directory.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import ipaddress
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +38,7 @@ __all__ = [
     "certs_for",
     "make_certs",
     "nsqd_tls_args",
+    "shared_certs",
 ]
 
 #: The common name of the trusted client certificate (nsqd passes it to the auth server).
@@ -154,7 +159,11 @@ def _make_leaf(
         )
         .add_extension(
             x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH if kind == "server" else ExtendedKeyUsageOID.CLIENT_AUTH]
+                [
+                    ExtendedKeyUsageOID.SERVER_AUTH
+                    if kind == "server"
+                    else ExtendedKeyUsageOID.CLIENT_AUTH
+                ]
             ),
             critical=False,
         )
@@ -164,12 +173,13 @@ def _make_leaf(
         )
     )
     if kind == "server":
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
+        names: list[x509.GeneralName] = [
+            x509.DNSName("localhost"),
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        ]
+    else:
+        names = [x509.DNSName(common_name)]
+    builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
@@ -198,7 +208,7 @@ def make_certs(directory: str | os.PathLike[str]) -> CertFiles:
     """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
 
     ca_cert, ca_key = _make_ca("txnsq test CA", now)
     server_cert, server_key = _make_leaf("localhost", "server", ca_cert, ca_key, now)
@@ -222,8 +232,26 @@ def make_certs(directory: str | os.PathLike[str]) -> CertFiles:
 
 
 def certs_for(testcase: Any) -> CertFiles:
-    """Make certificates in a fresh temporary directory of a trial ``testcase``."""
-    return make_certs(testcase.mktemp())
+    """Make certificates in a fresh temporary directory, removed in ``testcase``'s cleanup."""
+    directory = tempfile.mkdtemp(prefix="txnsq-certs-")
+    testcase.addCleanup(shutil.rmtree, directory, True)
+    return make_certs(directory)
+
+
+_shared: CertFiles | None = None
+
+
+def shared_certs() -> CertFiles:
+    """One set of certificates for the whole test process (removed when it exits).
+
+    For tests that only read them; a test that changes files must use :func:`certs_for`.
+    """
+    global _shared
+    if _shared is None or not os.path.isdir(_shared.directory):
+        directory = tempfile.mkdtemp(prefix="txnsq-certs-")
+        atexit.register(shutil.rmtree, directory, True)
+        _shared = make_certs(directory)
+    return _shared
 
 
 def nsqd_tls_args(

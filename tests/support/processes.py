@@ -56,13 +56,13 @@ def free_port() -> int:
 
 
 def http_get(url: str, timeout: float = 5.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (loopback)
+    with urllib.request.urlopen(url, timeout=timeout) as response:
         return bytes(response.read())
 
 
 def http_post(url: str, body: bytes = b"", timeout: float = 5.0) -> bytes:
     request = urllib.request.Request(url, data=body, method="POST")
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         return bytes(response.read())
 
 
@@ -91,7 +91,7 @@ class _Process:
     def start(self, timeout: float = 10.0) -> None:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"{self.name} already running")
-        log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop)
+        log = open(self.log_path, "ab")
         self._log = log
         self.proc = subprocess.Popen(
             [nsq_binary(self.name), *self.args()],
@@ -225,14 +225,14 @@ class NSQD(_Process):
         return dict(json.loads(http_get(f"{self.http_url}/stats?" + urllib.parse.urlencode(query))))
 
     def topic_stats(self, topic: str) -> dict[str, Any] | None:
-        for t in self.stats(topic=topic).get("topics", []):
+        for t in self.stats(topic=topic).get("topics") or []:
             if t["topic_name"] == topic:
                 return dict(t)
         return None
 
     def channel_stats(self, topic: str, channel: str) -> dict[str, Any] | None:
         t = self.topic_stats(topic)
-        for c in (t or {}).get("channels", []):
+        for c in (t or {}).get("channels") or []:
             if c["channel_name"] == channel:
                 return dict(c)
         return None
@@ -286,12 +286,16 @@ class ProcessGroup:
         for p in reversed(self.processes):
             try:
                 p.stop()
-            except Exception:  # noqa: BLE001 - best effort in cleanup
+            except Exception:
                 pass
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_nsqd(testcase: Any, extra_args: list[str] | None = None, lookupds: list[NSQLookupd] | None = None) -> NSQD:
+def start_nsqd(
+    testcase: Any,
+    extra_args: list[str] | None = None,
+    lookupds: list[NSQLookupd] | None = None,
+) -> NSQD:
     """Start an nsqd for ``testcase`` (a trial/unittest TestCase) and stop it in cleanup."""
     group = ProcessGroup()
     testcase.addCleanup(group.stop_all)

@@ -1,0 +1,532 @@
+"""Tests for txnsq._wire.rdy: RDY allocation over a consumer's connections."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from twisted.trial.unittest import SynchronousTestCase
+
+from txnsq._wire.backoff import BackoffStep
+from txnsq._wire.rdy import (
+    DEFAULT_MAX_RDY_COUNT,
+    RdyController,
+    RdyMode,
+    RdyUpdate,
+)
+
+MAX_RDY_COUNTS = st.sampled_from([0, 1, 2, 3, 5, 2500, 2500, 2500])
+
+
+def controller(max_in_flight: int = 1, seed: int = 0, **kwargs: Any) -> RdyController[str]:
+    return RdyController(max_in_flight, rng=random.Random(seed), **kwargs)
+
+
+def rdys(c: RdyController[Any]) -> dict[Any, int]:
+    return {k: c.rdy(k) for k in c}
+
+
+class ShareTests(SynchronousTestCase):
+    def test_first_connection_gets_everything(self) -> None:
+        c = controller(10)
+        self.assertEqual(c.add_connection("a", 0.0), [RdyUpdate("a", 10)])
+        self.assertEqual(c.total_rdy, 10)
+        self.assertEqual(c.mode, RdyMode.NORMAL)
+
+    def test_capped_at_max_rdy_count(self) -> None:
+        c = controller(5000)
+        self.assertEqual(c.add_connection("a", 0.0), [RdyUpdate("a", DEFAULT_MAX_RDY_COUNT)])
+        self.assertEqual(c.add_connection("b", 0.0, max_rdy_count=100), [RdyUpdate("b", 100)])
+        self.assertEqual(c.max_rdy_count("b"), 100)
+
+    def test_even_split_rounds_down(self) -> None:
+        c = controller(10)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)
+        c.add_connection("c", 0.0)
+        self.assertEqual(rdys(c), {"a": 3, "b": 3, "c": 3})
+        self.assertEqual(c.total_rdy, 9)
+
+    def test_new_connection_lowers_others_first(self) -> None:
+        c = controller(4)
+        c.add_connection("a", 0.0)
+        self.assertEqual(c.add_connection("b", 0.0), [RdyUpdate("a", 2), RdyUpdate("b", 2)])
+
+    def test_lost_connection_raises_others(self) -> None:
+        c = controller(4)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)
+        self.assertEqual(c.remove_connection("a", 1.0), [RdyUpdate("b", 4)])
+        self.assertNotIn("a", c)
+        self.assertEqual(c.total_rdy, 4)
+
+    def test_remove_unknown_is_ignored(self) -> None:
+        c = controller(4)
+        self.assertEqual(c.remove_connection("nope", 0.0), [])
+
+    def test_duplicate_or_bad_connection_refused(self) -> None:
+        c = controller(4)
+        c.add_connection("a", 0.0)
+        self.assertRaises(ValueError, c.add_connection, "a", 0.0)
+        self.assertRaises(ValueError, c.add_connection, "b", 0.0, -1)
+
+    def test_bad_max_in_flight(self) -> None:
+        self.assertRaises(ValueError, RdyController, -1)
+        self.assertRaises(ValueError, RdyController, True)
+        self.assertRaises(ValueError, RdyController, 1, low_rdy_idle_timeout=0)
+        c = controller(1)
+        self.assertRaises(ValueError, c.set_max_in_flight, -2, 0.0)
+
+    def test_max_in_flight_change_lowers_first(self) -> None:
+        c = controller(10)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)
+        self.assertEqual(c.set_max_in_flight(4, 1.0), [RdyUpdate("a", 2), RdyUpdate("b", 2)])
+        self.assertEqual(c.set_max_in_flight(4, 1.0), [])
+        self.assertEqual(c.set_max_in_flight(100, 1.0), [RdyUpdate("a", 50), RdyUpdate("b", 50)])
+
+    def test_max_in_flight_zero_pauses(self) -> None:
+        c = controller(6)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)
+        self.assertEqual(c.set_max_in_flight(0, 1.0), [RdyUpdate("a", 0), RdyUpdate("b", 0)])
+        self.assertEqual(c.add_connection("c", 1.0), [])
+        self.assertEqual(c.redistribute(100.0), [])
+        self.assertEqual(
+            c.set_max_in_flight(6, 2.0), [RdyUpdate("a", 2), RdyUpdate("b", 2), RdyUpdate("c", 2)]
+        )
+
+    def test_start_at_one(self) -> None:
+        c = controller(10, start_at_one=True)
+        self.assertEqual(c.add_connection("a", 0.0), [RdyUpdate("a", 1)])
+        self.assertEqual(c.message_received("a", 1.0), [RdyUpdate("a", 10)])
+        self.assertEqual(c.message_received("a", 1.0), [])
+        # a new connection: "a" drops to its share, "b" starts at 1
+        self.assertEqual(c.add_connection("b", 2.0), [RdyUpdate("a", 5), RdyUpdate("b", 1)])
+        self.assertEqual(c.message_received("b", 3.0), [RdyUpdate("b", 5)])
+
+
+class InFlightTests(SynchronousTestCase):
+    def test_counts(self) -> None:
+        c = controller(10)
+        c.add_connection("a", 0.0)
+        self.assertEqual(c.message_received("a", 1.0), [])
+        self.assertEqual(c.message_received("a", 1.0), [])
+        self.assertEqual(c.in_flight("a"), 2)
+        self.assertEqual(c.total_in_flight, 2)
+        self.assertEqual(c.message_answered("a"), [])
+        self.assertEqual(c.in_flight("a"), 1)
+
+    def test_answer_never_goes_negative_or_fails(self) -> None:
+        c = controller(10)
+        c.add_connection("a", 0.0)
+        c.message_answered("a")
+        self.assertEqual(c.in_flight("a"), 0)
+        self.assertEqual(c.message_answered("gone"), [])
+
+    def test_message_on_unknown_connection(self) -> None:
+        c = controller(10)
+        self.assertRaises(KeyError, c.message_received, "a", 0.0)
+
+    def test_is_starved(self) -> None:
+        c = controller(20)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)  # RDY 10 each
+        self.assertFalse(c.is_starved())
+        for _ in range(8):
+            c.message_received("a", 1.0)
+        self.assertFalse(c.is_starved())  # 8 < 8.5
+        c.message_received("a", 1.0)
+        self.assertTrue(c.is_starved())  # 9 >= 8.5
+        for _ in range(9):
+            c.message_answered("a")
+        self.assertFalse(c.is_starved())
+
+    def test_starved_at_rdy_one(self) -> None:
+        c = controller(1)
+        c.add_connection("a", 0.0)
+        self.assertFalse(c.is_starved())  # nothing in flight
+        c.message_received("a", 1.0)
+        self.assertTrue(c.is_starved())
+
+
+class LowRdyTests(SynchronousTestCase):
+    """More connections than max_in_flight: RDY 1 on some, rotated on a timer."""
+
+    def test_only_max_in_flight_connections_get_rdy(self) -> None:
+        c = controller(2)
+        for k in "abcde":
+            c.add_connection(k, 0.0)
+        self.assertTrue(c.low_rdy)
+        self.assertTrue(c.needs_redistribution)
+        self.assertEqual(c.total_rdy, 2)
+        self.assertEqual(sorted(rdys(c).values()), [0, 0, 0, 1, 1])
+
+    def test_shares_shrink_to_one_when_crossing_over(self) -> None:
+        c = controller(2)
+        c.add_connection("a", 0.0)  # RDY 2
+        c.add_connection("b", 0.0)  # 1 and 1
+        self.assertEqual(c.add_connection("c", 0.0), [])  # no room
+        self.assertEqual(rdys(c), {"a": 1, "b": 1, "c": 0})
+
+    def test_no_redistribution_before_idle_timeout(self) -> None:
+        c = controller(1)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)
+        self.assertEqual(c.redistribute(5.0), [])
+        self.assertEqual(rdys(c), {"a": 1, "b": 0})
+
+    def test_idle_connection_gives_way(self) -> None:
+        c = controller(1)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)
+        self.assertEqual(c.redistribute(10.0), [RdyUpdate("a", 0), RdyUpdate("b", 1)])
+        # "b" is now the idle one, 10 s later
+        self.assertEqual(c.redistribute(15.0), [])
+        self.assertEqual(c.redistribute(20.0), [RdyUpdate("b", 0), RdyUpdate("a", 1)])
+
+    def test_active_connection_keeps_rdy_until_hold_timeout(self) -> None:
+        c = controller(1)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)
+        for t in range(1, 30):
+            c.message_received("a", float(t))
+            c.message_answered("a")
+            self.assertEqual(c.redistribute(float(t)), [])
+        self.assertEqual(c.redistribute(30.0), [RdyUpdate("a", 0), RdyUpdate("b", 1)])
+
+    def test_revoked_connection_keeps_rdy_if_nobody_else_waits(self) -> None:
+        c = controller(2)
+        for k in "abc":
+            c.add_connection(k, 0.0)
+        holders = {k for k, v in rdys(c).items() if v}
+        (waiting,) = set("abc") - holders
+        # all three idle: the waiting one gets a turn, one of the holders keeps its RDY
+        cmds = c.redistribute(11.0)
+        self.assertEqual(c.total_rdy, 2)
+        self.assertEqual(c.rdy(waiting), 1)
+        self.assertEqual(cmds[-1], RdyUpdate(waiting, 1))
+        self.assertEqual(len(cmds), 2)
+
+    def test_lost_connection_frees_room_for_a_waiting_one(self) -> None:
+        c = controller(1)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)
+        self.assertEqual(c.remove_connection("a", 1.0), [RdyUpdate("b", 1)])
+
+    def test_raising_max_in_flight_fills_at_random(self) -> None:
+        c = controller(1)
+        for k in "abcd":
+            c.add_connection(k, 0.0)
+        (holder,) = [k for k in "abcd" if c.rdy(k)]
+        cmds = c.set_max_in_flight(3, 1.0)
+        self.assertEqual(len(cmds), 2)
+        self.assertTrue(all(v == 1 and k != holder for k, v in cmds))
+        self.assertEqual(c.total_rdy, 3)
+
+    def test_lowering_max_in_flight_keeps_the_most_recently_active(self) -> None:
+        c = controller(3)
+        for k in "abcd":
+            c.add_connection(k, 0.0)
+        holders = [k for k in "abcd" if c.rdy(k)]
+        c.message_received(holders[1], 5.0)
+        self.assertEqual(
+            c.set_max_in_flight(1, 6.0),
+            [RdyUpdate(holders[0], 0), RdyUpdate(holders[2], 0)],
+        )
+
+    def test_max_rdy_count_zero_never_gets_rdy(self) -> None:
+        c = controller(1)
+        c.add_connection("a", 0.0, max_rdy_count=0)
+        c.add_connection("b", 0.0, max_rdy_count=0)
+        self.assertEqual(c.total_rdy, 0)
+        self.assertEqual(c.redistribute(100.0), [])
+
+    def test_every_connection_gets_a_turn(self) -> None:
+        c = controller(2, seed=3)
+        keys = [f"c{i}" for i in range(8)]
+        for k in keys:
+            c.add_connection(k, 0.0)
+        seen = {k for k in keys if c.rdy(k)}
+        now = 0.0
+        for _ in range(100):
+            now += 11.0
+            c.redistribute(now)
+            seen |= {k for k in keys if c.rdy(k)}
+        self.assertEqual(seen, set(keys))
+
+
+class BackoffInterplayTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.c = controller(9, seed=1)
+        for k in "abc":
+            self.c.add_connection(k, 0.0)
+
+    def test_enter_backoff_zeroes_everything(self) -> None:
+        self.assertEqual(
+            self.c.enter_backoff(), [RdyUpdate("a", 0), RdyUpdate("b", 0), RdyUpdate("c", 0)]
+        )
+        self.assertEqual(self.c.mode, RdyMode.BACKOFF)
+        self.assertEqual(self.c.enter_backoff(), [])
+        # new connections, max_in_flight changes and redistribution do not give RDY
+        self.assertEqual(self.c.add_connection("d", 1.0), [])
+        self.assertEqual(self.c.set_max_in_flight(20, 1.0), [])
+        self.assertEqual(self.c.redistribute(100.0), [])
+
+    def test_test_waters_gives_one_connection_rdy_one(self) -> None:
+        self.c.enter_backoff()
+        cmds = self.c.test_waters(1.0)
+        self.assertEqual(len(cmds), 1)
+        (key, value) = cmds[0]
+        self.assertEqual(value, 1)
+        self.assertEqual(self.c.tester, key)
+        self.assertEqual(self.c.total_rdy, 1)
+        self.assertEqual(self.c.mode, RdyMode.TESTING)
+
+    def test_test_waters_straight_from_normal(self) -> None:
+        cmds = self.c.test_waters(1.0)  # 3, 3, 3 -> one at 1, the others at 0
+        self.assertEqual(sorted(v for _, v in cmds), [0, 0, 1])
+        self.assertEqual(self.c.total_rdy, 1)
+
+    def test_leave_backoff_restores_shares(self) -> None:
+        self.c.enter_backoff()
+        self.c.test_waters(1.0)
+        tester = self.c.tester
+        cmds = self.c.leave_backoff(2.0)
+        self.assertEqual(rdys(self.c), {"a": 3, "b": 3, "c": 3})
+        self.assertEqual(sorted(cmds), [RdyUpdate(k, 3) for k in "abc"])
+        self.assertIsNotNone(tester)
+        self.assertIsNone(self.c.tester)
+
+    def test_losing_the_tester_moves_the_test(self) -> None:
+        self.c.enter_backoff()
+        self.c.test_waters(1.0)
+        tester = self.c.tester
+        assert tester is not None
+        cmds = self.c.remove_connection(tester, 2.0)
+        self.assertEqual(len(cmds), 1)
+        self.assertEqual(cmds[0].rdy, 1)
+        self.assertEqual(self.c.tester, cmds[0].key)
+        self.assertNotEqual(self.c.tester, tester)
+
+    def test_test_without_connections_waits_for_one(self) -> None:
+        c = controller(5)
+        c.enter_backoff()
+        self.assertEqual(c.test_waters(0.0), [])
+        self.assertIsNone(c.tester)
+        self.assertEqual(c.add_connection("a", 1.0), [RdyUpdate("a", 1)])
+        self.assertEqual(c.tester, "a")
+        self.assertEqual(c.add_connection("b", 1.0), [])
+
+    def test_idle_tester_is_moved(self) -> None:
+        self.c.enter_backoff()
+        self.c.test_waters(0.0)
+        first = self.c.tester
+        self.assertTrue(self.c.needs_redistribution)
+        self.assertEqual(self.c.redistribute(5.0), [])
+        cmds = self.c.redistribute(10.0)
+        self.assertEqual(cmds[0], RdyUpdate(first, 0))
+        self.assertEqual(cmds[1].rdy, 1)
+        self.assertNotEqual(cmds[1].key, first)
+        self.assertEqual(self.c.total_rdy, 1)
+
+    def test_busy_tester_is_not_moved(self) -> None:
+        self.c.enter_backoff()
+        self.c.test_waters(0.0)
+        tester = self.c.tester
+        assert tester is not None
+        self.c.message_received(tester, 1.0)
+        self.assertEqual(self.c.redistribute(100.0), [])
+
+    def test_on_backoff_step(self) -> None:
+        c = self.c
+        self.assertEqual(c.on_backoff_step(BackoffStep.NONE, 0.0), [])
+        self.assertEqual(len(c.on_backoff_step(BackoffStep.BACKOFF, 0.0)), 3)
+        self.assertEqual(c.mode, RdyMode.BACKOFF)
+        self.assertEqual(len(c.on_backoff_step(BackoffStep.TEST, 0.0)), 1)
+        self.assertEqual(c.mode, RdyMode.TESTING)
+        c.on_backoff_step(BackoffStep.RESUME, 0.0)
+        self.assertEqual(c.mode, RdyMode.NORMAL)
+        self.assertEqual(c.total_rdy, 9)
+
+    def test_max_in_flight_zero_beats_testing(self) -> None:
+        self.c.test_waters(0.0)
+        self.c.set_max_in_flight(0, 0.0)
+        self.assertEqual(self.c.total_rdy, 0)
+        self.assertEqual(self.c.set_max_in_flight(4, 0.0), [RdyUpdate(self.c.tester, 1)])
+
+
+# -- properties ----------------------------------------------------------------------------
+
+
+class RdyMachine(RuleBasedStateMachine):
+    """Any sequence of connects, disconnects, messages, answers, max_in_flight changes,
+    redistributions and backoff transitions. ``sent`` is what nsqd has been told: each
+    command is applied in order and checked as it is applied."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c: RdyController[int] | None = None
+        self.start_at_one = False
+        self.sent: dict[int, int] = {}
+        self.limit: dict[int, int] = {}
+        self.now = 0.0
+
+    @initialize(
+        max_in_flight=st.integers(min_value=0, max_value=6),
+        start_at_one=st.booleans(),
+        seed=st.integers(min_value=0, max_value=2**32),
+    )
+    def setup(self, max_in_flight: int, start_at_one: bool, seed: int) -> None:
+        self.c = RdyController(max_in_flight, start_at_one=start_at_one, rng=random.Random(seed))
+        self.start_at_one = start_at_one
+
+    @property
+    def ctl(self) -> RdyController[int]:
+        assert self.c is not None
+        return self.c
+
+    def apply(self, cmds: list[RdyUpdate[int]]) -> None:
+        mif = self.ctl.max_in_flight
+        for key, value in cmds:
+            assert key in self.sent, (key, cmds)
+            old = self.sent[key]
+            assert value != old, f"RDY {value} sent again on {key}"
+            assert 0 <= value <= self.limit[key], (key, value, self.limit[key])
+            self.sent[key] = value
+            if value > old:
+                assert sum(self.sent.values()) <= mif, (self.sent, mif, cmds)
+
+    @rule(key=st.integers(min_value=0, max_value=7), limit=MAX_RDY_COUNTS)
+    def add(self, key: int, limit: int) -> None:
+        if key in self.sent:
+            try:
+                self.ctl.add_connection(key, self.now, limit)
+            except ValueError:
+                return
+            raise AssertionError("a connection was added twice")
+        self.sent[key] = 0
+        self.limit[key] = limit
+        self.apply(self.ctl.add_connection(key, self.now, limit))
+
+    @precondition(lambda self: self.sent)
+    @rule(data=st.data())
+    def remove(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.sent)))
+        del self.sent[key], self.limit[key]
+        self.apply(self.ctl.remove_connection(key, self.now))
+
+    @precondition(lambda self: self.sent)
+    @rule(data=st.data())
+    def message(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.sent)))
+        self.apply(self.ctl.message_received(key, self.now))
+
+    @rule(key=st.integers(min_value=0, max_value=7))
+    def answer(self, key: int) -> None:
+        self.apply(self.ctl.message_answered(key))
+
+    @rule(max_in_flight=st.integers(min_value=0, max_value=10))
+    def set_max_in_flight(self, max_in_flight: int) -> None:
+        self.apply(self.ctl.set_max_in_flight(max_in_flight, self.now))
+
+    @rule()
+    def redistribute(self) -> None:
+        self.apply(self.ctl.redistribute(self.now))
+
+    @rule(seconds=st.floats(min_value=0, max_value=40))
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    @rule(step=st.sampled_from([BackoffStep.BACKOFF, BackoffStep.TEST, BackoffStep.RESUME]))
+    def backoff(self, step: BackoffStep) -> None:
+        self.apply(self.ctl.on_backoff_step(step, self.now))
+
+    @invariant()
+    def within_limits(self) -> None:
+        if self.c is None:
+            return
+        c = self.c
+        mif = c.max_in_flight
+        assert sum(self.sent.values()) <= mif
+        assert self.sent == rdys(c)
+        assert c.total_rdy == sum(self.sent.values())
+
+    @invariant()
+    def allocation(self) -> None:
+        if self.c is None:
+            return
+        c, limit = self.c, self.limit
+        values = rdys(c)
+        mif = c.max_in_flight
+        if c.mode is RdyMode.BACKOFF or mif == 0:
+            assert c.total_rdy == 0
+        elif c.mode is RdyMode.TESTING:
+            assert c.total_rdy <= 1
+            if any(limit.values()):
+                assert c.total_rdy == 1, "nobody is testing the waters"
+        elif len(values) > mif:
+            assert all(v <= 1 for v in values.values())
+            eligible = sum(1 for v in limit.values() if v > 0)
+            assert c.total_rdy == min(mif, eligible), ("RDY left unused", values, limit, mif)
+        elif values:
+            share = mif // len(values)
+            for k, v in values.items():
+                if self.start_at_one:  # 1 until the first message
+                    assert v in (min(share, limit[k]), min(1, share, limit[k]))
+                else:
+                    assert v == min(share, limit[k]), (k, v, share, limit[k])
+
+
+class RdyPropertyTests(SynchronousTestCase):
+    def test_rdy_invariants(self) -> None:
+        """Whatever happens, applying the commands in order never lets the RDY total
+        exceed max_in_flight, nor a connection its max_rdy_count."""
+        run_state_machine_as_test(
+            RdyMachine,
+            settings=settings(max_examples=150, stateful_step_count=40, deadline=None),
+        )
+
+    @settings(max_examples=100, deadline=None)
+    @given(
+        n=st.integers(min_value=2, max_value=10),
+        data=st.data(),
+        seed=st.integers(min_value=0, max_value=2**32),
+        busy=st.booleans(),
+    )
+    def test_every_connection_gets_a_turn(
+        self, n: int, data: st.DataObject, seed: int, busy: bool
+    ) -> None:
+        """With more connections than max_in_flight, repeated redistribution gives every
+        connection RDY at some point, whether the holders are idle or busy."""
+        mif = data.draw(st.integers(min_value=1, max_value=n - 1))
+        c: RdyController[int] = RdyController(mif, rng=random.Random(seed))
+        for k in range(n):
+            c.add_connection(k, 0.0)
+        seen = {k for k in range(n) if c.rdy(k)}
+        now = 0.0
+        for _ in range(300):
+            step = 5.0
+            for _ in range(7):  # 35 s: past both the idle and the hold timeouts
+                now += step
+                if busy:
+                    for k in range(n):
+                        if c.rdy(k):
+                            c.message_received(k, now)
+                            c.message_answered(k)
+                c.redistribute(now)
+                seen |= {k for k in range(n) if c.rdy(k)}
+                self.assertEqual(c.total_rdy, mif)
+            if len(seen) == n:
+                break
+        self.assertEqual(seen, set(range(n)))

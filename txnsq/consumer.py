@@ -1,0 +1,838 @@
+"""``Consumer``: read a topic/channel from one or many nsqd, as a Twisted service.
+
+Each nsqd gets its own :class:`~twisted.application.internet.ClientService`, which keeps
+the TCP connection up with exponential backoff; the NSQ handshake and ``SUB`` run after
+``whenConnected``, and a handshake failure makes the next reconnect wait longer. nsqds
+come from a static list, from nsqlookupd (:class:`~txnsq.lookupd.LookupdPoller`), or both.
+
+RDY is allocated by :class:`~txnsq._wire.rdy.RdyController` (never a total above
+``max_in_flight``, never above a connection's ``max_rdy_count``, redistributed on a timer
+when there are more connections than ``max_in_flight``) and backoff is decided by
+:class:`~txnsq._wire.backoff.Backoff`; this module only wires them to connections and
+timers.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from twisted.application.internet import ClientService, backoffPolicy
+from twisted.application.service import Service
+from twisted.internet import defer
+from twisted.internet.endpoints import HostnameEndpoint
+from twisted.internet.interfaces import IDelayedCall, IStreamClientEndpoint
+from twisted.internet.protocol import Factory
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from txnsq._wire import commands
+from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
+from txnsq._wire.identify import Features, IdentifyOptions
+from txnsq._wire.rdy import RdyController, RdyUpdate
+from txnsq.errors import NotReady, NSQError
+from txnsq.message import Message
+from txnsq.protocol import NSQProtocol
+from txnsq.tls import TLSOptions
+
+__all__ = ["Consumer", "ConsumerOptions", "Handler"]
+
+#: A message handler: returns ``True``/``None`` (finish), ``False`` (requeue), a Deferred
+#: or coroutine of those, or raises (requeue with backoff).
+Handler = Callable[[Message], Any]
+
+EndpointFactory = Callable[[Any, str, int], IStreamClientEndpoint]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerOptions:
+    """A consumer's settings, validated at construction (``ValueError``/``TypeError``).
+
+    Times are in seconds. Defaults follow the reference clients (go-nsq, pynsq).
+    """
+
+    #: messages in flight over all connections; 0 pauses
+    max_in_flight: int = 1
+    #: deliveries after which a message is finished and handed to ``giving_up``; 0 = no limit
+    max_attempts: int = 5
+    #: REQ delay per attempt when a handler fails (grows with attempts)
+    requeue_delay: float = 90.0
+    #: the longest REQ delay
+    max_requeue_delay: float = 900.0
+    #: backoff lasts ``backoff_multiplier * 2 ** level`` seconds...
+    backoff_multiplier: float = 1.0
+    #: ...at most this long; 0 disables backoff
+    max_backoff_duration: float = 120.0
+    lookupd_poll_interval: float = 60.0
+    lookupd_poll_jitter: float = 0.3
+    lookupd_request_timeout: float = 5.0
+    #: how often RDY is redistributed when connections outnumber ``max_in_flight``
+    rdy_redistribute_interval: float = 5.0
+    #: a connection idle this long gives its RDY to another (connections > max_in_flight)
+    low_rdy_idle_timeout: float = 10.0
+    #: a connection holding RDY this long gives it up (connections > max_in_flight)
+    low_rdy_timeout: float = 30.0
+    #: first reconnect delay; it doubles per failure up to ``max_reconnect_delay``
+    reconnect_delay: float = 1.0
+    max_reconnect_delay: float = 60.0
+    #: seconds the IDENTIFY/TLS/compression/AUTH handshake and SUB may take
+    handshake_timeout: float = 10.0
+    #: TOUCH messages whose handler has not answered yet, before nsqd's timeout runs out
+    auto_touch: bool = False
+    #: how long ``stopService`` waits for CLOSE_WAIT and in-flight handlers
+    stop_timeout: float = 30.0
+    identify: IdentifyOptions = field(default_factory=IdentifyOptions)
+    tls: TLSOptions | None = None
+    auth_secret: str | bytes | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("max_in_flight", "max_attempts"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+            if value < 0:
+                raise ValueError(f"{name} must not be negative, not {value}")
+        if self.max_attempts > 65535:
+            raise ValueError("max_attempts must be at most 65535")
+        for name in (
+            "requeue_delay",
+            "max_requeue_delay",
+            "backoff_multiplier",
+            "max_backoff_duration",
+            "stop_timeout",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+            if value < 0:
+                raise ValueError(f"{name} must not be negative, not {value}")
+        for name in (
+            "lookupd_poll_interval",
+            "lookupd_request_timeout",
+            "rdy_redistribute_interval",
+            "low_rdy_idle_timeout",
+            "low_rdy_timeout",
+            "reconnect_delay",
+            "max_reconnect_delay",
+            "handshake_timeout",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, not {value}")
+        if not 0 <= self.lookupd_poll_jitter <= 1:
+            raise ValueError("lookupd_poll_jitter must be between 0 and 1")
+        if self.max_backoff_duration > 0 and self.backoff_multiplier <= 0:
+            raise ValueError("backoff_multiplier must be positive when backoff is enabled")
+        if self.max_reconnect_delay < self.reconnect_delay:
+            raise ValueError("max_reconnect_delay must not be below reconnect_delay")
+        if not isinstance(self.identify, IdentifyOptions):
+            raise TypeError("identify must be an IdentifyOptions")
+        if self.tls is not None and not isinstance(self.tls, TLSOptions):
+            raise TypeError("tls must be a TLSOptions or None")
+        if self.auth_secret is not None and not isinstance(self.auth_secret, str | bytes):
+            raise TypeError("auth_secret must be str or bytes")
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    if not isinstance(address, str):
+        raise TypeError(f"nsqd address must be a str, not {type(address).__name__}")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"nsqd address must be 'host:port', not {address!r}")
+    return host.strip("[]"), int(port)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _default_endpoint(reactor: Any, host: str, port: int) -> IStreamClientEndpoint:
+    return HostnameEndpoint(reactor, host, port)
+
+
+class _ConnectionFactory(Factory):
+    """Builds the NSQProtocol for one nsqd address (for its ClientService)."""
+
+    def __init__(self, consumer: Consumer, host: str) -> None:
+        self.consumer = consumer
+        self.host = host
+
+    def buildProtocol(self, addr: Any) -> NSQProtocol:
+        opts = self.consumer.options
+        return NSQProtocol(
+            opts.identify,
+            tls=opts.tls,
+            tls_hostname=self.host,
+            auth_secret=opts.auth_secret,
+            handshake_timeout=opts.handshake_timeout,
+            clock=self.consumer._reactor,
+        )
+
+
+class _Session:
+    """One live connection (one NSQProtocol instance) of a :class:`_NSQD`.
+
+    It owns the messages received on that connection: answers to a message go to the
+    connection it came from, and answers arriving after it closed are dropped (nsqd
+    redelivers those messages once their timeout expires).
+    """
+
+    __slots__ = (
+        "closed",
+        "consumer",
+        "features",
+        "nsqd",
+        "protocol",
+        "subscribed",
+        "touch_calls",
+        "unanswered",
+    )
+
+    def __init__(self, consumer: Consumer, nsqd: _NSQD, protocol: NSQProtocol) -> None:
+        self.consumer = consumer
+        self.nsqd = nsqd
+        self.protocol = protocol
+        self.features: Features | None = None
+        self.subscribed = False
+        self.closed = False
+        self.unanswered: dict[bytes, Message] = {}
+        self.touch_calls: dict[bytes, IDelayedCall] = {}
+
+    # -- messages in
+
+    def on_message(self, message: Message) -> None:
+        consumer = self.consumer
+        nsqd = self.nsqd
+        nsqd.received += 1
+        self.unanswered[message.id] = message
+        updates = consumer._rdy.message_received(self, consumer._reactor.seconds())
+        if updates:
+            consumer._send_rdy(updates)
+        max_attempts = consumer._max_attempts
+        if max_attempts and message.attempts > max_attempts:
+            consumer._give_up(message)
+            return
+        try:
+            result = consumer._handler(message)
+        except Exception:
+            consumer._log.failure(
+                "Handler raised on message {id} from {nsqd}; requeueing it",
+                id=message.id,
+                nsqd=nsqd.address,
+            )
+            if not message._responded:
+                message.requeue()
+            return
+        if result is None or result is True:
+            if not message._responded and message._auto_response:
+                message.finish()
+        elif result is False:
+            if not message._responded and message._auto_response:
+                message.requeue()
+        else:
+            consumer._handle_async_result(self, message, result)
+
+    # -- MessageOwner: answers out
+
+    def message_finished(self, message: Message) -> None:
+        msg_id = message.id
+        if self.unanswered.pop(msg_id, None) is None:
+            return  # from a connection that has closed since (or answered already)
+        self.nsqd.finished += 1
+        if self.touch_calls:
+            self._cancel_touch(msg_id)
+        if not self.closed:
+            self.protocol.finish(msg_id)
+        consumer = self.consumer
+        consumer._rdy.message_answered(self)
+        if consumer._backoff_active:
+            consumer._backoff_result(consumer._backoff.success())
+        if consumer._draining and consumer._in_flight() == 0:
+            consumer._drained()
+
+    def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
+        msg_id = message.id
+        if self.unanswered.pop(msg_id, None) is None:
+            return
+        self.nsqd.requeued += 1
+        if self.touch_calls:
+            self._cancel_touch(msg_id)
+        consumer = self.consumer
+        if delay is None:
+            delay = requeue_delay(
+                message.attempts,
+                consumer.options.requeue_delay,
+                consumer.options.max_requeue_delay,
+            )
+        consumer._rdy.message_answered(self)
+        # RDY 0 goes out before the REQ, so nsqd cannot slip in another message first.
+        if consumer._backoff.enabled:
+            if backoff:
+                consumer._backoff_result(consumer._backoff.failure())
+            elif consumer._backoff_active:
+                consumer._backoff_result(consumer._backoff.neutral())
+        if not self.closed:
+            self.protocol.requeue(msg_id, int(delay * 1000))
+        if consumer._draining and consumer._in_flight() == 0:
+            consumer._drained()
+
+    def message_touched(self, message: Message) -> None:
+        if message.id in self.unanswered and not self.closed:
+            self.protocol.touch(message.id)
+
+    # -- auto touch
+
+    def schedule_touch(self, message: Message) -> None:
+        features = self.features
+        if features is None or message.id not in self.unanswered:
+            return
+        interval = max(features.msg_timeout_ms / 1000.0 * 0.5, 0.1)
+        deadline = self.consumer._reactor.seconds() + features.max_msg_timeout_ms / 1000.0
+
+        def touch() -> None:
+            self.touch_calls.pop(message.id, None)
+            if message.id not in self.unanswered or self.closed:
+                return
+            if self.consumer._reactor.seconds() + interval > deadline:
+                return  # nsqd will not extend it further: it times out and comes back
+            self.protocol.touch(message.id)
+            self.touch_calls[message.id] = self.consumer._reactor.callLater(interval, touch)
+
+        self.touch_calls[message.id] = self.consumer._reactor.callLater(interval, touch)
+
+    def _cancel_touch(self, msg_id: bytes) -> None:
+        call = self.touch_calls.pop(msg_id, None)
+        if call is not None and call.active():
+            call.cancel()
+
+    def connection_lost(self, reason: Failure) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for call in self.touch_calls.values():
+            if call.active():
+                call.cancel()
+        self.touch_calls.clear()
+        self.consumer._session_lost(self, reason)
+
+
+class _NSQD:
+    """One nsqd address: its ClientService, its current session and its counters."""
+
+    def __init__(self, address: str, static: bool) -> None:
+        self.address = address
+        self.static = static  # from nsqd_tcp_addresses: always reconnect
+        self.wanted = True  # still listed by some lookupd (or static)
+        self.service: ClientService | None = None
+        self.session: _Session | None = None
+        self.handshake_failures = 0
+        self.received = 0
+        self.finished = 0
+        self.requeued = 0
+        self.connects = 0
+
+
+class Consumer(Service):
+    """Consume ``topic``/``channel`` and hand every message to ``handler``.
+
+    :param handler: called with each :class:`~txnsq.message.Message`. Return ``True`` or
+        ``None`` to finish it, ``False`` to requeue it (with backoff), a Deferred or
+        coroutine that fires with one of those, or raise (requeue with backoff). The
+        handler may also answer the message itself (``message.finish()``,
+        ``message.requeue(delay, backoff=False)``); call
+        ``message.disable_auto_response()`` to answer it later, outside the handler.
+    :param nsqd_tcp_addresses: nsqds to connect to directly (``"host:port"``); they are
+        reconnected with exponential backoff for as long as the consumer runs.
+    :param lookupd_http_addresses: nsqlookupds to poll for the topic's producers.
+    :param options: a :class:`ConsumerOptions`; keyword arguments override its fields
+        (``Consumer(..., max_in_flight=100)``).
+    :param giving_up: called with a message that exceeded ``max_attempts`` (it has been
+        finished already); the default logs it.
+    :param reactor: the reactor (time, TCP); the global one by default.
+    :param endpoint_factory: ``(reactor, host, port) -> IStreamClientEndpoint`` to connect
+        with (default: ``HostnameEndpoint``); lets tests and users plug in their own.
+    :param agent: the ``IAgent`` used to poll nsqlookupd.
+    :raises ValueError, TypeError: on an invalid name, address or option.
+    """
+
+    _log: Final = Logger()
+
+    def __init__(
+        self,
+        topic: str,
+        channel: str,
+        handler: Handler,
+        *,
+        nsqd_tcp_addresses: Sequence[str] = (),
+        lookupd_http_addresses: Sequence[str] = (),
+        options: ConsumerOptions | None = None,
+        giving_up: Callable[[Message], object] | None = None,
+        reactor: Any = None,
+        endpoint_factory: EndpointFactory | None = None,
+        agent: Any = None,
+        rng: random.Random | None = None,
+        **overrides: Any,
+    ) -> None:
+        commands.validate_topic_name(topic)
+        commands.validate_channel_name(channel)
+        if not callable(handler):
+            raise TypeError("handler must be callable")
+        if isinstance(nsqd_tcp_addresses, str) or isinstance(lookupd_http_addresses, str):
+            raise TypeError("addresses must be given as a list of strings")
+        if not nsqd_tcp_addresses and not lookupd_http_addresses:
+            raise ValueError("give nsqd_tcp_addresses or lookupd_http_addresses (or both)")
+        for address in nsqd_tcp_addresses:
+            _split_address(address)
+        self.options = replace(options or ConsumerOptions(), **overrides)
+        self.topic = topic
+        self.channel = channel
+        self._handler = handler
+        self._giving_up = giving_up
+        if reactor is None:
+            from twisted.internet import reactor as global_reactor
+
+            reactor = global_reactor
+        self._reactor = reactor
+        self._endpoint_factory = endpoint_factory or _default_endpoint
+        self._rng = rng or random.Random()
+        opts = self.options
+        self._max_attempts = opts.max_attempts
+        self._rdy: RdyController[_Session] = RdyController(
+            opts.max_in_flight,
+            low_rdy_idle_timeout=opts.low_rdy_idle_timeout,
+            low_rdy_timeout=opts.low_rdy_timeout,
+            rng=self._rng,
+        )
+        self._backoff = Backoff(opts.backoff_multiplier, opts.max_backoff_duration)
+        self._backoff_active = False
+        self._backoff_timer: IDelayedCall | None = None
+        self._static = list(dict.fromkeys(nsqd_tcp_addresses))
+        self._nsqds: dict[str, _NSQD] = {}
+        self._poller: Any = None
+        if lookupd_http_addresses:
+            from txnsq.lookupd import LookupdPoller
+
+            self._poller = LookupdPoller(
+                list(lookupd_http_addresses),
+                topic,
+                self._producers_changed,
+                reactor=reactor,
+                agent=agent,
+                poll_interval=opts.lookupd_poll_interval,
+                poll_jitter=opts.lookupd_poll_jitter,
+                request_timeout=opts.lookupd_request_timeout,
+                rng=self._rng,
+            )
+        self._redistribute_loop: LoopingCall | None = None
+        self._draining = False
+        self._drain_waiters: list[defer.Deferred[None]] = []
+        self._stopping: defer.Deferred[None] | None = None
+
+    # ------------------------------------------------------------------ public API
+
+    def startService(self) -> None:
+        """Connect to the static nsqds and start polling nsqlookupd."""
+        if self.running:
+            return
+        super().startService()  # type: ignore[no-untyped-call]
+        self._stopping = None
+        self._draining = False
+        for address in self._static:
+            self._add_nsqd(address, static=True)
+        if self._poller is not None:
+            self._poller.start()
+        loop = LoopingCall(self._redistribute)
+        loop.clock = self._reactor
+        loop.start(self.options.rdy_redistribute_interval, now=False)
+        self._redistribute_loop = loop
+
+    def stopService(self) -> defer.Deferred[None]:
+        """Stop gracefully: CLS on every connection, wait (up to ``stop_timeout``) for
+        ``CLOSE_WAIT`` and for in-flight messages to be answered, requeue what is still
+        unanswered, then close every connection.
+
+        :returns: a Deferred that fires when every connection is closed; it never fails.
+        """
+        if self._stopping is not None:
+            return self._stopping
+        super().stopService()  # type: ignore[no-untyped-call]
+        self._stopping = defer.ensureDeferred(self._graceful_stop())
+        return self._stopping
+
+    def set_max_in_flight(self, max_in_flight: int) -> None:
+        """Change ``max_in_flight`` at run time; 0 pauses the consumer (RDY 0 everywhere).
+
+        :raises ValueError: for a negative value.
+        """
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+            raise TypeError("max_in_flight must be an int")
+        self._send_rdy(self._rdy.set_max_in_flight(max_in_flight, self._reactor.seconds()))
+
+    def is_starved(self) -> bool:
+        """Whether some connection has at least 85% of its RDY in flight, so no more
+        messages will come until some are answered (batching handlers flush on it)."""
+        return self._rdy.is_starved()
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._rdy.max_in_flight
+
+    def connections(self) -> list[str]:
+        """Addresses of the nsqds with a subscribed connection."""
+        return [n.address for n in self._nsqds.values() if n.session and n.session.subscribed]
+
+    def stats(self) -> dict[str, Any]:
+        """Counters, per nsqd and in total: received, finished, requeued, in flight, RDY,
+        connections, backoff level."""
+        per: dict[str, dict[str, Any]] = {}
+        totals = {"received": 0, "finished": 0, "requeued": 0, "in_flight": 0, "rdy": 0}
+        for nsqd in self._nsqds.values():
+            session = nsqd.session
+            live = session is not None and session.subscribed and not session.closed
+            in_flight = len(session.unanswered) if session is not None else 0
+            rdy = (
+                self._rdy.rdy(session)
+                if session is not None and live and session in self._rdy
+                else 0
+            )
+            per[nsqd.address] = {
+                "connected": live,
+                "received": nsqd.received,
+                "finished": nsqd.finished,
+                "requeued": nsqd.requeued,
+                "in_flight": in_flight,
+                "rdy": rdy,
+                "connects": nsqd.connects,
+            }
+            for key in totals:
+                totals[key] += per[nsqd.address][key]
+        return {
+            **totals,
+            "connections": sum(1 for s in per.values() if s["connected"]),
+            "max_in_flight": self._rdy.max_in_flight,
+            "backoff_level": self._backoff.level,
+            "in_backoff": self._backoff_active,
+            "starved": self._rdy.is_starved(),
+            "nsqd": per,
+        }
+
+    # ------------------------------------------------------------ connections
+
+    def _add_nsqd(self, address: str, static: bool) -> None:
+        nsqd = self._nsqds.get(address)
+        if nsqd is not None:
+            nsqd.wanted = True
+            nsqd.static = nsqd.static or static
+            return
+        host, port = _split_address(address)
+        nsqd = _NSQD(address, static)
+        self._nsqds[address] = nsqd
+        opts = self.options
+        base = backoffPolicy(
+            initialDelay=opts.reconnect_delay, maxDelay=opts.max_reconnect_delay, factor=2.0
+        )
+
+        def policy(attempt: int) -> float:
+            # Backoff grows across handshake failures too (ClientService resets its own
+            # count whenever TCP connects).
+            return float(base(attempt + nsqd.handshake_failures))
+
+        endpoint = self._endpoint_factory(self._reactor, host, port)
+        service = ClientService(
+            endpoint,
+            _ConnectionFactory(self, host),
+            retryPolicy=policy,
+            clock=self._reactor,
+        )
+        nsqd.service = service
+        service.startService()
+        self._watch(nsqd)
+
+    def _watch(self, nsqd: _NSQD) -> None:
+        service = nsqd.service
+        if service is None or not service.running:
+            return
+        d = service.whenConnected()
+        d.addCallbacks(
+            self._connected, self._watch_failed, callbackArgs=(nsqd,), errbackArgs=(nsqd,)
+        )
+
+    def _watch_failed(self, failure: Failure, nsqd: _NSQD) -> None:
+        if not failure.check(defer.CancelledError):  # type: ignore[no-untyped-call]
+            self._log.failure(
+                "Waiting for a connection to {nsqd} failed", failure, nsqd=nsqd.address
+            )
+
+    def _connected(self, protocol: NSQProtocol, nsqd: _NSQD) -> defer.Deferred[None]:
+        nsqd.connects += 1
+        session = _Session(self, nsqd, protocol)
+        nsqd.session = session
+        protocol.on_close = session.connection_lost
+        protocol.on_message = session.on_message
+        protocol.set_message_owner(session)
+        return defer.ensureDeferred(self._handshake(session))
+
+    async def _handshake(self, session: _Session) -> None:
+        protocol = session.protocol
+        nsqd = session.nsqd
+        try:
+            features = await protocol.whenReady()
+            session.features = features
+            sub = protocol.subscribe(self.topic, self.channel)
+            sub.addTimeout(self.options.handshake_timeout, self._reactor)
+            await sub
+        except Exception as e:
+            if session.closed or not self.running:
+                self._log.info(
+                    "Connection to nsqd {nsqd} closed during the handshake: {error}",
+                    nsqd=nsqd.address,
+                    error=e,
+                )
+            else:
+                nsqd.handshake_failures += 1
+                self._log.error(
+                    "Handshake with nsqd {nsqd} failed: {error}", nsqd=nsqd.address, error=e
+                )
+                protocol.close()
+            return
+        if session.closed:
+            return
+        if not self.running:
+            protocol.close()
+            return
+        nsqd.handshake_failures = 0
+        session.subscribed = True
+        self._log.info(
+            "Subscribed to {topic}/{channel} on nsqd {nsqd}",
+            topic=self.topic,
+            channel=self.channel,
+            nsqd=nsqd.address,
+        )
+        self._send_rdy(
+            self._rdy.add_connection(session, self._reactor.seconds(), features.max_rdy_count)
+        )
+
+    def _session_lost(self, session: _Session, reason: Failure) -> None:
+        nsqd = session.nsqd
+        if nsqd.session is session:
+            nsqd.session = None
+        lost = len(session.unanswered)
+        session.unanswered.clear()
+        if session.subscribed:
+            self._log.info(
+                "Connection to nsqd {nsqd} lost ({reason}); {lost} message(s) in flight will "
+                "be redelivered by nsqd",
+                nsqd=nsqd.address,
+                reason=reason.getErrorMessage(),
+                lost=lost,
+            )
+            self._send_rdy(self._rdy.remove_connection(session, self._reactor.seconds()))
+            if self._draining and self._in_flight() == 0:
+                self._drained()
+        if not self.running:
+            return
+        if self._poller is not None:
+            self._poller.poll_now()
+        if not nsqd.wanted and not nsqd.static:
+            self._remove_nsqd(nsqd)
+        else:
+            self._watch(nsqd)
+
+    def _remove_nsqd(self, nsqd: _NSQD) -> None:
+        self._nsqds.pop(nsqd.address, None)
+        service, nsqd.service = nsqd.service, None
+        if service is not None and service.running:
+            service.stopService()
+
+    def _producers_changed(self, producers: frozenset[str]) -> None:
+        if not self.running:
+            return
+        for address in producers:
+            self._add_nsqd(address, static=False)
+        for nsqd in list(self._nsqds.values()):
+            if nsqd.static or nsqd.address in producers:
+                continue
+            nsqd.wanted = False
+            if nsqd.session is None or nsqd.session.closed:
+                # Not connected and no lookupd lists it any more: stop retrying it.
+                self._log.info("nsqd {nsqd} is no longer listed by nsqlookupd", nsqd=nsqd.address)
+                self._remove_nsqd(nsqd)
+
+    # --------------------------------------------------------------- RDY, backoff
+
+    def _send_rdy(self, updates: list[RdyUpdate[_Session]]) -> None:
+        for session, count in updates:
+            if session.closed:
+                continue
+            try:
+                session.protocol.rdy(count)
+            except (NotReady, ValueError) as e:
+                self._log.warn(
+                    "Could not send RDY {count} to {nsqd}: {error}",
+                    count=count,
+                    nsqd=session.nsqd.address,
+                    error=e,
+                )
+
+    def _redistribute(self) -> None:
+        if self._rdy.needs_redistribution:
+            self._send_rdy(self._rdy.redistribute(self._reactor.seconds()))
+
+    def _backoff_result(self, action: BackoffAction) -> None:
+        step = action.step
+        if step is BackoffStep.NONE:
+            return
+        now = self._reactor.seconds()
+        if step is BackoffStep.BACKOFF:
+            self._backoff_active = True
+            self._log.warn(
+                "Backing off for {delay:.1f} s (level {level})",
+                delay=action.delay,
+                level=action.level,
+            )
+            self._cancel_backoff_timer()
+            self._backoff_timer = self._reactor.callLater(action.delay, self._backoff_timer_fired)
+        elif step is BackoffStep.RESUME:
+            self._backoff_active = False
+            self._cancel_backoff_timer()
+            self._log.info("Backoff over: resuming full RDY")
+        self._send_rdy(self._rdy.on_backoff_step(step, now))
+
+    def _backoff_timer_fired(self) -> None:
+        self._backoff_timer = None
+        self._backoff_result(self._backoff.timer_fired())
+
+    def _cancel_backoff_timer(self) -> None:
+        timer, self._backoff_timer = self._backoff_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
+
+    # ---------------------------------------------------------------- messages
+
+    def _give_up(self, message: Message) -> None:
+        message.finish()
+        if self._giving_up is not None:
+            try:
+                self._giving_up(message)
+            except Exception:
+                self._log.failure("giving_up hook raised")
+        else:
+            self._log.warn(
+                "Giving up on message {id} after {attempts} attempts: {body!r}",
+                id=message.id,
+                attempts=message.attempts,
+                body=message.body[:200],
+            )
+
+    def _handle_async_result(self, session: _Session, message: Message, result: Any) -> None:
+        if inspect.iscoroutine(result):
+            result = defer.Deferred.fromCoroutine(result)
+        elif inspect.isawaitable(result) and not isinstance(result, defer.Deferred):
+            result = defer.Deferred.fromCoroutine(_awaited(result))
+        if not isinstance(result, defer.Deferred):
+            # Anything else: truthy finishes, falsy requeues.
+            if not message._responded and message._auto_response:
+                message.finish() if result else message.requeue()
+            return
+        if self.options.auto_touch and not result.called:
+            session.schedule_touch(message)
+
+        def done(value: object) -> None:
+            if message._responded or not message._auto_response:
+                return
+            if value is None or value is True:
+                message.finish()
+            elif value is False:
+                message.requeue()
+            else:
+                message.finish() if value else message.requeue()
+
+        def failed(failure: Failure) -> None:
+            self._log.failure(
+                "Handler failed on message {id} from {nsqd}; requeueing it",
+                failure,
+                id=message.id,
+                nsqd=session.nsqd.address,
+            )
+            if not message._responded:
+                message.requeue()
+
+        result.addCallbacks(done, failed)
+        result.addErrback(
+            lambda f: self._log.failure("Answering message {id} failed", f, id=message.id)
+        )
+
+    def _in_flight(self) -> int:
+        return sum(len(n.session.unanswered) for n in self._nsqds.values() if n.session is not None)
+
+    # ---------------------------------------------------------------- stopping
+
+    def _drained(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for d in waiters:
+            d.callback(None)
+
+    async def _graceful_stop(self) -> None:
+        timeout = self.options.stop_timeout
+        if self._poller is not None:
+            await self._poller.stop()
+        loop, self._redistribute_loop = self._redistribute_loop, None
+        if loop is not None and loop.running:
+            loop.stop()
+        self._cancel_backoff_timer()
+        sessions = [
+            n.session
+            for n in self._nsqds.values()
+            if n.session is not None and n.session.subscribed and not n.session.closed
+        ]
+        # 1. CLS: nsqd stops sending; messages in flight can still be answered.
+        closes = []
+        for session in sessions:
+            try:
+                d = session.protocol.close_cleanly()
+            except NotReady:
+                continue
+            d.addTimeout(timeout, self._reactor)
+            closes.append(d)
+        if closes:
+            await defer.DeferredList(closes, consumeErrors=True)
+        # 2. Wait for the handlers to answer what is in flight.
+        self._draining = True
+        if self._in_flight():
+            waiter: defer.Deferred[None] = defer.Deferred()
+            self._drain_waiters.append(waiter)
+            waiter.addTimeout(timeout, self._reactor)
+            try:
+                await waiter
+            except defer.TimeoutError:
+                self._log.warn(
+                    "{count} message(s) still unanswered after {timeout} s; requeueing them",
+                    count=self._in_flight(),
+                    timeout=timeout,
+                )
+        # 3. Give back what is still unanswered, so nsqd redelivers it at once.
+        for session in sessions:
+            for message in list(session.unanswered.values()):
+                if not message._responded:
+                    try:
+                        message.requeue(0, backoff=False)
+                    except NSQError:
+                        pass
+            if not session.closed:
+                session.protocol.flush()
+        # 4. Close every connection.
+        stops = []
+        for nsqd in list(self._nsqds.values()):
+            service, nsqd.service = nsqd.service, None
+            if service is not None and service.running:
+                stops.append(service.stopService())
+        self._nsqds.clear()
+        if stops:
+            await defer.DeferredList(stops, consumeErrors=True)
+        self._draining = False

@@ -1,0 +1,422 @@
+"""Discovering a topic's producers by polling nsqlookupd.
+
+:class:`LookupdPoller` asks every configured nsqlookupd for the topic (``GET /lookup``)
+through an :class:`~twisted.web.iweb.IAgent`, right at :meth:`~LookupdPoller.start` and
+then every ``poll_interval`` seconds (with jitter), and hands the union of all producers
+to a callback after each round. A failing nsqlookupd is logged and asked again next
+round; it is never fatal.
+
+Producers do not vanish because a lookupd is briefly down: a lookupd whose request fails
+keeps contributing its last good answer for ``stale_after`` seconds (default: three poll
+intervals) after that answer. A consumer uses the set to connect to new producers and to
+decide whether a lost connection is worth re-establishing, so a stale entry costs at
+worst some failed connection attempts, while a missing one would leave a live nsqd
+unread. A lookupd that answers (404 included) replaces its previous answer at once.
+"""
+
+from __future__ import annotations
+
+import random as _random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from twisted.internet import error as _error
+from twisted.internet.defer import Deferred, TimeoutError, gatherResults, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.protocol import Protocol, connectionDone
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.client import (
+    HTTPConnectionPool,
+    ResponseDone,
+    ResponseFailed,
+    ResponseNeverReceived,
+)
+from twisted.web.http_headers import Headers
+from twisted.web.iweb import IAgent, IResponse
+
+from txnsq._version import __version__
+from txnsq._wire.lookup import (
+    LOOKUP_ACCEPT,
+    LookupResponseError,
+    lookup_url,
+    parse_lookup_response,
+)
+from txnsq.errors import NSQError
+
+__all__ = [
+    "DEFAULT_LOOKUPD_POLL_INTERVAL",
+    "DEFAULT_LOOKUPD_POLL_JITTER",
+    "DEFAULT_LOOKUPD_REQUEST_TIMEOUT",
+    "DEFAULT_MIN_REPOLL_INTERVAL",
+    "MAX_LOOKUP_RESPONSE_SIZE",
+    "LookupdHTTPError",
+    "LookupdPoller",
+]
+
+#: Seconds between two polling rounds (before jitter).
+DEFAULT_LOOKUPD_POLL_INTERVAL: Final = 60.0
+#: Each round's delay is shortened by up to this fraction of the interval, at random.
+DEFAULT_LOOKUPD_POLL_JITTER: Final = 0.3
+#: Seconds one ``/lookup`` request (connect, answer and body) may take.
+DEFAULT_LOOKUPD_REQUEST_TIMEOUT: Final = 10.0
+#: The largest ``/lookup`` answer read, in bytes (about 20,000 producers); a larger one is
+#: an error, so that a confused server cannot make the client buffer without limit.
+MAX_LOOKUP_RESPONSE_SIZE: Final = 4 * 1024 * 1024
+#: The shortest time between the starts of two rounds asked for by
+#: :meth:`LookupdPoller.poll_now`.
+DEFAULT_MIN_REPOLL_INTERVAL: Final = 5.0
+
+_HEADERS: Final = {
+    b"Accept": [LOOKUP_ACCEPT.encode("ascii")],
+    b"User-Agent": [f"txnsq/{__version__}".encode("ascii")],
+}
+
+# Failures that are part of life with a network: logged as one line, no traceback.
+_EXPECTED_FAILURES: Final = (
+    NSQError,  # LookupResponseError, LookupdHTTPError
+    TimeoutError,
+    _error.ConnectError,
+    _error.ConnectionLost,
+    _error.ConnectionDone,
+    ResponseFailed,
+    ResponseNeverReceived,
+    OSError,
+)
+
+
+class LookupdHTTPError(NSQError):
+    """nsqlookupd answered with an HTTP status other than 200 or 404.
+
+    :ivar code: the HTTP status code.
+    """
+
+    def __init__(self, code: int, body: bytes) -> None:
+        self.code = code
+        text = body[:200].decode("utf-8", "replace").strip()
+        super().__init__(f"HTTP {code} {text}".strip())
+
+
+class _BodyReader(Protocol):
+    """Collects a response body up to a size limit into ``finished``."""
+
+    def __init__(self, finished: Deferred[bytes], limit: int) -> None:
+        self._finished = finished
+        self._limit = limit
+        self._chunks: list[bytes] = []
+        self._size = 0
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._finished.called:
+            return
+        self._size += len(data)
+        if self._size > self._limit:
+            self._finished.errback(
+                LookupResponseError(f"nsqlookupd answer larger than {self._limit} bytes")
+            )
+            self.abort()
+            return
+        self._chunks.append(data)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self._finished.called:
+            return
+        if isinstance(reason.value, ResponseDone):
+            self._finished.callback(b"".join(self._chunks))
+        else:  # includes PotentialDataLoss: a body cut short cannot be trusted
+            self._finished.errback(reason)
+
+    def abort(self) -> None:
+        # The response's transport is an IPushProducer: stopping it drops the connection.
+        stop = getattr(self.transport, "stopProducing", None)
+        if stop is not None:
+            stop()
+
+
+def _read_body(response: IResponse, limit: int) -> Deferred[bytes]:
+    reader: _BodyReader
+    finished: Deferred[bytes] = Deferred(lambda _: reader.abort())
+    reader = _BodyReader(finished, limit)
+    response.deliverBody(reader)  # type: ignore[no-untyped-call]
+    return finished
+
+
+@dataclass(slots=True)
+class _Lookupd:
+    address: str
+    url: bytes
+    answer: frozenset[str] | None = None  # the last good answer, while it counts
+    answered_at: float = 0.0
+    failing: bool = False
+    pending: Deferred[None] | None = None
+
+
+class LookupdPoller:
+    """Poll nsqlookupd instances for one topic's producers.
+
+    :param lookupds: nsqlookupd HTTP addresses, as :func:`txnsq._wire.lookup.lookup_url`
+        takes them (``"127.0.0.1:4161"``, ``"http://host:4161"``, ``"https://..."``).
+    :param topic: the topic to look up.
+    :param on_producers: called after every round with the full current set of producer
+        addresses (``"host:port"``, IPv6 hosts bracketed), changed or not. Its return
+        value is ignored; an exception it raises is logged.
+    :param reactor: provides :class:`~twisted.internet.interfaces.IReactorTime` for the
+        timers (and, when no ``agent`` is given, what
+        :class:`~twisted.web.client.Agent` needs). Default: the global reactor.
+    :param agent: the HTTP client; default a :class:`~twisted.web.client.Agent` on
+        ``reactor`` with a persistent connection pool that :meth:`stop` closes.
+    :param poll_interval: seconds between rounds, before jitter.
+    :param poll_jitter: 0 to 1; the delay before each round is drawn uniformly from
+        ``[poll_interval * (1 - poll_jitter), poll_interval]``, so a newly published
+        topic is never found later than ``poll_interval`` after the previous round.
+    :param request_timeout: seconds one request may take before it is cancelled.
+    :param min_repoll_interval: seconds; :meth:`poll_now` never starts a round sooner than
+        this after the start of the previous one.
+    :param stale_after: seconds a failing lookupd's last good answer keeps counting;
+        default ``3 * poll_interval``.
+    :param rng: the random source for jitter (a seeded :class:`random.Random` in tests).
+    :raises ValueError: for no lookupds, a bad lookupd address or a bad parameter.
+    """
+
+    _log: Final = Logger()
+
+    def __init__(
+        self,
+        lookupds: Sequence[str],
+        topic: str,
+        on_producers: Callable[[frozenset[str]], object],
+        *,
+        reactor: IReactorTime | None = None,
+        agent: IAgent | None = None,
+        poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL,
+        poll_jitter: float = DEFAULT_LOOKUPD_POLL_JITTER,
+        request_timeout: float = DEFAULT_LOOKUPD_REQUEST_TIMEOUT,
+        min_repoll_interval: float = DEFAULT_MIN_REPOLL_INTERVAL,
+        stale_after: float | None = None,
+        rng: _random.Random | None = None,
+    ) -> None:
+        if isinstance(lookupds, str):
+            raise TypeError("lookupds must be a sequence of addresses, not one string")
+        if not lookupds:
+            raise ValueError("at least one nsqlookupd address is needed")
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be positive, not {poll_interval}")
+        if not 0 <= poll_jitter <= 1:
+            raise ValueError(f"poll_jitter must be between 0 and 1, not {poll_jitter}")
+        if request_timeout <= 0:
+            raise ValueError(f"request_timeout must be positive, not {request_timeout}")
+        if min_repoll_interval < 0:
+            raise ValueError("min_repoll_interval must not be negative")
+        if stale_after is None:
+            stale_after = 3 * poll_interval
+        if stale_after < 0:
+            raise ValueError("stale_after must not be negative")
+        self._lookupds = [
+            _Lookupd(address, lookup_url(address, topic).encode("ascii"))
+            for address in dict.fromkeys(lookupds)  # drop duplicates, keep order
+        ]
+        self.topic = topic
+        self._on_producers = on_producers
+        if reactor is None:
+            from twisted.internet import reactor as _global_reactor
+
+            reactor = _global_reactor
+        assert reactor is not None
+        self._reactor: IReactorTime = reactor
+        self._pool: HTTPConnectionPool | None = None
+        if agent is None:
+            from twisted.web.client import Agent
+
+            self._pool = HTTPConnectionPool(reactor, persistent=True)  # type: ignore[no-untyped-call]
+            agent = Agent(reactor, pool=self._pool)  # type: ignore[no-untyped-call]
+        self._agent: IAgent = agent
+        self._interval = float(poll_interval)
+        self._jitter = float(poll_jitter)
+        self._timeout = float(request_timeout)
+        self._min_repoll = float(min_repoll_interval)
+        self._stale_after = float(stale_after)
+        self._rng = rng if rng is not None else _random.Random()
+        self._running = False
+        self._in_round = False
+        self._round_started_at: float | None = None
+        self._repoll_requested = False
+        self._next: IDelayedCall | None = None
+        self._producers: frozenset[str] = frozenset()
+
+    # -- public API ----------------------------------------------------------------------
+
+    @property
+    def producers(self) -> frozenset[str]:
+        """The producer set handed out after the last round (empty before the first)."""
+        return self._producers
+
+    @property
+    def lookupds(self) -> tuple[str, ...]:
+        """The configured nsqlookupd addresses, duplicates removed."""
+        return tuple(s.address for s in self._lookupds)
+
+    @property
+    def running(self) -> bool:
+        """``True`` between :meth:`start` and :meth:`stop`."""
+        return self._running
+
+    @property
+    def polling(self) -> bool:
+        """``True`` while a round of requests is in progress."""
+        return self._in_round
+
+    def start(self) -> None:
+        """Start polling: the first round begins at once (with an in-memory agent, the
+        callback may even run before this returns). Does nothing if already running."""
+        if self._running:
+            return
+        self._running = True
+        self._start_round()
+
+    def stop(self) -> Deferred[None]:
+        """Stop polling: cancel the timer and every request in progress. The callback is
+        not called again. Does nothing (but return a fired Deferred) if not running.
+
+        :returns: a Deferred that fires once the default agent's connections are closed
+            (at once with an injected agent); it never fails.
+        """
+        was_running, self._running = self._running, False
+        if self._next is not None and self._next.active():
+            self._next.cancel()
+        self._next = None
+        for s in self._lookupds:
+            if s.pending is not None:
+                s.pending.cancel()
+        if not was_running or self._pool is None:
+            return succeed(None)
+        closing: Deferred[object] = self._pool.closeCachedConnections()  # type: ignore[no-untyped-call]
+        return closing.addBoth(lambda _: None)
+
+    def poll_now(self) -> None:
+        """Ask for a prompt round (e.g. because a connection to an nsqd closed).
+
+        Rate-limited: the round starts at once if the previous one started at least
+        ``min_repoll_interval`` ago, otherwise at that point; a round in progress is
+        followed by one. Calls in between coalesce into that single round. Does nothing
+        when not running.
+        """
+        if not self._running:
+            return
+        if self._in_round:
+            self._repoll_requested = True
+            return
+        delay = self._repoll_delay()
+        if delay <= 0:
+            if self._next is not None and self._next.active():
+                self._next.cancel()
+            self._next = None
+            self._start_round()
+        elif self._next is None or not self._next.active():
+            self._next = self._reactor.callLater(delay, self._tick)
+        elif self._next.getTime() > self._reactor.seconds() + delay:
+            self._next.reset(delay)
+
+    # -- rounds --------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        self._next = None
+        if self._running and not self._in_round:
+            self._start_round()
+
+    def _start_round(self) -> None:
+        self._in_round = True
+        self._round_started_at = self._reactor.seconds()
+        self._repoll_requested = False
+        gatherResults([self._query(s) for s in self._lookupds]).addCallback(self._round_done)
+
+    def _round_done(self, _: object) -> None:
+        if not self._running:
+            self._in_round = False
+            return
+        now = self._reactor.seconds()
+        self._producers = self._union(now)
+        self._log.debug(
+            "nsqlookupd poll for {topic}: {count} producers",
+            topic=self.topic,
+            count=len(self._producers),
+            producers=sorted(self._producers),
+        )
+        try:
+            # Still "in a round" here, so a poll_now() from the callback only sets a flag.
+            self._on_producers(self._producers)
+        except Exception:
+            self._log.failure("producer callback failed (topic {topic})", topic=self.topic)
+        self._in_round = False
+        if not self._running:  # the callback may have stopped us
+            return
+        if self._repoll_requested:
+            delay = max(0.0, self._repoll_delay())
+        else:
+            delay = self._interval * (1.0 - self._jitter * self._rng.random())
+        self._next = self._reactor.callLater(delay, self._tick)
+
+    def _repoll_delay(self) -> float:
+        if self._round_started_at is None:
+            return 0.0
+        return self._round_started_at + self._min_repoll - self._reactor.seconds()
+
+    def _union(self, now: float) -> frozenset[str]:
+        found: set[str] = set()
+        for s in self._lookupds:
+            if s.answer is not None and s.failing and now - s.answered_at > self._stale_after:
+                s.answer = None
+            if s.answer is not None:
+                found |= s.answer
+        return frozenset(found)
+
+    # -- one request ---------------------------------------------------------------------
+
+    def _query(self, s: _Lookupd) -> Deferred[None]:
+        fetching: Deferred[frozenset[str]] = Deferred.fromCoroutine(self._fetch(s.url))
+        fetching.addTimeout(self._timeout, self._reactor)
+        d = fetching.addCallbacks(self._answered, self._failed, callbackArgs=(s,), errbackArgs=(s,))
+        if not d.called:
+            s.pending = d
+        return d
+
+    async def _fetch(self, url: bytes) -> frozenset[str]:
+        response = await self._agent.request(b"GET", url, Headers(_HEADERS))
+        body = await _read_body(response, MAX_LOOKUP_RESPONSE_SIZE)
+        if response.code == 404:  # nsqlookupd: TOPIC_NOT_FOUND, i.e. no producers yet
+            return frozenset()
+        if response.code != 200:
+            raise LookupdHTTPError(response.code, body)
+        return parse_lookup_response(body)
+
+    def _answered(self, producers: frozenset[str], s: _Lookupd) -> None:
+        s.pending = None
+        s.answer = producers
+        s.answered_at = self._reactor.seconds()
+        if s.failing:
+            self._log.info("nsqlookupd {lookupd} answers again", lookupd=s.address)
+        s.failing = False
+
+    def _failed(self, failure: Failure, s: _Lookupd) -> None:
+        s.pending = None
+        if not self._running:
+            return  # stop() cancelled it; nothing to report
+        s.failing = True
+        url = s.url.decode("ascii")
+        if isinstance(failure.value, _EXPECTED_FAILURES):
+            self._log.warn(
+                "nsqlookupd {lookupd} failed ({kind}: {error}); asking again next round",
+                kind=type(failure.value).__name__,
+                error=failure.getErrorMessage(),
+                lookupd=s.address,
+                topic=self.topic,
+                url=url,
+            )
+        else:
+            self._log.failure(
+                "nsqlookupd {lookupd} failed; asking again next round",
+                failure=failure,
+                lookupd=s.address,
+                topic=self.topic,
+                url=url,
+            )
