@@ -35,17 +35,23 @@ class Message:
     in-flight timeout on nsqd and may be called any number of times before that.
     """
 
-    __slots__ = ("_owner", "_responded", "attempts", "body", "id", "timestamp")
+    __slots__ = ("_auto_response", "_owner", "_responded", "attempts", "body", "id", "timestamp")
 
     def __init__(
         self, owner: MessageOwner, timestamp: int, attempts: int, id: bytes, body: bytes
     ) -> None:
         self._owner = owner
         self._responded = False
+        self._auto_response = True
         self.timestamp = timestamp
         self.attempts = attempts
         self.id = id
         self.body = body
+
+    def disable_auto_response(self) -> None:
+        """Tell the consumer not to answer this message from the handler's result: the
+        code that holds the message will call :meth:`finish` or :meth:`requeue` later."""
+        self._auto_response = False
 
     @property
     def has_responded(self) -> bool:
@@ -56,11 +62,16 @@ class Message:
         """Tell nsqd the message was handled (FIN).
 
         :raises MessageAlreadyAnswered: if it was already finished or requeued.
+        :raises NotReady: if the answer cannot be sent (the message stays unanswered).
         """
         if self._responded:
             raise MessageAlreadyAnswered(f"message {self.id!r} was already answered")
         self._responded = True
-        self._owner.message_finished(self)
+        try:
+            self._owner.message_finished(self)
+        except BaseException:
+            self._responded = False  # not answered after all (e.g. the connection is gone)
+            raise
 
     def requeue(self, delay: float | None = None, backoff: bool = True) -> None:
         """Ask nsqd to deliver the message again (REQ).
@@ -76,7 +87,11 @@ class Message:
         if delay is not None and delay < 0:
             raise ValueError(f"requeue delay must not be negative, not {delay}")
         self._responded = True
-        self._owner.message_requeued(self, delay, backoff)
+        try:
+            self._owner.message_requeued(self, delay, backoff)
+        except BaseException:
+            self._responded = False
+            raise
 
     def touch(self) -> None:
         """Reset the message's in-flight timeout on nsqd (TOUCH).
@@ -89,4 +104,5 @@ class Message:
 
     def __repr__(self) -> str:
         body = self.body if len(self.body) <= 40 else self.body[:40] + b"..."
-        return f"<Message id={self.id.decode('ascii', 'replace')} attempts={self.attempts} body={body!r}>"
+        msg_id = self.id.decode("ascii", "replace")
+        return f"<Message id={msg_id} attempts={self.attempts} body={body!r}>"

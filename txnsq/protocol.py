@@ -31,7 +31,7 @@ from typing import Any
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IHandshakeListener, IReactorTime
-from twisted.internet.protocol import Protocol
+from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -72,7 +72,8 @@ _CLOSE_WAIT = b"CLOSE_WAIT"
 _CONNECTING = "connecting"
 _HANDSHAKE = "handshake"
 _READY = "ready"
-_CLOSING = "closing"
+_CLOSING = "closing"  # CLS sent: no new commands, messages may still be answered
+_DISCONNECTING = "disconnecting"  # dropping the connection: nothing is read or sent
 _CLOSED = "closed"
 
 
@@ -118,7 +119,7 @@ class NSQProtocol(Protocol):
         if clock is None:
             from twisted.internet import reactor
 
-            clock = reactor  # type: ignore[assignment]
+            clock = reactor
         assert clock is not None
         self._clock = clock
         identify = identify or IdentifyOptions()
@@ -148,7 +149,7 @@ class NSQProtocol(Protocol):
         self._handshake_buffer = b""
         self._handshake_timer: IDelayedCall | None = None
         self._ready_waiters: list[defer.Deferred[Features]] = []
-        self._ready_result: Features | Failure | None = None
+        self._ready_result: Features | BaseException | None = None
         self._pending: deque[defer.Deferred[bytes]] = deque()
         self._compressor: Compressor | None = None
         self._decompressor: Decompressor | None = None
@@ -156,7 +157,8 @@ class NSQProtocol(Protocol):
         self._in_read = False
         self._flush_call: IDelayedCall | None = None
         self._tls_started = False
-        self._closing_reason: Exception | None = None
+        self._auth_sent = False
+        self._closing_reason: BaseException | None = None
 
         #: The negotiated features, once IDENTIFY has been answered.
         self.features: Features | None = None
@@ -178,12 +180,12 @@ class NSQProtocol(Protocol):
             return "<not connected>"
         try:
             addr = transport.getPeer()
-        except Exception:  # noqa: BLE001 - some fake transports have no peer
+        except Exception:
             return "<unknown>"
         host, port = getattr(addr, "host", None), getattr(addr, "port", None)
         return f"{host}:{port}" if host is not None else str(addr)
 
-    def whenReady(self) -> defer.Deferred[Features]:  # noqa: N802 - Twisted naming
+    def whenReady(self) -> defer.Deferred[Features]:
         """Return a Deferred that fires with the negotiated features once the handshake
         (IDENTIFY, TLS, compression, AUTH) has succeeded.
 
@@ -194,7 +196,7 @@ class NSQProtocol(Protocol):
         result = self._ready_result
         if isinstance(result, Features):
             return defer.succeed(result)
-        if isinstance(result, Failure):
+        if isinstance(result, BaseException):
             return defer.fail(result)
         d: defer.Deferred[Features] = defer.Deferred()
         self._ready_waiters.append(d)
@@ -268,31 +270,38 @@ class NSQProtocol(Protocol):
 
     # ------------------------------------------------------------- Twisted events
 
-    def connectionMade(self) -> None:  # noqa: N802
+    def connectionMade(self) -> None:
         self._state = _HANDSHAKE
         self._handshake_timer = self._clock.callLater(
             self._handshake_timeout, self._handshake_timed_out
         )
         self._write_raw(commands.MAGIC_V2 + commands.identify(identify_body(self.identify_options)))
 
-    def dataReceived(self, data: bytes) -> None:  # noqa: N802
+    def dataReceived(self, data: bytes) -> None:
+        state = self._state
         try:
-            if self._decompressor is not None:
-                data = self._decompressor.decompress(data)
-            if self._state == _READY or self._state == _CLOSING:
+            if state == _READY or state == _CLOSING:
+                if self._decompressor is not None:
+                    data = self._decompressor.decompress(data)
                 frames = self._parser.feed(data)
                 if frames:
                     self._process(frames)
-            elif self._state == _HANDSHAKE:
+            elif state == _HANDSHAKE:
+                if self._decompressor is not None:
+                    data = self._decompressor.decompress(data)
                 self._handshake_buffer += data
                 self._handshake_step()
+            # Otherwise the connection is being dropped (or gone): ignore what arrives.
         except ProtocolError as e:
             self._protocol_error(e)
+        except Exception as e:
+            self._log.failure("Closing connection to nsqd {peer}: unexpected error", peer=self.peer)
+            self._disconnect(e)
 
-    def handshakeCompleted(self) -> None:  # noqa: N802 - IHandshakeListener
+    def handshakeCompleted(self) -> None:
         """TLS handshake done; nsqd's OK over TLS moves the state forward."""
 
-    def connectionLost(self, reason: Failure = Failure(ConnectionClosed())) -> None:  # noqa: B008, N802
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         was = self._state
         self._state = _CLOSED
         self._cancel_handshake_timer()
@@ -302,27 +311,25 @@ class NSQProtocol(Protocol):
             call.cancel()
         if self._ready_result is None:
             if self._closing_reason is not None:
-                self._handshake_failed(Failure(self._closing_reason))
-            elif self._tls_started and was == _HANDSHAKE:
-                self._handshake_failed(
-                    Failure(HandshakeError(describe_tls_failure(reason)))
-                )
+                self._handshake_failed(self._closing_reason)
+            elif was == _HANDSHAKE and self._tls_started and self._steps[:1] == ["tls"]:
+                # Still waiting for nsqd's OK over TLS: the TLS handshake or the
+                # certificate checks failed.
+                self._handshake_failed(HandshakeError(describe_tls_failure(reason)))
             else:
                 self._handshake_failed(
-                    Failure(ConnectionClosed("connection closed during the handshake", reason))
+                    ConnectionClosed("connection closed during the handshake", reason)
                 )
         pending, self._pending = self._pending, deque()
         if pending:
-            error = ConnectionClosed(
-                "connection closed before nsqd answered", self._closing_reason or reason
-            )
+            cause = self._closing_reason or reason
             for d in pending:
                 if not d.called:
-                    d.errback(Failure(error))
+                    d.errback(ConnectionClosed("connection closed before nsqd answered", cause))
         if self.on_close is not None:
             try:
                 self.on_close(reason)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 self._log.failure("on_close hook raised")
 
     # ------------------------------------------------------------------ internals
@@ -331,7 +338,6 @@ class NSQProtocol(Protocol):
         """Dispatch frames of a ready connection; writes are joined into one."""
         if self._out is None:
             self._out = []
-        out = self._out
         self._in_read = True
         on_message = self.on_message
         try:
@@ -340,16 +346,16 @@ class NSQProtocol(Protocol):
                     if on_message is not None:
                         try:
                             on_message(frame)
-                        except Exception:  # noqa: BLE001
+                        except Exception:
                             self._log.failure("on_message raised; the message is left unanswered")
                 elif type(frame) is Response:
                     self._response(frame.data)
                 elif type(frame) is Heartbeat:
-                    out.append(commands.NOP)
+                    self._write(commands.NOP)
                 else:
                     self._error_frame(frame)
-                if self._state == _CLOSED:
-                    return
+                if self._state != _READY and self._state != _CLOSING:
+                    return  # closed or being dropped from a callback
         finally:
             self._in_read = False
             self._flush()
@@ -366,7 +372,7 @@ class NSQProtocol(Protocol):
         if error.fatal and self._pending:
             d = self._pending.popleft()
             if not d.called:
-                d.errback(Failure(error))
+                d.errback(error)
                 return
         self._log.warn(
             "nsqd {peer} sent {code}: {text}", peer=self.peer, code=error.code, text=error.text
@@ -374,7 +380,7 @@ class NSQProtocol(Protocol):
         if self.on_error is not None:
             try:
                 self.on_error(error)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 self._log.failure("on_error hook raised")
 
     def _command(self, data: bytes) -> defer.Deferred[bytes]:
@@ -410,10 +416,22 @@ class NSQProtocol(Protocol):
         if out and self._state != _CLOSED and self.transport is not None:
             self._write_raw(out[0] if len(out) == 1 else b"".join(out))
 
-    def close(self) -> None:
-        """Write any queued commands, then close the connection."""
+    def flush(self) -> None:
+        """Write the commands queued during this reactor turn now."""
         self._flush()
-        if self.transport is not None and self._state != _CLOSED:
+
+    def close(self) -> None:
+        """Write any queued commands, then close the connection.
+
+        From then on nothing more is read or sent; commands still waiting for an answer
+        fail with :class:`~txnsq.errors.ConnectionClosed` once the connection is gone.
+        """
+        self._flush()
+        if self._state == _CLOSED or self._state == _DISCONNECTING:
+            return
+        self._state = _DISCONNECTING
+        self._cancel_handshake_timer()
+        if self.transport is not None:
             self.transport.loseConnection()
 
     def _write_raw(self, data: bytes) -> None:
@@ -487,9 +505,14 @@ class NSQProtocol(Protocol):
                 raise ProtocolError("nsqd sent bytes before the TLS handshake")
             assert self._tls is not None
             host = self._tls_hostname or self.peer.rsplit(":", 1)[0]
-            creator = client_connection_creator(self._tls, host)
-            self._tls_started = True
-            self.transport.startTLS(creator)  # type: ignore[union-attr]
+            try:
+                creator = client_connection_creator(self._tls, host)
+                self._tls_started = True
+                self.transport.startTLS(creator)  # type: ignore[union-attr]
+            except Exception as e:
+                self._abort_handshake(
+                    HandshakeError(f"cannot start TLS with nsqd {self.peer}: {e}")
+                )
         elif step in ("snappy", "deflate"):
             if self._compressor is not None:
                 return  # waiting for the compressed OK
@@ -505,7 +528,7 @@ class NSQProtocol(Protocol):
             if rest:
                 self._handshake_buffer = self._decompressor.decompress(rest)
         elif step == "auth":
-            if getattr(self, "_auth_sent", False):
+            if self._auth_sent:
                 return
             self._auth_sent = True
             assert self._auth_secret is not None
@@ -516,9 +539,13 @@ class NSQProtocol(Protocol):
             identity = json.loads(data)
         except ValueError:
             identity = None
-        self.auth_identity = identity if isinstance(identity, dict) else {"raw": data.decode("utf-8", "replace")}
+        if not isinstance(identity, dict):
+            identity = {"raw": data.decode("utf-8", "replace")}
+        self.auth_identity = identity
 
     def _handshake_done(self) -> None:
+        if self._ready_result is not None:
+            return
         self._cancel_handshake_timer()
         self._state = _READY
         features = self.features
@@ -533,24 +560,21 @@ class NSQProtocol(Protocol):
             if frames:
                 self._process(frames)
 
-    def _handshake_failed(self, failure: Failure) -> None:
+    def _handshake_failed(self, error: BaseException) -> None:
         if self._ready_result is not None:
             return
-        self._ready_result = failure
+        # Kept for later whenReady() calls (as an exception, not a Failure, so nothing
+        # is logged as unhandled when nobody asked).
+        self._ready_result = error
         waiters, self._ready_waiters = self._ready_waiters, []
         for d in waiters:
-            d.errback(failure)
-        if not waiters:
-            # Nobody asked yet; keep the failure for whenReady() without an unhandled
-            # error being logged when this protocol is garbage collected.
-            pass
+            d.errback(error)
 
     def _abort_handshake(self, error: NSQError) -> None:
-        self._log.warn(
-            "Handshake with nsqd {peer} failed: {error}", peer=self.peer, error=error
-        )
+        self._log.warn("Handshake with nsqd {peer} failed: {error}", peer=self.peer, error=error)
         self._closing_reason = error
-        self._handshake_failed(Failure(error))
+        self._state = _DISCONNECTING
+        self._handshake_failed(error)
         self._cancel_handshake_timer()
         if self.transport is not None:
             self.transport.loseConnection()
@@ -560,10 +584,7 @@ class NSQProtocol(Protocol):
         error = HandshakeError(
             f"handshake with nsqd {self.peer} did not complete in {self._handshake_timeout} s"
         )
-        self._closing_reason = error
-        self._handshake_failed(Failure(error))
-        if self.transport is not None:
-            self.transport.abortConnection()  # type: ignore[attr-defined]
+        self._disconnect(error)
 
     def _cancel_handshake_timer(self) -> None:
         timer, self._handshake_timer = self._handshake_timer, None
@@ -571,15 +592,24 @@ class NSQProtocol(Protocol):
             timer.cancel()
 
     def _protocol_error(self, error: ProtocolError) -> None:
-        if self._state == _CLOSED:
+        if self._state == _CLOSED or self._state == _DISCONNECTING:
             return
         self._log.error(
             "Closing connection to nsqd {peer}: protocol error: {error}",
             peer=self.peer,
             error=error,
         )
+        self._disconnect(error)
+
+    def _disconnect(self, error: BaseException) -> None:
+        """Drop the connection at once because of ``error``: the handshake (if still
+        running) fails with it, and so do pending commands, as the reason of their
+        :class:`~txnsq.errors.ConnectionClosed`, once the connection is gone."""
+        if self._state == _CLOSED or self._state == _DISCONNECTING:
+            return
         self._closing_reason = error
-        self._handshake_failed(Failure(error))
-        self._state = _CLOSING
+        self._state = _DISCONNECTING
+        self._cancel_handshake_timer()
+        self._handshake_failed(error)
         if self.transport is not None:
             self.transport.abortConnection()  # type: ignore[attr-defined]

@@ -1,0 +1,178 @@
+"""Tests for :class:`txnsq.message.Message` on its own, with a fake owner."""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from txnsq.errors import NotReady, NSQError
+from txnsq.message import Message, MessageAlreadyAnswered
+
+MSG_ID = b"0123456789abcdef"
+
+
+class RecordingOwner:
+    """A MessageOwner that records every answer it is given."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Message, tuple[object, ...]]] = []
+        self.fail_with: Exception | None = None
+
+    def _record(self, what: str, message: Message, *args: object) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.calls.append((what, message, args))
+
+    def message_finished(self, message: Message) -> None:
+        self._record("finish", message)
+
+    def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
+        self._record("requeue", message, delay, backoff)
+
+    def message_touched(self, message: Message) -> None:
+        self._record("touch", message)
+
+
+def make_message(owner: RecordingOwner, body: bytes = b"hello", attempts: int = 1) -> Message:
+    return Message(owner, 1_700_000_000_123_456_789, attempts, MSG_ID, body)
+
+
+class MessageAttributeTests(SynchronousTestCase):
+    def test_attributes(self) -> None:
+        owner = RecordingOwner()
+        message = Message(owner, 42, 3, MSG_ID, b"\x00body\xff")
+        self.assertEqual(message.timestamp, 42)
+        self.assertEqual(message.attempts, 3)
+        self.assertEqual(message.id, MSG_ID)
+        self.assertEqual(message.body, b"\x00body\xff")
+        self.assertFalse(message.has_responded)
+        self.assertEqual(owner.calls, [])
+
+    def test_slots(self) -> None:
+        """Messages are built per frame on the hot path: no per-instance dict."""
+        message = make_message(RecordingOwner())
+        self.assertFalse(hasattr(message, "__dict__"))
+        with self.assertRaises(AttributeError):
+            message.extra = 1  # type: ignore[attr-defined]
+
+    def test_repr_short_body(self) -> None:
+        text = repr(make_message(RecordingOwner(), body=b"abc", attempts=2))
+        self.assertIn("0123456789abcdef", text)
+        self.assertIn("attempts=2", text)
+        self.assertIn("b'abc'", text)
+
+    def test_repr_long_body_truncated(self) -> None:
+        text = repr(make_message(RecordingOwner(), body=b"x" * 1000))
+        self.assertIn("x" * 40 + "...", text)
+        self.assertNotIn("x" * 41, text)
+        self.assertLess(len(text), 200)
+
+    def test_already_answered_is_nsq_error(self) -> None:
+        self.assertTrue(issubclass(MessageAlreadyAnswered, NSQError))
+
+
+class FinishTests(SynchronousTestCase):
+    def test_finish(self) -> None:
+        owner = RecordingOwner()
+        message = make_message(owner)
+        message.finish()
+        self.assertEqual(owner.calls, [("finish", message, ())])
+        self.assertTrue(message.has_responded)
+
+    def test_finish_twice(self) -> None:
+        owner = RecordingOwner()
+        message = make_message(owner)
+        message.finish()
+        error = self.assertRaises(MessageAlreadyAnswered, message.finish)
+        self.assertIn("0123456789abcdef", str(error))
+        self.assertEqual(len(owner.calls), 1)
+
+    def test_requeue_after_finish(self) -> None:
+        owner = RecordingOwner()
+        message = make_message(owner)
+        message.finish()
+        self.assertRaises(MessageAlreadyAnswered, message.requeue)
+        self.assertEqual([c[0] for c in owner.calls], ["finish"])
+
+    def test_touch_after_finish(self) -> None:
+        owner = RecordingOwner()
+        message = make_message(owner)
+        message.finish()
+        self.assertRaises(MessageAlreadyAnswered, message.touch)
+        self.assertEqual([c[0] for c in owner.calls], ["finish"])
+
+    def test_owner_refuses(self) -> None:
+        """When the owner cannot send the answer (connection gone), the message is not
+        marked answered, and the error reaches the caller."""
+        owner = RecordingOwner()
+        owner.fail_with = NotReady("connection is not ready (closed)")
+        message = make_message(owner)
+        self.assertRaises(NotReady, message.finish)
+        self.assertFalse(message.has_responded)
+        owner.fail_with = None
+        message.finish()
+        self.assertEqual([c[0] for c in owner.calls], ["finish"])
+
+
+class RequeueTests(SynchronousTestCase):
+    def test_requeue_defaults(self) -> None:
+        owner = RecordingOwner()
+        message = make_message(owner)
+        message.requeue()
+        self.assertEqual(owner.calls, [("requeue", message, (None, True))])
+        self.assertTrue(message.has_responded)
+
+    def test_requeue_delay_and_backoff(self) -> None:
+        owner = RecordingOwner()
+        message = make_message(owner)
+        message.requeue(2.5, backoff=False)
+        self.assertEqual(owner.calls, [("requeue", message, (2.5, False))])
+
+    def test_requeue_zero_delay(self) -> None:
+        owner = RecordingOwner()
+        message = make_message(owner)
+        message.requeue(0)
+        self.assertEqual(owner.calls, [("requeue", message, (0, True))])
+
+    def test_negative_delay(self) -> None:
+        owner = RecordingOwner()
+        message = make_message(owner)
+        error = self.assertRaises(ValueError, message.requeue, -1)
+        self.assertIn("-1", str(error))
+        self.assertEqual(owner.calls, [])
+        self.assertFalse(message.has_responded)
+        # Still answerable afterwards.
+        message.requeue(1)
+        self.assertEqual(owner.calls, [("requeue", message, (1, True))])
+
+    def test_requeue_twice(self) -> None:
+        owner = RecordingOwner()
+        message = make_message(owner)
+        message.requeue()
+        self.assertRaises(MessageAlreadyAnswered, message.requeue)
+        self.assertRaises(MessageAlreadyAnswered, message.finish)
+        self.assertEqual(len(owner.calls), 1)
+
+    def test_owner_refuses(self) -> None:
+        owner = RecordingOwner()
+        owner.fail_with = NotReady("gone")
+        message = make_message(owner)
+        self.assertRaises(NotReady, message.requeue, 1)
+        self.assertFalse(message.has_responded)
+
+
+class TouchTests(SynchronousTestCase):
+    def test_touch_many_times_then_finish(self) -> None:
+        owner = RecordingOwner()
+        message = make_message(owner)
+        message.touch()
+        message.touch()
+        self.assertFalse(message.has_responded)
+        message.finish()
+        self.assertEqual([c[0] for c in owner.calls], ["touch", "touch", "finish"])
+
+    def test_touch_after_requeue(self) -> None:
+        owner = RecordingOwner()
+        message = make_message(owner)
+        message.requeue()
+        self.assertRaises(MessageAlreadyAnswered, message.touch)
+        self.assertEqual([c[0] for c in owner.calls], ["requeue"])
