@@ -13,7 +13,7 @@ This module is pure Python: it imports nothing from Twisted.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 __all__ = [
     "AuthDisabledError",
@@ -66,6 +66,12 @@ class NSQServerError(NSQError):
             # Only used for codes txnsq has no class for.
             self.code = code  # type: ignore[misc]
         super().__init__(f"{self.code} {text}".strip())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default rebuilds from self.args (the formatted message), which would put
+        # the code in front of the text a second time. Pickling matters: Spark sends
+        # executors' exceptions to the driver that way.
+        return (type(self), (self.text, self.code), self.__dict__ or None)
 
 
 class InvalidError(NSQServerError):
@@ -221,7 +227,16 @@ class ProtocolError(NSQError):
     """The peer sent bytes that break the NSQ wire protocol (bad size, unknown frame...).
 
     The connection that produced it cannot be trusted any more and is closed.
+
+    :ivar frames: when raised by a frame parser, the valid frames that arrived before the
+        bad bytes in the same read (they were really sent and may still be acted on).
     """
+
+    frames: list[object]
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.frames = []
 
 
 class HandshakeError(NSQError):

@@ -146,7 +146,6 @@ class NSQProtocol(Protocol):
         self._parser = FrameParser(max_frame_size, partial(Message, self))
         self._state = _CONNECTING
         self._steps: list[str] = []
-        self._handshake_buffer = b""
         self._handshake_timer: IDelayedCall | None = None
         self._ready_waiters: list[defer.Deferred[Features]] = []
         self._ready_result: Features | BaseException | None = None
@@ -289,10 +288,17 @@ class NSQProtocol(Protocol):
             elif state == _HANDSHAKE:
                 if self._decompressor is not None:
                     data = self._decompressor.decompress(data)
-                self._handshake_buffer += data
-                self._handshake_step()
+                self._handshake_step(data)
             # Otherwise the connection is being dropped (or gone): ignore what arrives.
         except ProtocolError as e:
+            if e.frames and (self._state == _READY or self._state == _CLOSING):
+                # Frames that arrived intact before the bad bytes were really sent: a
+                # publish's OK among them must not turn into a spurious failure.
+                frames, e.frames = e.frames, []
+                try:
+                    self._process(frames)
+                except ProtocolError:
+                    pass
             self._protocol_error(e)
         except Exception as e:
             self._log.failure("Closing connection to nsqd {peer}: unexpected error", peer=self.peer)
@@ -442,26 +448,15 @@ class NSQProtocol(Protocol):
 
     # -- handshake
 
-    def _next_handshake_frame(self) -> Any:
-        """Take one whole frame off the handshake buffer, or return None."""
-        buf = self._handshake_buffer
-        if len(buf) < 4:
-            return None
-        size = int.from_bytes(buf[:4], "big", signed=True)
-        end = 4 + size
-        if 4 <= size <= self._parser.max_frame_size and len(buf) < end:
-            return None
-        frames = self._parser.feed(buf[:end])  # validates the size and type
-        self._handshake_buffer = buf[end:]
-        if len(frames) != 1:
-            raise ProtocolError("malformed frame during the handshake")
-        return frames[0]
-
-    def _handshake_step(self) -> None:
+    def _handshake_step(self, data: bytes) -> None:
+        """Handle handshake frames one at a time: any of them may switch the stream to
+        TLS or compression, so the bytes after it must not be parsed as frames yet."""
         while self._state == _HANDSHAKE:
-            frame = self._next_handshake_frame()
-            if frame is None:
+            frames = self._parser.feed(data, max_frames=1)
+            data = b""
+            if not frames:
                 return
+            frame = frames[0]
             if type(frame) is Heartbeat:
                 self._write_raw(commands.NOP)
                 continue
@@ -480,7 +475,7 @@ class NSQProtocol(Protocol):
                 elif data != _OK:
                     raise ProtocolError(f"expected OK after {step} upgrade, got {data[:60]!r}")
             if self._state == _HANDSHAKE:
-                self._start_next_step()
+                data = self._start_next_step()
 
     def _identified(self, features: Features) -> None:
         self.features = features
@@ -491,17 +486,19 @@ class NSQProtocol(Protocol):
         except HandshakeError as e:
             self._abort_handshake(e)
 
-    def _start_next_step(self) -> None:
+    def _start_next_step(self) -> bytes:
+        """Start the next upgrade step; return bytes to parse next (compressed input
+        that arrived with the frame that switched compression on), usually none."""
         if not self._steps:
             self._handshake_done()
-            return
+            return b""
         step = self._steps[0]
         features = self.features
         assert features is not None
         if step == "tls":
             if self._tls_started:
-                return  # waiting for the OK over TLS
-            if self._handshake_buffer:
+                return b""  # waiting for the OK over TLS
+            if self._parser.buffered():
                 raise ProtocolError("nsqd sent bytes before the TLS handshake")
             assert self._tls is not None
             host = self._tls_hostname or self.peer.rsplit(":", 1)[0]
@@ -515,7 +512,7 @@ class NSQProtocol(Protocol):
                 )
         elif step in ("snappy", "deflate"):
             if self._compressor is not None:
-                return  # waiting for the compressed OK
+                return b""  # waiting for the compressed OK
             codecs = codecs_for(
                 snappy=step == "snappy",
                 deflate=step == "deflate",
@@ -523,16 +520,18 @@ class NSQProtocol(Protocol):
             )
             assert codecs is not None
             self._compressor, self._decompressor = codecs
-            # What came after the frame that switched compression on is compressed.
-            rest, self._handshake_buffer = self._handshake_buffer, b""
+            # What came after the frame that switched compression on is compressed: take
+            # it back from the parser and feed it again through the decompressor.
+            rest = self._parser.take_buffered()
             if rest:
-                self._handshake_buffer = self._decompressor.decompress(rest)
+                return self._decompressor.decompress(rest)
         elif step == "auth":
             if self._auth_sent:
-                return
+                return b""
             self._auth_sent = True
             assert self._auth_secret is not None
             self._write_raw(commands.auth(self._auth_secret))
+        return b""
 
     def _authenticated(self, data: bytes) -> None:
         try:
@@ -551,12 +550,11 @@ class NSQProtocol(Protocol):
         features = self.features
         assert features is not None
         self._ready_result = features
-        rest, self._handshake_buffer = self._handshake_buffer, b""
         waiters, self._ready_waiters = self._ready_waiters, []
         for d in waiters:
             d.callback(features)
-        if rest and self._state == _READY:
-            frames = self._parser.feed(rest)
+        if self._parser.buffered() and self._state == _READY:
+            frames = self._parser.feed(b"")
             if frames:
                 self._process(frames)
 

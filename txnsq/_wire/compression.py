@@ -17,9 +17,9 @@ from txnsq.errors import ProtocolError
 
 __all__ = [
     "Compressor",
+    "Decompressor",
     "DeflateCompressor",
     "DeflateDecompressor",
-    "Decompressor",
     "SnappyCompressor",
     "SnappyDecompressor",
     "codecs_for",

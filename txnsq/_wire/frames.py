@@ -41,9 +41,14 @@ DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
 
 _HEADER = struct.Struct(">ll")
 _MESSAGE_HEADER = struct.Struct(">qH16s")
+# A message frame's header and message header read at once: size, type, timestamp,
+# attempts, id.
+_MESSAGE_FRAME = struct.Struct(">llqH16s")
 _HEADER_SIZE: Final = 8
 # size (4) + type (4) + timestamp (8) + attempts (2) + id (16)
 _MESSAGE_OVERHEAD: Final = 34
+# The smallest valid size field of a message frame (an empty body).
+_MIN_MESSAGE_SIZE: Final = _MESSAGE_OVERHEAD - 4
 _HEARTBEAT_DATA: Final = b"_heartbeat_"
 
 
@@ -154,7 +159,15 @@ class FrameParser:
         then unusable (the stream cannot be resynchronised): close the connection.
     """
 
-    __slots__ = ("_broken", "_buffer", "_chunks", "_have", "_need", "max_frame_size", "message_factory")
+    __slots__ = (
+        "_broken",
+        "_buffer",
+        "_chunks",
+        "_have",
+        "_need",
+        "max_frame_size",
+        "message_factory",
+    )
 
     def __init__(
         self,
@@ -188,10 +201,19 @@ class FrameParser:
         self._need = 4
         return data
 
-    def feed(self, data: bytes) -> list[Any]:
-        """Add ``data`` to the stream; return the frames it completed, in order."""
+    def feed(self, data: bytes, max_frames: int | None = None) -> list[Any]:
+        """Add ``data`` to the stream; return the frames it completed, in order.
+
+        :param max_frames: return at most this many frames and leave the bytes after them
+            unparsed, for :meth:`take_buffered` (or a later :meth:`feed`, even
+            ``feed(b"")``). Use ``max_frames=1`` while waiting for the IDENTIFY answer:
+            when it enables compression, nsqd's next bytes (often in the same read) are
+            compressed and must not be parsed as frames.
+        """
         if self._broken is not None:
             raise self._broken
+        if max_frames is not None and max_frames < 1:
+            raise ValueError(f"max_frames must be at least 1, not {max_frames}")
         have = self._have + len(data)
         if have < self._need:
             if data:
@@ -206,6 +228,16 @@ class FrameParser:
         else:
             buf = bytes(data)
         try:
+            if max_frames is not None:
+                cut = _end_of_frames(buf, max_frames, self.max_frame_size)
+                if cut < len(buf):
+                    # The first max_frames frames are complete: parse only them and keep
+                    # the rest, unexamined, for take_buffered() or the next feed().
+                    frames, _ = self._parse(buf[:cut])
+                    self._buffer = buf[cut:]
+                    self._have = len(buf) - cut
+                    self._need = 0
+                    return frames
             frames, pos = self._parse(buf)
         except ProtocolError as e:
             self._broken = e
@@ -217,53 +249,97 @@ class FrameParser:
         return frames
 
     def _parse(self, buf: bytes) -> tuple[list[Any], int]:
+        """Parse the complete frames of ``buf``; return them and where the rest starts.
+
+        :raises ProtocolError: with the valid frames that came before the bad one in its
+            ``frames`` attribute, so a caller can still act on them.
+        """
         frames: list[Any] = []
+        try:
+            return self._parse_into(buf, frames)
+        except ProtocolError as e:
+            e.frames = frames
+            raise
+
+    def _parse_into(self, buf: bytes, frames: list[Any]) -> tuple[list[Any], int]:
+        """The parsing loop of :meth:`_parse`, appending to ``frames``.
+
+        Message frames, the bulk of a consumer's traffic, take a fast path: one
+        ``unpack_from`` reads the frame header and the message header together.
+        Everything else (responses, errors, incomplete or invalid frames) goes through
+        the general checks below it.
+        """
         append = frames.append
-        unpack_header = _HEADER.unpack_from
-        unpack_message = _MESSAGE_HEADER.unpack_from
+        unpack_full = _MESSAGE_FRAME.unpack_from
         make_message = self.message_factory
         max_size = self.max_frame_size
         end = len(buf)
+        last_full = end - _MESSAGE_OVERHEAD  # last position where a message header fits
         pos = 0
         while True:
-            avail = end - pos
-            if avail < _HEADER_SIZE:
-                self._need = 4 if avail < 4 else _HEADER_SIZE
-                if avail >= 4:
+            if pos <= last_full:
+                size, frame_type, timestamp, attempts, msg_id = unpack_full(buf, pos)
+                frame_end = pos + 4 + size
+                if (
+                    frame_type == FRAME_MESSAGE
+                    and _MIN_MESSAGE_SIZE <= size <= max_size
+                    and frame_end <= end
+                ):
+                    # 34 == _MESSAGE_OVERHEAD, spelled out on the hot path
+                    append(make_message(timestamp, attempts, msg_id, buf[pos + 34 : frame_end]))
+                    pos = frame_end
+                    continue
+            elif end - pos < _HEADER_SIZE:
+                if end - pos >= 4:
                     size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
                     _check_size(size, max_size)
                     self._need = 4 + size
+                else:
+                    self._need = 4
                 return frames, pos
-            size, frame_type = unpack_header(buf, pos)
-            if size > max_size or size < 4:
+            else:
+                size, frame_type = _HEADER.unpack_from(buf, pos)
+                frame_end = pos + 4 + size
+            # General path: any frame but a complete, valid message frame.
+            if size < 4 or size > max_size:
                 _check_size(size, max_size)
-            frame_end = pos + 4 + size
-            if frame_end > end:
-                if frame_type not in (FRAME_MESSAGE, FRAME_RESPONSE, FRAME_ERROR):
-                    raise ProtocolError(f"unknown frame type {frame_type}")
-                if frame_type == FRAME_MESSAGE and size < _MESSAGE_OVERHEAD - 4:
+            if frame_type == FRAME_RESPONSE or frame_type == FRAME_ERROR:
+                if frame_end > end:
+                    self._need = 4 + size
+                    return frames, pos
+                payload = buf[pos + _HEADER_SIZE : frame_end]
+                if frame_type == FRAME_RESPONSE:
+                    append(HEARTBEAT if payload == _HEARTBEAT_DATA else Response(payload))
+                else:
+                    code, _, text = payload.partition(b" ")
+                    append(
+                        ErrorFrame(code.decode("ascii", "replace"), text.decode("utf-8", "replace"))
+                    )
+                pos = frame_end
+            elif frame_type == FRAME_MESSAGE:
+                if size < _MIN_MESSAGE_SIZE:
                     raise ProtocolError(f"message frame of size {size} is too small")
+                # A valid, complete message frame always takes the fast path above.
                 self._need = 4 + size
                 return frames, pos
-            if frame_type == FRAME_MESSAGE:
-                if size < _MESSAGE_OVERHEAD - 4:
-                    raise ProtocolError(f"message frame of size {size} is too small")
-                timestamp, attempts, msg_id = unpack_message(buf, pos + _HEADER_SIZE)
-                append(make_message(timestamp, attempts, msg_id, buf[pos + _MESSAGE_OVERHEAD : frame_end]))
-            elif frame_type == FRAME_RESPONSE:
-                payload = buf[pos + _HEADER_SIZE : frame_end]
-                append(HEARTBEAT if payload == _HEARTBEAT_DATA else Response(payload))
-            elif frame_type == FRAME_ERROR:
-                payload = buf[pos + _HEADER_SIZE : frame_end]
-                code, _, text = payload.partition(b" ")
-                append(
-                    ErrorFrame(
-                        code.decode("ascii", "replace"), text.decode("utf-8", "replace")
-                    )
-                )
             else:
                 raise ProtocolError(f"unknown frame type {frame_type}")
-            pos = frame_end
+
+
+def _end_of_frames(buf: bytes, count: int, max_size: int) -> int:
+    """Return where the first ``count`` frames of ``buf`` end, or ``len(buf)`` when they
+    are not all complete (or a size is invalid: :meth:`FrameParser._parse` reports it)."""
+    end = len(buf)
+    pos = 0
+    while count:
+        if end - pos < _HEADER_SIZE:
+            return end
+        size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+        if size < 4 or size > max_size or pos + 4 + size > end:
+            return end
+        pos += 4 + size
+        count -= 1
+    return pos
 
 
 def _check_size(size: int, max_size: int) -> None:
@@ -282,7 +358,7 @@ def encode_response(data: bytes) -> bytes:
 
 def encode_error(code: str, text: str = "") -> bytes:
     """Return an error frame with payload ``"<code> <text>"``."""
-    payload = f"{code} {text}".rstrip().encode("utf-8") if text else code.encode("ascii")
+    payload = f"{code} {text}".encode() if text else code.encode("ascii")
     return _HEADER.pack(len(payload) + 4, FRAME_ERROR) + payload
 
 

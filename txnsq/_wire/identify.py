@@ -23,6 +23,15 @@ __all__ = [
 
 DEFAULT_USER_AGENT: Final = f"txnsq/{__version__}"
 
+_INT_OPTIONS: Final = (
+    "heartbeat_interval_ms",
+    "output_buffer_size",
+    "output_buffer_timeout_ms",
+    "sample_rate",
+    "msg_timeout_ms",
+    "deflate_level",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class IdentifyOptions:
@@ -57,6 +66,16 @@ class IdentifyOptions:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+        # nsqd decodes these into Go ints and bools: 30000.0, True or "30000" would make
+        # it fail the whole IDENTIFY (E_BAD_BODY), so refuse them here, by name.
+        for name in _INT_OPTIONS:
+            value = getattr(self, name)
+            if value is not None and (type(value) is bool or not isinstance(value, int)):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        for name in ("tls_v1", "snappy", "deflate"):
+            value = getattr(self, name)
+            if type(value) is not bool:
+                raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
         hb = self.heartbeat_interval_ms
         if hb is not None and hb != -1 and hb < 1000:
             raise ValueError(f"heartbeat_interval_ms must be -1 or at least 1000, not {hb}")
@@ -136,7 +155,7 @@ def parse_identify_response(data: bytes) -> Features:
         return Features()
     try:
         raw = json.loads(data)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
         raise ProtocolError(f"IDENTIFY answer is neither OK nor JSON: {data[:80]!r}") from e
     if not isinstance(raw, dict):
         raise ProtocolError(f"IDENTIFY answer is not a JSON object: {data[:80]!r}")
