@@ -1,0 +1,349 @@
+"""``twistd nsq-consumer`` as a real subprocess against real nsqd/nsqlookupd.
+
+Each test spawns ``twistd -n --pidfile= nsq-consumer ...`` (the ``twistd`` next to
+``sys.executable``) with the reactor's ``spawnProcess``, reads its standard output
+(message bodies and twistd's log both go there with ``-n``), sends SIGTERM and checks
+through nsqd's ``/stats`` that the consumer left nothing in flight.
+
+About the exit status: after a clean shutdown caused by SIGTERM, twistd deliberately
+kills itself with that same signal (``twisted.application.app._exitWithSignal``), so the
+process "dies of SIGTERM" (status 143 in a shell) instead of exiting 0. Service
+managers such as systemd count that as a clean stop. The tests check that status, and
+that the graceful stop really ran to its end (its summary line and twistd's
+"Server Shut Down.").
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twisted.internet import defer, reactor
+from twisted.internet.error import ProcessDone, ProcessTerminated
+from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.task import deferLater
+from twisted.internet.threads import deferToThread
+from twisted.python.failure import Failure
+from twisted.trial.unittest import TestCase
+
+from tests.support.certs import certs_for, nsqd_tls_args
+from tests.support.processes import NSQD, start_lookupd, start_nsqd, wait_for
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---- a handler for the graceful-stop test, imported by the twistd subprocess ---------
+
+
+def held_handler(message: Any) -> defer.Deferred[None]:
+    """Say when a message starts being handled; finish it only once the file named by
+    ``$TXNSQ_TAP_TEST_RELEASE`` exists (then say so)."""
+    from twisted.internet import reactor as child_reactor
+
+    release = os.environ["TXNSQ_TAP_TEST_RELEASE"]
+    os.write(1, b"handling " + message.body + b"\n")
+
+    async def hold() -> None:
+        while not os.path.exists(release):
+            await deferLater(child_reactor, 0.05, lambda: None)
+        os.write(1, b"handled " + message.body + b"\n")
+
+    return defer.ensureDeferred(hold())
+
+
+# ---- the twistd subprocess -----------------------------------------------------------
+
+
+def twistd_command() -> list[str]:
+    """``twistd`` from the interpreter running the tests (its venv)."""
+    twistd = Path(sys.executable).with_name("twistd")
+    if twistd.is_file():
+        return [str(twistd)]
+    return [sys.executable, "-c", "from twisted.scripts.twistd import run; run()"]
+
+
+def child_environment() -> dict[str, str]:
+    """The environment for twistd, with the repository on ``PYTHONPATH``.
+
+    twistd finds plugins by scanning ``sys.path`` entries for ``twisted/plugins``
+    directories; setuptools' default editable install serves ``txnsq`` through an
+    import hook instead of a path, which that scan does not see (a wheel install, or
+    ``pip install -e . --config-settings editable_mode=compat``, needs no help).
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), env.get("PYTHONPATH", "")) if p
+    )
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Twistd(ProcessProtocol):
+    """A running ``twistd`` and everything it has written."""
+
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self.err = bytearray()
+        #: fires with the exit reason (ProcessDone or ProcessTerminated), never fails
+        self.ended: defer.Deferred[BaseException] = defer.Deferred()
+        self.reason: Failure | None = None
+
+    def outReceived(self, data: bytes) -> None:
+        self.out += data
+
+    def errReceived(self, data: bytes) -> None:
+        self.err += data
+
+    def processEnded(self, reason: Failure) -> None:
+        self.reason = reason
+        assert reason.value is not None
+        self.ended.callback(reason.value)
+
+    def lines(self) -> list[bytes]:
+        return bytes(self.out).splitlines()
+
+    def describe(self) -> str:
+        return (
+            f"--- twistd stdout:\n{self.out.decode('utf-8', 'replace')}\n"
+            f"--- twistd stderr:\n{self.err.decode('utf-8', 'replace')}"
+        )
+
+
+class TwistdTestCase(TestCase):
+    timeout = 90
+
+    def spawn(self, *plugin_args: str, env: dict[str, str] | None = None) -> Twistd:
+        """Start ``twistd -n --pidfile= nsq-consumer <plugin_args>``; killed in cleanup."""
+        proto = Twistd()
+        command = twistd_command()
+        args = [*command, "-n", "--pidfile=", "nsq-consumer", *plugin_args]
+        transport = reactor.spawnProcess(
+            proto, args[0], args, env={**child_environment(), **(env or {})}, path=str(REPO)
+        )
+
+        async def cleanup() -> None:
+            if proto.reason is None:
+                transport.signalProcess("KILL")
+                await proto.ended
+
+        self.addCleanup(lambda: defer.ensureDeferred(cleanup()))
+        return proto
+
+    async def until(
+        self, proto: Twistd, predicate: Callable[[], bool], what: str, timeout: float = 20.0
+    ) -> None:
+        """Wait (without blocking the reactor) for ``predicate()``; fail with the output."""
+        deadline = reactor.seconds() + timeout
+        while not predicate():
+            if proto.reason is not None:
+                self.fail(f"twistd ended while waiting for {what}: {proto.reason.value}\n"
+                          f"{proto.describe()}")
+            if reactor.seconds() > deadline:
+                self.fail(f"timed out after {timeout} s waiting for {what}\n{proto.describe()}")
+            await deferLater(reactor, 0.05, lambda: None)
+
+    async def terminate(self, proto: Twistd, timeout: float = 30.0) -> None:
+        """SIGTERM, wait for the exit, check it was twistd's clean stop."""
+        assert proto.transport is not None
+        proto.transport.signalProcess("TERM")
+        await self.clean_exit(proto, timeout)
+
+    async def clean_exit(self, proto: Twistd, timeout: float = 30.0) -> None:
+        """Wait for the exit after SIGTERM; check it was twistd's clean stop."""
+        ended = proto.ended
+        ended.addTimeout(timeout, reactor)
+        reason = await ended
+        self.assertIsInstance(reason, ProcessTerminated, proto.describe())
+        assert isinstance(reason, ProcessTerminated)
+        self.assertEqual(reason.signal, signal.SIGTERM, proto.describe())
+        out = bytes(proto.out)
+        self.assertIn(b"Received SIGTERM, shutting down.", out)
+        self.assertIn(b"Stopped consuming", out, proto.describe())
+        self.assertIn(b"Server Shut Down.", out)
+        self.assertNotIn(b"Traceback", out, proto.describe())
+        self.assertNotIn(b"Traceback", bytes(proto.err), proto.describe())
+
+    def assert_channel_drained(self, nsqd: NSQD, topic: str, channel: str, count: int) -> None:
+        stats = nsqd.channel_stats(topic, channel)
+        assert stats is not None, f"no channel {topic}/{channel} on nsqd"
+        self.assertEqual(stats["message_count"], count, stats)
+        self.assertEqual(stats["depth"], 0, stats)
+        self.assertEqual(stats["in_flight_count"], 0, stats)
+        self.assertEqual(stats["deferred_count"], 0, stats)
+        self.assertEqual(stats["requeue_count"], 0, stats)
+        self.assertEqual(stats["timeout_count"], 0, stats)
+        self.assertEqual(stats["client_count"], 0, stats)
+
+
+def bodies(count: int, prefix: str = "tap") -> list[bytes]:
+    return [f"{prefix}-message-{i:03d}".encode() for i in range(count)]
+
+
+class ConsumeTests(TwistdTestCase):
+    """Messages reach the default printing handler; SIGTERM stops cleanly."""
+
+    async def test_nsqd_address(self) -> None:
+        nsqd = start_nsqd(self)
+        topic, channel = "tap_direct", "tail"
+        nsqd.create_topic(topic)
+        nsqd.create_channel(topic, channel)
+        proto = self.spawn(
+            "--topic", topic, "--channel", channel, "--nsqd-tcp-address", nsqd.tcp_address,
+            "--max-in-flight", "10", "--stats-interval", "0.2",
+        )
+        sent = bodies(25)
+        for body in sent[:5]:
+            nsqd.http_publish(topic, body)
+        nsqd.http_mpublish(topic, sent[5:])
+        await self.until(
+            proto, lambda: set(sent) <= set(proto.lines()), "every body on stdout"
+        )
+        await self.until(proto, lambda: b" msgs/s, " in proto.out, "a stats line")
+        await self.terminate(proto)
+        printed = [line for line in proto.lines() if line in set(sent)]
+        self.assertEqual(sorted(printed), sent)  # each exactly once
+        self.assertIn(
+            b"waiting for 0 in flight (25 received, 25 finished, 0 requeued so far)",
+            bytes(proto.out),
+        )
+        self.assert_channel_drained(nsqd, topic, channel, len(sent))
+
+    async def test_lookupd_discovery(self) -> None:
+        lookupd = start_lookupd(self)
+        nsqd = start_nsqd(self, lookupds=[lookupd])
+        topic, channel = "tap_lookupd", "tail"
+        nsqd.create_topic(topic)
+        nsqd.create_channel(topic, channel)
+        await deferToThread(
+            wait_for, lambda: lookupd.lookup(topic)["producers"], 10.0, 0.05,
+            "nsqlookupd to list the topic",
+        )
+        proto = self.spawn(
+            "--topic", topic, "--channel", channel,
+            "--lookupd-http-address", lookupd.http_address, "--max-in-flight", "5",
+        )
+        sent = bodies(12, "lookupd")
+        nsqd.http_mpublish(topic, sent)
+        await self.until(proto, lambda: set(sent) <= set(proto.lines()), "every body")
+        self.assertIn(f"on nsqd {nsqd.tcp_address}".encode(), bytes(proto.out))
+        await self.terminate(proto)
+        self.assert_channel_drained(nsqd, topic, channel, len(sent))
+
+    async def test_tls_and_snappy(self) -> None:
+        certs = certs_for(self)
+        nsqd = start_nsqd(self, nsqd_tls_args(certs))
+        topic, channel = "tap_tls", "tail"
+        nsqd.create_topic(topic)
+        nsqd.create_channel(topic, channel)
+        proto = self.spawn(
+            "--topic", topic, "--channel", channel, "--nsqd-tcp-address", nsqd.tcp_address,
+            "--tls", "--tls-ca", certs.ca_path, "--tls-hostname", "localhost", "--snappy",
+        )
+        sent = bodies(5, "tls")
+        nsqd.http_mpublish(topic, sent)
+        await self.until(proto, lambda: set(sent) <= set(proto.lines()), "every body")
+        await self.terminate(proto)
+        self.assert_channel_drained(nsqd, topic, channel, len(sent))
+
+
+class GracefulStopTests(TwistdTestCase):
+    """twistd's shutdown waits for the consumer's graceful stop (stopService's
+    Deferred): messages being handled at SIGTERM are finished, not dropped."""
+
+    async def test_sigterm_waits_for_handlers(self) -> None:
+        nsqd = start_nsqd(self)
+        topic, channel = "tap_graceful", "held"
+        nsqd.create_topic(topic)
+        nsqd.create_channel(topic, channel)
+        release = os.path.join(tempfile.mkdtemp(prefix="txnsq-tap-"), "release")
+        self.addCleanup(shutil.rmtree, os.path.dirname(release), True)
+        proto = self.spawn(
+            "--topic", topic, "--channel", channel, "--nsqd-tcp-address", nsqd.tcp_address,
+            "--max-in-flight", "3", "--handler", "tests.test_tap_integration:held_handler",
+            env={"TXNSQ_TAP_TEST_RELEASE": release},
+        )
+        sent = bodies(3, "held")
+        nsqd.http_mpublish(topic, sent)
+        started = {b"handling " + body for body in sent}
+        await self.until(proto, lambda: started <= set(proto.lines()), "handlers started")
+        stats = nsqd.channel_stats(topic, channel)
+        assert stats is not None
+        self.assertEqual(stats["in_flight_count"], 3)
+
+        assert proto.transport is not None
+        proto.transport.signalProcess("TERM")
+        await self.until(proto, lambda: b"Stopping: " in proto.out, "the graceful stop")
+        self.assertIn(b"waiting for 3 in flight (3 received, 0 finished", bytes(proto.out))
+        # twistd keeps running while the handlers hold their messages...
+        await deferLater(reactor, 1.0, lambda: None)
+        self.assertIsNone(proto.reason, proto.describe())
+        self.assertNotIn(b"Stopped consuming", bytes(proto.out))
+        stats = nsqd.channel_stats(topic, channel)
+        assert stats is not None
+        self.assertEqual(stats["in_flight_count"], 3)
+        # ...and exits once they are done, after finishing them.
+        Path(release).touch()
+        await self.clean_exit(proto)
+        lines = proto.lines()
+        stopped = next(i for i, line in enumerate(lines) if b"Stopped consuming" in line)
+        for body in sent:
+            self.assertLess(lines.index(b"handled " + body), stopped)
+        self.assert_channel_drained(nsqd, topic, channel, len(sent))
+
+
+class BadOptionTests(TwistdTestCase):
+    """A bad option stops twistd at once with one clear line and no traceback.
+
+    twistd prints its usage text and then the error line to standard output (not
+    stderr): ``twisted.application.app.run``.
+    """
+
+    async def check_refused(self, args: list[str], message: str) -> None:
+        proto = self.spawn(*args)
+        reason = await proto.ended
+        self.assertIsInstance(reason, ProcessTerminated, proto.describe())
+        assert isinstance(reason, ProcessTerminated)
+        self.assertEqual(reason.exitCode, 1, proto.describe())
+        last = proto.lines()[-1].decode()
+        self.assertTrue(last.endswith(": " + message), proto.describe())
+        self.assertEqual(sum(message.encode() in line for line in proto.lines()), 1)
+        for stream in (bytes(proto.out), bytes(proto.err)):
+            self.assertNotIn(b"Traceback", stream)
+        self.assertNotIn(b"Traceback", bytes(proto.err))
+
+    async def test_no_address(self) -> None:
+        await self.check_refused(
+            ["--topic", "t", "--channel", "c"],
+            "give at least one --nsqd-tcp-address or --lookupd-http-address",
+        )
+
+    async def test_bad_handler(self) -> None:
+        await self.check_refused(
+            ["--topic", "t", "--channel", "c", "--nsqd-tcp-address", "127.0.0.1:4150",
+             "--handler", "no_such_module_xyz:handle"],
+            "--handler 'no_such_module_xyz:handle': cannot import module "
+            "'no_such_module_xyz': No module named 'no_such_module_xyz'",
+        )
+
+    async def test_bad_number(self) -> None:
+        await self.check_refused(
+            ["--topic", "t", "--channel", "c", "--nsqd-tcp-address", "127.0.0.1:4150",
+             "--max-in-flight", "many"],
+            "--max-in-flight must be a whole number, not 'many'",
+        )
+
+    async def test_help_exits_zero(self) -> None:
+        proto = self.spawn("--help")
+        reason = await proto.ended
+        self.assertIsInstance(reason, ProcessDone, proto.describe())
+        self.assertIn(b"--nsqd-tcp-address=", bytes(proto.out))
+        self.assertIn(b"--lookupd-http-address=", bytes(proto.out))

@@ -1,0 +1,600 @@
+"""``twistd nsq-consumer``: consume an NSQ topic/channel as a twistd service.
+
+``twisted/plugins/txnsq_plugins.py`` points twistd here lazily: :class:`Options` parses
+the command line (every check happens in :meth:`Options.postOptions`, so a mistake is
+reported at start as one line, without a traceback) and :func:`makeService` builds the
+service: the :class:`~txnsq.consumer.Consumer`, plus an optional periodic stats line.
+
+Stopping the service (twistd does it on SIGTERM/SIGINT, through its "before shutdown"
+trigger, which waits for the Deferred) is the consumer's graceful stop: CLS, wait for the
+messages in flight, requeue what is left, close.
+
+Without ``--handler`` every message body is written to standard output, one per line,
+like ``nsq_tail``. twistd's own log also goes to standard output with ``-n``; use
+``twistd --logfile=/dev/stderr -n nsq-consumer ...`` to keep the two apart.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import sys
+from collections.abc import Callable
+from typing import IO, Any, Final
+
+from twisted.application.service import IService, MultiService, Service
+from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.python import usage
+
+from txnsq._wire import commands
+from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
+from txnsq._wire.lookup import lookup_url
+from txnsq.consumer import Consumer, ConsumerOptions
+from txnsq.message import Message
+from txnsq.tls import TLSOptions
+
+__all__ = [
+    "BodyPrinter",
+    "ConsumerService",
+    "Options",
+    "StatsReporter",
+    "makeService",
+    "resolve_handler",
+    "stats_fields",
+]
+
+_log: Final = Logger(namespace="txnsq.tap")
+
+_DEFAULTS: Final = ConsumerOptions()
+
+
+def _default(name: str) -> str:
+    """The ConsumerOptions default of field ``name``, as shown by ``--help``."""
+    value = getattr(_DEFAULTS, name)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+# -------------------------------------------------------------------- the handler
+
+
+class BodyPrinter:
+    """The default handler: write each message body to ``stream``, one per line.
+
+    Bodies are written to a binary stream as they come and flushed once per reactor
+    turn (one read from nsqd may carry many messages), not once per message.
+
+    :param stream: a binary file object, normally ``sys.stdout.buffer``.
+    :param clock: schedules the flush (``callLater(0, ...)``).
+    """
+
+    def __init__(self, stream: IO[bytes], clock: IReactorTime) -> None:
+        self._stream = stream
+        self._clock = clock
+        self._flush_call: IDelayedCall | None = None
+
+    def __call__(self, message: Message) -> None:
+        self._stream.write(message.body + b"\n")
+        if self._flush_call is None:
+            self._flush_call = self._clock.callLater(0, self.flush)
+
+    def flush(self) -> None:
+        """Flush what has been written (a closed or broken stream is ignored)."""
+        call, self._flush_call = self._flush_call, None
+        if call is not None and call.active():
+            call.cancel()
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass  # stdout closed (e.g. a pipe to `head`): nothing to do about it
+
+
+def resolve_handler(spec: str) -> Callable[[Message], Any]:
+    """Import ``"module.path:callable"`` (the attribute may be dotted) and return it.
+
+    Modules in the current directory are importable: it is appended to ``sys.path``
+    (after the installed packages, so it shadows none of them).
+
+    :raises usage.UsageError: with one line saying what is wrong.
+    """
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise usage.UsageError(
+            f"--handler must look like 'module.path:callable', not {spec!r}"
+        )
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise usage.UsageError(
+            f"--handler {spec!r}: cannot import module {module_name!r}: {e}"
+        ) from e
+    except Exception as e:
+        raise usage.UsageError(
+            f"--handler {spec!r}: importing module {module_name!r} failed: "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    path = module_name
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise usage.UsageError(
+                f"--handler {spec!r}: {path!r} has no attribute {part!r}"
+            ) from None
+        path = f"{path}.{part}"
+    if not callable(target):
+        raise usage.UsageError(
+            f"--handler {spec!r} is not callable (it is a {type(target).__name__})"
+        )
+    handler: Callable[[Message], Any] = target
+    return handler
+
+
+# -------------------------------------------------------------------- options
+
+
+def _number(option: str, text: str, *, integer: bool = False, minimum: float = 0,
+            exclusive: bool = False, maximum: float | None = None) -> Any:
+    """Parse ``text`` given to ``--option`` as an int or float within bounds."""
+    try:
+        value: float = int(text, 10) if integer else float(text)
+    except ValueError:
+        kind = "a whole number" if integer else "a number"
+        raise usage.UsageError(f"--{option} must be {kind}, not {text!r}") from None
+    if not math.isfinite(value):
+        raise usage.UsageError(f"--{option} must be a finite number, not {text!r}")
+    low = int(minimum) if integer else minimum
+    if exclusive and value <= minimum:
+        raise usage.UsageError(f"--{option} must be greater than {low}, not {text}")
+    if not exclusive and value < minimum:
+        raise usage.UsageError(f"--{option} must be at least {low}, not {text}")
+    if maximum is not None and value > maximum:
+        high = int(maximum) if integer else maximum
+        raise usage.UsageError(f"--{option} must be at most {high}, not {text}")
+    return value
+
+
+def _check_nsqd_address(address: str) -> str:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise usage.UsageError(
+            f"--nsqd-tcp-address must be 'host:port' (like 127.0.0.1:4150), not {address!r}"
+        )
+    return address
+
+
+class Options(usage.Options):
+    """Command line options of ``twistd nsq-consumer``."""
+
+    synopsis = (
+        "[options] --topic TOPIC --channel CHANNEL "
+        "(--nsqd-tcp-address HOST:PORT | --lookupd-http-address HOST:PORT)..."
+    )
+
+    longdesc = (
+        "Consume an NSQ topic/channel and hand every message to a handler (by default, "
+        "print each body on its own line to standard output). SIGTERM or SIGINT stops "
+        "gracefully: no new messages, in-flight messages are answered (up to "
+        "--stop-timeout), then the connections close. Times are in seconds."
+    )
+
+    optFlags = [
+        ["tls", None, "Upgrade connections to TLS and check the server's certificate."],
+        ["tls-insecure", None,
+         "With --tls: accept any server certificate, unchecked (testing only)."],
+        ["snappy", None, "Compress the connection with snappy."],
+        ["deflate", None, "Compress the connection with deflate."],
+        ["auto-touch", None,
+         "TOUCH messages whose handler has not answered yet (a handler returning a "
+         "Deferred), so nsqd does not time them out."],
+    ]
+
+    optParameters = [
+        ["topic", None, None, "The topic to consume (required)."],
+        ["channel", None, None, "The channel to consume it through (required)."],
+        ["handler", None, None,
+         "The message handler, as 'module.path:callable'. It gets a txnsq Message and "
+         "returns True/None (finish), False (requeue), a Deferred or coroutine of "
+         "those, or raises (requeue). Default: print each body to stdout, one per line."],
+        ["max-in-flight", None, _default("max_in_flight"),
+         "Messages in flight at once over all connections."],
+        ["max-attempts", None, _default("max_attempts"),
+         "Deliveries after which a message is given up (finished and logged); 0: "
+         "no limit."],
+        ["requeue-delay", None, _default("requeue_delay"),
+         "Delay of a requeue after a handler failure, times the message's attempts."],
+        ["max-requeue-delay", None, _default("max_requeue_delay"),
+         "The longest requeue delay."],
+        ["backoff-multiplier", None, _default("backoff_multiplier"),
+         "After failures, back off for this times 2**level seconds..."],
+        ["max-backoff-duration", None, _default("max_backoff_duration"),
+         "...at most this long; 0 disables backoff."],
+        ["lookupd-poll-interval", None, _default("lookupd_poll_interval"),
+         "How often nsqlookupd is asked for the topic's nsqds."],
+        ["tls-ca", None, None,
+         "With --tls: PEM file of the CA certificates to trust (default: the system's)."],
+        ["tls-cert", None, None, "With --tls: PEM file of a client certificate."],
+        ["tls-key", None, None, "With --tls: PEM file of the client certificate's key."],
+        ["tls-hostname", None, None,
+         "With --tls: the name the server's certificate must carry, when not the "
+         "address dialled."],
+        ["deflate-level", None, None, "With --deflate: compression level 1-9 (default 6)."],
+        ["auth-secret", None, None,
+         "Secret for nsqd's AUTH (visible in ps; prefer --auth-secret-file)."],
+        ["auth-secret-file", None, None,
+         "File holding the AUTH secret (a trailing newline is ignored)."],
+        ["client-id", None, None, "Client id sent to nsqd (default: the short host name)."],
+        ["user-agent", None, None,
+         f"User agent sent to nsqd (default: {DEFAULT_USER_AGENT})."],
+        ["msg-timeout", None, None,
+         "Ask nsqd to time out unanswered messages after this long (default: nsqd's, "
+         "60 s)."],
+        ["stop-timeout", None, _default("stop_timeout"),
+         "On stop, how long to wait for in-flight messages before requeueing them."],
+        ["stats-interval", None, "0",
+         "Log a stats line (msgs/s, in flight, RDY, connections, backoff) this often; "
+         "0: never."],
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self["nsqd_tcp_addresses"] = []
+        self["lookupd_http_addresses"] = []
+
+    def opt_nsqd_tcp_address(self, address: str) -> None:
+        """An nsqd TCP address, HOST:PORT, to connect to directly (repeatable)."""
+        self["nsqd_tcp_addresses"].append(address)
+
+    def opt_lookupd_http_address(self, address: str) -> None:
+        """An nsqlookupd HTTP address, HOST:PORT or http(s)://HOST:PORT, to discover the
+        topic's nsqds through (repeatable)."""
+        self["lookupd_http_addresses"].append(address)
+
+    def postOptions(self) -> None:
+        """Check every option and build what the service needs: ``consumer_options``
+        (a :class:`~txnsq.consumer.ConsumerOptions`), ``handler_callable`` (``None`` for
+        the default printer) and the numbers, parsed.
+
+        :raises usage.UsageError: for a missing, bad or conflicting option.
+        """
+        topic, channel = self["topic"], self["channel"]
+        if not topic:
+            raise usage.UsageError("--topic is required")
+        if not channel:
+            raise usage.UsageError("--channel is required")
+        try:
+            commands.validate_topic_name(topic)
+            commands.validate_channel_name(channel)
+        except ValueError as e:
+            raise usage.UsageError(str(e)) from None
+        nsqds = [_check_nsqd_address(a) for a in self["nsqd_tcp_addresses"]]
+        lookupds = self["lookupd_http_addresses"]
+        if not nsqds and not lookupds:
+            raise usage.UsageError(
+                "give at least one --nsqd-tcp-address or --lookupd-http-address"
+            )
+        for address in lookupds:
+            try:
+                lookup_url(address, topic)
+            except ValueError as e:
+                raise usage.UsageError(f"--lookupd-http-address: {e}") from None
+
+        numbers = self._parse_numbers()
+        identify = self._identify_options(numbers)
+        tls = self._tls_options()
+        auth_secret = self._auth_secret()
+        self["handler_callable"] = (
+            resolve_handler(self["handler"]) if self["handler"] is not None else None
+        )
+        try:
+            self["consumer_options"] = ConsumerOptions(
+                max_in_flight=numbers["max-in-flight"],
+                max_attempts=numbers["max-attempts"],
+                requeue_delay=numbers["requeue-delay"],
+                max_requeue_delay=numbers["max-requeue-delay"],
+                backoff_multiplier=numbers["backoff-multiplier"],
+                max_backoff_duration=numbers["max-backoff-duration"],
+                lookupd_poll_interval=numbers["lookupd-poll-interval"],
+                auto_touch=bool(self["auto-touch"]),
+                stop_timeout=numbers["stop-timeout"],
+                identify=identify,
+                tls=tls,
+                auth_secret=auth_secret,
+            )
+        except (TypeError, ValueError) as e:
+            raise usage.UsageError(f"invalid consumer options: {e}") from None
+        self["stats_interval"] = numbers["stats-interval"]
+
+    def _parse_numbers(self) -> dict[str, Any]:
+        n: dict[str, Any] = {
+            "max-in-flight": _number("max-in-flight", self["max-in-flight"], integer=True),
+            "max-attempts": _number(
+                "max-attempts", self["max-attempts"], integer=True, maximum=65535
+            ),
+            "stats-interval": _number("stats-interval", self["stats-interval"]),
+            "stop-timeout": _number("stop-timeout", self["stop-timeout"]),
+            "lookupd-poll-interval": _number(
+                "lookupd-poll-interval", self["lookupd-poll-interval"], exclusive=True
+            ),
+        }
+        for name in ("requeue-delay", "max-requeue-delay", "max-backoff-duration"):
+            n[name] = _number(name, self[name])
+        n["backoff-multiplier"] = _number(
+            "backoff-multiplier", self["backoff-multiplier"],
+            exclusive=n["max-backoff-duration"] > 0,
+        )
+        if n["max-requeue-delay"] < n["requeue-delay"]:
+            raise usage.UsageError("--max-requeue-delay must not be below --requeue-delay")
+        n["msg-timeout"] = (
+            _number("msg-timeout", self["msg-timeout"], minimum=1)
+            if self["msg-timeout"] is not None
+            else None
+        )
+        n["deflate-level"] = (
+            _number("deflate-level", self["deflate-level"], integer=True, minimum=1, maximum=9)
+            if self["deflate-level"] is not None
+            else None
+        )
+        return n
+
+    def _identify_options(self, numbers: dict[str, Any]) -> IdentifyOptions:
+        if self["snappy"] and self["deflate"]:
+            raise usage.UsageError("--snappy and --deflate cannot be used together")
+        if numbers["deflate-level"] is not None and not self["deflate"]:
+            raise usage.UsageError("--deflate-level needs --deflate")
+        kwargs: dict[str, Any] = {
+            "snappy": bool(self["snappy"]),
+            "deflate": bool(self["deflate"]),
+        }
+        if numbers["deflate-level"] is not None:
+            kwargs["deflate_level"] = numbers["deflate-level"]
+        if numbers["msg-timeout"] is not None:
+            kwargs["msg_timeout_ms"] = round(numbers["msg-timeout"] * 1000)
+        if self["client-id"] is not None:
+            if not self["client-id"]:
+                raise usage.UsageError("--client-id must not be empty")
+            kwargs["client_id"] = self["client-id"]
+        if self["user-agent"] is not None:
+            if not self["user-agent"]:
+                raise usage.UsageError("--user-agent must not be empty")
+            kwargs["user_agent"] = self["user-agent"]
+        try:
+            return IdentifyOptions(**kwargs)
+        except (TypeError, ValueError) as e:
+            raise usage.UsageError(f"invalid connection options: {e}") from None
+
+    def _tls_options(self) -> TLSOptions | None:
+        given = [
+            f"--{name}"
+            for name in ("tls-ca", "tls-cert", "tls-key", "tls-hostname")
+            if self[name] is not None
+        ]
+        if self["tls-insecure"]:
+            given.append("--tls-insecure")
+        if not self["tls"]:
+            if given:
+                raise usage.UsageError(f"{', '.join(given)} need(s) --tls")
+            return None
+        if self["tls-cert"] is not None and self["tls-key"] is None:
+            raise usage.UsageError("--tls-cert needs --tls-key")
+        if self["tls-key"] is not None and self["tls-cert"] is None:
+            raise usage.UsageError("--tls-key needs --tls-cert")
+        if self["tls-insecure"] and self["tls-ca"] is not None:
+            raise usage.UsageError(
+                "--tls-insecure and --tls-ca contradict each other: insecure mode checks "
+                "no certificate"
+            )
+        try:
+            return TLSOptions(
+                ca_certs=self["tls-ca"],
+                client_cert=self["tls-cert"],
+                client_key=self["tls-key"],
+                hostname=self["tls-hostname"],
+                insecure_skip_verify=bool(self["tls-insecure"]),
+            )
+        except (TypeError, ValueError) as e:
+            raise usage.UsageError(f"TLS options: {e}") from None
+
+    def _auth_secret(self) -> bytes | str | None:
+        secret, path = self["auth-secret"], self["auth-secret-file"]
+        if secret is not None and path is not None:
+            raise usage.UsageError("give --auth-secret or --auth-secret-file, not both")
+        if secret is not None:
+            if not secret:
+                raise usage.UsageError("--auth-secret must not be empty")
+            result: str = secret
+            return result
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise usage.UsageError(
+                f"--auth-secret-file: cannot read {path!r}: {e.strerror or e}"
+            ) from None
+        data = data.rstrip(b"\r\n")
+        if not data:
+            raise usage.UsageError(f"--auth-secret-file: {path!r} is empty")
+        return data
+
+
+# -------------------------------------------------------------------- stats
+
+
+def _backoff_state(stats: dict[str, Any]) -> str:
+    level = int(stats.get("backoff_level", 0))
+    if stats.get("in_backoff"):
+        return f"backing off (level {level})"
+    if level:
+        return f"recovering (level {level})"
+    return "no backoff"
+
+
+def stats_fields(stats: dict[str, Any], rate: float) -> dict[str, Any]:
+    """The fields of a stats log event, from :meth:`Consumer.stats` and a msgs/s rate."""
+    return {
+        "rate": rate,
+        "received": stats["received"],
+        "finished": stats["finished"],
+        "requeued": stats["requeued"],
+        "in_flight": stats["in_flight"],
+        "rdy": stats["rdy"],
+        "connections": stats["connections"],
+        "backoff": _backoff_state(stats),
+    }
+
+
+STATS_FORMAT: Final = (
+    "{topic}/{channel}: {rate:.1f} msgs/s, {in_flight} in flight, RDY {rdy}, "
+    "{connections} connection(s), {backoff}; {received} received, {finished} finished, "
+    "{requeued} requeued"
+)
+
+
+class StatsReporter:
+    """Logs :data:`STATS_FORMAT` lines about ``consumer`` (the rate since the last one)."""
+
+    def __init__(self, consumer: Consumer, clock: IReactorTime) -> None:
+        self._consumer = consumer
+        self._clock = clock
+        self._last_received = 0
+        self._last_time = clock.seconds()
+
+    def reset(self) -> None:
+        """Start measuring the rate from now."""
+        self._last_received = int(self._consumer.stats()["received"])
+        self._last_time = self._clock.seconds()
+
+    def report(self) -> None:
+        """Log one stats line."""
+        stats = self._consumer.stats()
+        now = self._clock.seconds()
+        elapsed = now - self._last_time
+        received = int(stats["received"])
+        rate = (received - self._last_received) / elapsed if elapsed > 0 else 0.0
+        self._last_received, self._last_time = received, now
+        _log.info(
+            STATS_FORMAT,
+            topic=self._consumer.topic,
+            channel=self._consumer.channel,
+            **stats_fields(stats, rate),
+        )
+
+
+class _StatsService(Service):
+    """Calls :meth:`StatsReporter.report` every ``interval`` seconds while running."""
+
+    def __init__(self, reporter: StatsReporter, interval: float, clock: IReactorTime) -> None:
+        self.reporter = reporter
+        self.interval = interval
+        self._loop = LoopingCall(reporter.report)
+        self._loop.clock = clock
+
+    def startService(self) -> None:
+        super().startService()  # type: ignore[no-untyped-call]
+        self.reporter.reset()
+        self._loop.start(self.interval, now=False)
+
+    def stopService(self) -> None:
+        super().stopService()  # type: ignore[no-untyped-call]
+        if self._loop.running:
+            self._loop.stop()
+
+
+# -------------------------------------------------------------------- service
+
+
+class ConsumerService(MultiService):
+    """The ``nsq-consumer`` service: the consumer and, optionally, periodic stats.
+
+    Stopping it logs the counters so far, stops the consumer gracefully (the returned
+    Deferred fires once every connection is closed), then flushes the default printer.
+    """
+
+    def __init__(self, consumer: Consumer, printer: BodyPrinter | None = None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.consumer = consumer
+        self.printer = printer
+        consumer.setServiceParent(self)  # type: ignore[no-untyped-call]
+
+    def stopService(self) -> defer.Deferred[None]:
+        stats = self.consumer.stats()
+        _log.info(
+            "Stopping: no new messages from {topic}/{channel}; waiting for {in_flight} in "
+            "flight ({received} received, {finished} finished, {requeued} requeued so far)",
+            topic=self.consumer.topic,
+            channel=self.consumer.channel,
+            in_flight=stats["in_flight"],
+            received=stats["received"],
+            finished=stats["finished"],
+            requeued=stats["requeued"],
+        )
+        d: defer.Deferred[Any] = super().stopService()  # type: ignore[no-untyped-call]
+        d.addCallback(self._stopped)
+        return d
+
+    def _stopped(self, _: object) -> None:
+        if self.printer is not None:
+            self.printer.flush()
+        _log.info(
+            "Stopped consuming {topic}/{channel}",
+            topic=self.consumer.topic,
+            channel=self.consumer.channel,
+        )
+
+
+def makeService(
+    options: Options, *, reactor: Any = None, stdout: IO[bytes] | None = None
+) -> IService:
+    """Build the ``nsq-consumer`` service from parsed :class:`Options`.
+
+    :param reactor: the reactor for the consumer and timers (default: the global one).
+    :param stdout: where the default handler writes bodies (default: standard output,
+        taken now, before twistd redirects ``sys.stdout`` into its log).
+    """
+    if reactor is None:
+        from twisted.internet import reactor as global_reactor
+
+        reactor = global_reactor
+    printer: BodyPrinter | None = None
+    handler: Callable[[Message], Any] | None = options["handler_callable"]
+    if handler is None:
+        if stdout is None:
+            stdout = _standard_output()
+        printer = BodyPrinter(stdout, reactor)
+        handler = printer
+    consumer = Consumer(
+        options["topic"],
+        options["channel"],
+        handler,
+        nsqd_tcp_addresses=options["nsqd_tcp_addresses"],
+        lookupd_http_addresses=options["lookupd_http_addresses"],
+        options=options["consumer_options"],
+        reactor=reactor,
+    )
+    service = ConsumerService(consumer, printer)
+    interval = options["stats_interval"]
+    if interval > 0:
+        stats = _StatsService(StatsReporter(consumer, reactor), interval, reactor)
+        stats.setServiceParent(service)  # type: ignore[no-untyped-call]
+    return service
+
+
+def _standard_output() -> IO[bytes]:
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None and sys.__stdout__ is not None:
+        stream = sys.__stdout__.buffer
+    if stream is None:
+        raise RuntimeError("no standard output to print messages to")
+    result: IO[bytes] = stream
+    return result
+
