@@ -1207,12 +1207,30 @@ class FIFOTests(SynchronousTestCase):
         ds[2].cancel()
         self.failureResultOf(ds[2], defer.CancelledError)
         server.send(encode_error("E_PUB_FAILED", "topic exiting"))  # ds[2]'s answer
-        self.assertTrue(server.protocol.is_ready)
-        # A fatal error for a cancelled command goes to on_error instead.
+        # A fatal error for a cancelled command goes to on_error instead, and the
+        # connection stops taking commands and closes, as nsqd does on its side.
         self.assertEqual([e.code for e in server.errors], ["E_PUB_FAILED"])
-        server.send(OK)  # nothing pending any more
-        self.assertTrue(server.transport.disconnected)
-        self.flushLoggedErrors()
+        self.assertFalse(server.protocol.is_ready)
+        self.assertTrue(server.transport.disconnecting)
+        self.assertRaises(NotReady, server.protocol.publish, "t", b"late")
+
+    def test_fatal_error_stops_the_connection(self) -> None:
+        server = ready_server(self)
+        ds = [server.protocol.publish("t", b"%d" % i) for i in range(2)]
+        late: list[defer.Deferred[bytes]] = []
+
+        def retry(failure: Failure) -> None:
+            # A retry from the errback must not be written into the dying connection.
+            self.assertRaises(NotReady, server.protocol.publish, "t", b"again")
+            late.append(ds[1])
+
+        ds[0].addErrback(retry)
+        server.send(encode_error("E_BAD_MESSAGE", "PUB invalid message body size 0"))
+        self.assertEqual(late, [ds[1]])
+        self.assertTrue(server.transport.disconnecting)
+        server.protocol.connectionLost(Failure(ConnectionDone()))
+        failure = self.failureResultOf(ds[1], ConnectionClosed)
+        self.assertEqual(failure.value.reason.code, "E_BAD_MESSAGE")
 
     def test_response_with_nothing_pending(self) -> None:
         logs = LogCapture(self)

@@ -1,0 +1,297 @@
+"""Publish throughput: txnsq's Producer against pynsq's Writer, on one local nsqd.
+
+Run ``python -m benchmarks.bench_publish`` (``--help`` for options). It starts its own
+nsqd on loopback (``.nsq/bin/nsqd``, or ``$NSQ_BIN_DIR``) with a memory queue large
+enough that nothing spills to disk, then measures, with 100-byte messages:
+
+- ``pub-window``: PUB with 100 publishes in flight (pipelined);
+- ``pub-sync``: PUB one at a time (wait for OK before the next);
+- ``mpub-sync``: MPUB of 100 messages, one at a time;
+- ``mpub-window``: MPUB of 100 messages, 100 in flight.
+
+Each measurement runs in a fresh subprocess (so Twisted's and Tornado's loops never
+share a process), from the moment the connection is ready to the last OK, and
+alternates between the clients; the median of ``--repeat`` runs is printed with the
+runs and the client's CPU use. pynsq (``pip install pynsq tornado``) is skipped when it
+is not installed. Nothing is asserted: these are numbers to read, not a test.
+``--profile`` runs one txnsq measurement under cProfile instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+BODY = b"m" * 100
+BATCH = 100
+WINDOW = 100
+
+#: mode -> (messages per command, commands in flight, default messages for txnsq, pynsq)
+MODES: dict[str, tuple[int, int, int, int]] = {
+    "pub-window": (1, WINDOW, 200_000, 50_000),
+    "pub-sync": (1, 1, 30_000, 10_000),
+    "mpub-sync": (BATCH, 1, 500_000, 200_000),
+    "mpub-window": (BATCH, WINDOW, 1_000_000, 500_000),
+}
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _result(messages: float, elapsed: float, cpu: float, errors: float) -> dict[str, Any]:
+    return {
+        "messages": messages,
+        "seconds": elapsed,
+        "rate": messages / elapsed if elapsed else 0.0,
+        "cpu": cpu / elapsed if elapsed else 0.0,
+        "errors": errors,
+    }
+
+
+# --------------------------------------------------------------------------- txnsq
+
+
+def run_txnsq(address: str, topic: str, mode: str, messages: int, profile: bool) -> dict[str, Any]:
+    from twisted.internet import reactor
+
+    from txnsq.producer import Producer
+
+    per_command, window, _, _ = MODES[mode]
+    commands_total = messages // per_command
+    producer = Producer(address, reactor=reactor)
+    batch = [BODY] * per_command
+    if per_command == 1:
+
+        def send() -> Any:
+            return producer.publish(topic, BODY)
+    else:
+
+        def send() -> Any:
+            return producer.multi_publish(topic, batch)
+
+    state: dict[str, float] = {"issued": 0, "done": 0, "errors": 0}
+    out: dict[str, Any] = {}
+
+    def finish() -> None:
+        elapsed = time.perf_counter() - state["start"]
+        out.update(_result(state["done"] * per_command, elapsed, _cpu() - state["cpu"],
+                           state["errors"]))
+        producer.stopService().addBoth(lambda _: reactor.stop())
+
+    def answered(result: Any) -> None:
+        state["done"] += 1
+        if not isinstance(result, bytes):
+            state["errors"] += 1
+        if state["issued"] < commands_total:
+            issue()
+        elif state["done"] == commands_total:
+            finish()
+
+    def issue() -> None:
+        state["issued"] += 1
+        send().addBoth(answered)
+
+    def go(_: object) -> None:
+        state["start"] = time.perf_counter()
+        state["cpu"] = _cpu()
+        for _ in range(min(window, commands_total)):
+            issue()
+
+    producer.startService()
+    producer.when_ready().addCallback(go)
+    if profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        reactor.run()
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+    else:
+        reactor.run()
+    return out
+
+
+# --------------------------------------------------------------------------- pynsq
+
+
+def run_pynsq(address: str, topic: str, mode: str, messages: int) -> dict[str, Any]:
+    import logging
+
+    import nsq  # type: ignore[import-untyped]
+    import tornado.ioloop
+
+    logging.getLogger("nsq").setLevel(logging.WARNING)
+    per_command, window, _, _ = MODES[mode]
+    commands_total = messages // per_command
+    loop = tornado.ioloop.IOLoop.current()
+    writer = nsq.Writer([address])
+    batch = [BODY] * per_command
+    state: dict[str, float] = {"issued": 0, "done": 0, "errors": 0}
+    out: dict[str, Any] = {}
+
+    def answered(conn: Any, data: Any) -> None:
+        state["done"] += 1
+        if isinstance(data, nsq.Error):
+            state["errors"] += 1
+        if state["issued"] < commands_total:
+            issue()
+        elif state["done"] == commands_total:
+            elapsed = time.perf_counter() - state["start"]
+            out.update(_result(state["done"] * per_command, elapsed, _cpu() - state["cpu"],
+                               state["errors"]))
+            loop.stop()
+
+    def issue() -> None:
+        state["issued"] += 1
+        if per_command == 1:
+            writer.pub(topic, BODY, callback=answered)
+        else:
+            writer.mpub(topic, batch, callback=answered)
+
+    def wait_ready() -> None:
+        if not any(conn.connected() for conn in writer.conns.values()):
+            loop.call_later(0.01, wait_ready)
+            return
+        state["start"] = time.perf_counter()
+        state["cpu"] = _cpu()
+        for _ in range(min(window, commands_total)):
+            issue()
+
+    loop.add_callback(wait_ready)
+    loop.start()
+    for conn in list(writer.conns.values()):
+        conn.close()
+    return out
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _worker(args: argparse.Namespace) -> None:
+    if args.worker == "txnsq":
+        out = run_txnsq(args.address, args.topic, args.mode, args.messages, args.profile)
+    else:
+        out = run_pynsq(args.address, args.topic, args.mode, args.messages)
+    print(json.dumps(out))
+
+
+def _have_pynsq() -> bool:
+    try:
+        import nsq  # noqa: F401
+        import tornado  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _measure(client: str, address: str, topic: str, mode: str, messages: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "benchmarks.bench_publish", "--worker", client,
+        "--address", address, "--topic", topic, "--mode", mode, "--messages", str(messages),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"{client} {mode} failed:\n{proc.stderr[-3000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply message counts")
+    parser.add_argument("--no-pynsq", action="store_true", help="measure txnsq only")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one txnsq run of the first mode (cProfile, to stderr)")
+    # Internal: one measurement in this process.
+    parser.add_argument("--worker", choices=("txnsq", "pynsq"), help=argparse.SUPPRESS)
+    parser.add_argument("--address", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=list(MODES), help=argparse.SUPPRESS)
+    parser.add_argument("--messages", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker(args)
+        return
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, repo)
+    from tests.support.processes import ProcessGroup
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for mode in modes:
+        if mode not in MODES:
+            parser.error(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    clients = ["txnsq"]
+    if not args.no_pynsq:
+        if _have_pynsq():
+            clients.append("pynsq")
+        else:
+            print("pynsq/tornado not installed: measuring txnsq only", file=sys.stderr)
+
+    group = ProcessGroup()
+    try:
+        nsqd = group.nsqd(["--mem-queue-size=100000000", "--max-rdy-count=2500"])
+        address = nsqd.tcp_address
+        print(f"nsqd at {address}; 100-byte messages; window {WINDOW}; MPUB batches of {BATCH}")
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, median of {args.repeat}")
+        if args.profile:
+            mode = modes[0]
+            count = int(MODES[mode][2] * args.scale)
+            out = run_txnsq(address, "bench_profile", mode, count, True)
+            print(f"txnsq {mode} under cProfile: {out['rate']:,.0f} msgs/s")
+            return
+        results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        run = 0
+        for _ in range(args.repeat):
+            for mode in modes:
+                for client in clients:
+                    count = MODES[mode][2] if client == "txnsq" else MODES[mode][3]
+                    count = max(MODES[mode][0], int(count * args.scale))
+                    run += 1
+                    topic = f"bench_{run}"
+                    out = _measure(client, address, topic, mode, count)
+                    results.setdefault((client, mode), []).append(out)
+                    try:
+                        from tests.support.processes import http_post
+
+                        http_post(f"{nsqd.http_url}/topic/delete?topic={topic}")
+                    except OSError:
+                        pass
+        print()
+        header = f"{'mode':<12} {'client':<6} {'msgs/s (median)':>16}  runs (k msgs/s)"
+        print(header + "            client CPU  errors")
+        medians: dict[tuple[str, str], float] = {}
+        for mode in modes:
+            for client in clients:
+                outs = results[(client, mode)]
+                rates = [o["rate"] for o in outs]
+                median = statistics.median(rates)
+                medians[(client, mode)] = median
+                runs = ", ".join(f"{r / 1000:.1f}" for r in rates)
+                cpu = statistics.median(o["cpu"] for o in outs) * 100
+                errors = sum(o["errors"] for o in outs)
+                print(f"{mode:<12} {client:<6} {median:>16,.0f}  [{runs}]".ljust(58)
+                      + f"  {cpu:5.0f}%  {errors:6d}")
+        if "pynsq" in clients:
+            print()
+            for mode in modes:
+                ratio = medians[("txnsq", mode)] / medians[("pynsq", mode)]
+                print(f"txnsq / pynsq, {mode}: {ratio:.1f}x")
+    finally:
+        group.stop_all()
+
+
+if __name__ == "__main__":
+    main()

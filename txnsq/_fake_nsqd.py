@@ -1,0 +1,480 @@
+"""The state of :mod:`txnsq.testing`'s fake nsqd: topics, channels, in-flight messages,
+and the records tests inspect. The protocol a client connection speaks is in
+:mod:`txnsq._fake_server`.
+
+Everything here follows what nsqd v1.3 does, checked against the real one by
+``tests/test_testing_vs_nsqd.py``: the same commands are accepted in the same states, the
+same error codes and texts come back, fatal errors close the connection after the error
+frame, and message bookkeeping (attempts, in-flight timeouts, REQ, TOUCH, deferred
+messages) works as in nsqd's channels. Time is a :class:`~twisted.internet.task.Clock`.
+
+What it leaves out: TLS, sampling (``sample_rate`` is accepted but every message is
+delivered), disk spill-over, topic/channel pausing, and nsqd's ~100 ms resolution for
+timeouts and deferred messages (here they fire exactly on time).
+
+Private: the public face is :mod:`txnsq.testing`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.task import Clock
+
+from txnsq._wire.frames import encode_message
+
+if TYPE_CHECKING:
+    from txnsq._fake_server import ServerProtocol
+
+__all__ = [
+    "ChannelStats",
+    "ClientInfo",
+    "FakeMessage",
+    "MessageEvent",
+    "NSQDConfig",
+    "NSQDState",
+    "PublishRecord",
+]
+
+@dataclass(frozen=True, kw_only=True)
+class NSQDConfig:
+    """How a fake nsqd is set up; defaults are nsqd v1.3's. Times are in seconds.
+
+    :raises ValueError: for a value nsqd itself would refuse to start with.
+    """
+
+    max_rdy_count: int = 2500
+    msg_timeout: float = 60.0
+    max_msg_timeout: float = 900.0
+    max_req_timeout: float = 3600.0
+    max_msg_size: int = 1024 * 1024
+    max_body_size: int = 5 * 1024 * 1024
+    #: the heartbeat interval a client gets unless IDENTIFY asks for another
+    heartbeat_interval: float = 30.0
+    max_heartbeat_interval: float = 60.0
+    max_output_buffer_size: int = 64 * 1024
+    max_output_buffer_timeout: float = 30.0
+    #: send ``_heartbeat_`` and close clients silent for two intervals, as nsqd does
+    heartbeats: bool = True
+    snappy: bool = True
+    deflate: bool = True
+    max_deflate_level: int = 6
+    #: when set, nsqd requires AUTH with this secret (``auth_required`` in IDENTIFY)
+    auth_secret: bytes | None = field(default=None, repr=False)
+    auth_identity: str = "fake-identity"
+    max_channel_consumers: int = 0
+    version: str = "1.3.0"
+    #: deliver what each side writes in reads of at most this many bytes (None: whole)
+    chunk_size: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_rdy_count", "max_msg_size", "max_body_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive")
+        if not 0 < self.msg_timeout <= self.max_msg_timeout:
+            raise ValueError("msg_timeout must be positive and at most max_msg_timeout")
+        if self.heartbeat_interval <= 0 or self.max_heartbeat_interval < 1:
+            raise ValueError("heartbeat intervals must be positive")
+        if self.max_req_timeout < 0:
+            raise ValueError("max_req_timeout must not be negative")
+        if not 1 <= self.max_deflate_level <= 9:
+            raise ValueError("max_deflate_level must be 1 to 9")
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError("chunk_size must be positive")
+
+
+class FakeMessage:
+    """One message as one channel holds it.
+
+    :ivar id: the 16-byte id (ASCII hex), shared by the copies in every channel.
+    :ivar body: the body.
+    :ivar timestamp: nanoseconds on the fake's clock when it was published.
+    :ivar attempts: how many times it has been delivered from this channel.
+    """
+
+    __slots__ = ("attempts", "body", "client", "delivered_at", "id", "timeout", "timestamp")
+
+    def __init__(self, id: bytes, body: bytes, timestamp: int) -> None:
+        self.id = id
+        self.body = body
+        self.timestamp = timestamp
+        self.attempts = 0
+        self.client: ServerProtocol | None = None
+        self.delivered_at = 0.0
+        self.timeout: IDelayedCall | None = None
+
+    def __repr__(self) -> str:
+        return f"<FakeMessage {self.id.decode()} attempts={self.attempts} body={self.body[:40]!r}>"
+
+
+@dataclass(frozen=True)
+class MessageEvent:
+    """Something that happened to a message in a channel (see ``FakeNSQD.history``).
+
+    ``kind`` is ``"delivered"``, ``"finished"``, ``"requeued"`` (``delay`` in seconds),
+    ``"timed_out"`` or ``"touched"``; ``client`` is the connection's number
+    (:attr:`ClientInfo.number`); ``time`` is the clock's time.
+    """
+
+    kind: str
+    id: bytes
+    body: bytes
+    attempts: int
+    client: int | None
+    time: float
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class PublishRecord:
+    """One publish command a client sent and nsqd accepted.
+
+    ``command`` is ``"PUB"``, ``"MPUB"`` or ``"DPUB"``; ``delay`` is DPUB's defer time in
+    seconds; ``client`` is the connection's number.
+    """
+
+    topic: str
+    command: str
+    bodies: tuple[bytes, ...]
+    delay: float
+    client: int
+    time: float
+
+
+@dataclass(frozen=True)
+class ChannelStats:
+    """A channel's counters, named after nsqd's ``/stats``.
+
+    ``depth`` messages are waiting, ``in_flight`` are delivered and unanswered,
+    ``deferred`` wait for a REQ delay or DPUB; ``message_count`` is every message the
+    channel received; ``finished``, ``requeued`` and ``timed_out`` count FIN, REQ and
+    in-flight timeouts; ``clients`` is the number of subscribed connections.
+    """
+
+    depth: int
+    in_flight: int
+    deferred: int
+    message_count: int
+    finished: int
+    requeued: int
+    timed_out: int
+    touched: int
+    clients: int
+
+
+@dataclass(frozen=True)
+class ClientInfo:
+    """A snapshot of one client connection (see ``FakeNSQD.clients``)."""
+
+    #: the fake's own number for the connection (1, 2, ...), used in events and records
+    number: int
+    #: ``"init"``, ``"subscribed"``, ``"closing"`` (after CLS) or ``"closed"``
+    state: str
+    client_id: str
+    hostname: str
+    user_agent: str
+    topic: str | None
+    channel: str | None
+    rdy: int
+    in_flight: int
+    message_count: int
+    finish_count: int
+    requeue_count: int
+    #: ``"snappy"``, ``"deflate"`` or None
+    compression: str | None
+    heartbeat_interval: float
+    msg_timeout: float
+    authenticated: bool
+
+
+class _Fault:
+    __slots__ = ("code", "text", "times")
+
+    def __init__(self, code: str, text: str, times: int | None) -> None:
+        self.code = code
+        self.text = text
+        self.times = times
+
+
+class Channel:
+    def __init__(self, state: NSQDState, topic: str, name: str) -> None:
+        self.state = state
+        self.topic = topic
+        self.name = name
+        self.queue: deque[FakeMessage] = deque()
+        self.in_flight: dict[bytes, FakeMessage] = {}
+        self.deferred: dict[FakeMessage, IDelayedCall] = {}
+        self.clients: list[ServerProtocol] = []
+        self.history: list[MessageEvent] = []
+        self.message_count = 0
+        self.finished = 0
+        self.requeued = 0
+        self.timed_out = 0
+        self.touched = 0
+        self._turn = 0
+        self._delivering = False
+
+    @property
+    def ephemeral(self) -> bool:
+        return self.name.endswith("#ephemeral")
+
+    def _event(self, kind: str, msg: FakeMessage, client: ServerProtocol | None,
+               delay: float = 0.0) -> None:
+        self.history.append(
+            MessageEvent(kind, msg.id, msg.body, msg.attempts,
+                         client.number if client is not None else None,
+                         self.state.clock.seconds(), delay)
+        )
+
+    def put(self, msg: FakeMessage, delay: float = 0.0) -> None:
+        """Queue ``msg`` (after ``delay`` seconds) and deliver what can be delivered."""
+        if delay > 0:
+            self.deferred[msg] = self.state.clock.callLater(delay, self._undefer, msg)
+            return
+        self.queue.append(msg)
+        self.deliver()
+
+    def _undefer(self, msg: FakeMessage) -> None:
+        if self.deferred.pop(msg, None) is not None:
+            self.put(msg)
+
+    def deliver(self) -> None:
+        """Send queued messages to clients whose RDY window has room, in turn."""
+        if self._delivering:
+            return
+        self._delivering = True
+        try:
+            while self.queue:
+                client = self._next_ready_client()
+                if client is None:
+                    return
+                msg = self.queue.popleft()
+                self._send(client, msg)
+        finally:
+            self._delivering = False
+
+    def _next_ready_client(self) -> ServerProtocol | None:
+        clients = self.clients
+        n = len(clients)
+        for i in range(n):
+            client = clients[(self._turn + i) % n]
+            if client.ready_for_messages():
+                self._turn = (self._turn + i + 1) % n
+                return client
+        return None
+
+    def _send(self, client: ServerProtocol, msg: FakeMessage) -> None:
+        msg.attempts += 1
+        msg.client = client
+        now = self.state.clock.seconds()
+        msg.delivered_at = now
+        msg.timeout = self.state.clock.callLater(client.msg_timeout, self._timed_out, msg)
+        self.in_flight[msg.id] = msg
+        client.in_flight += 1
+        client.message_count += 1
+        self._event("delivered", msg, client)
+        client.send_frame(encode_message(msg.timestamp, msg.attempts, msg.id, msg.body))
+
+    def _pop_in_flight(self, client: ServerProtocol, msg_id: bytes) -> FakeMessage | str:
+        msg = self.in_flight.get(msg_id)
+        if msg is None:
+            return "ID not in flight"
+        if msg.client is not client:
+            return "client does not own message"
+        del self.in_flight[msg_id]
+        if msg.timeout is not None and msg.timeout.active():
+            msg.timeout.cancel()
+        msg.timeout = None
+        msg.client = None
+        client.in_flight -= 1
+        return msg
+
+    def finish(self, client: ServerProtocol, msg_id: bytes) -> str | None:
+        msg = self._pop_in_flight(client, msg_id)
+        if isinstance(msg, str):
+            return msg
+        self.finished += 1
+        client.finish_count += 1
+        self._event("finished", msg, client)
+        self.deliver()
+        return None
+
+    def requeue(self, client: ServerProtocol, msg_id: bytes, delay: float) -> str | None:
+        msg = self._pop_in_flight(client, msg_id)
+        if isinstance(msg, str):
+            return msg
+        self.requeued += 1
+        client.requeue_count += 1
+        self._event("requeued", msg, client, delay)
+        self.put(msg, delay)
+        self.deliver()
+        return None
+
+    def touch(self, client: ServerProtocol, msg_id: bytes) -> str | None:
+        msg = self.in_flight.get(msg_id)
+        if msg is None:
+            return "ID not in flight"
+        if msg.client is not client:
+            return "client does not own message"
+        now = self.state.clock.seconds()
+        deadline = now + client.msg_timeout
+        latest = msg.delivered_at + self.state.config.max_msg_timeout
+        if deadline >= latest:
+            deadline = latest
+        if msg.timeout is not None and msg.timeout.active():
+            msg.timeout.cancel()
+        msg.timeout = self.state.clock.callLater(max(0.0, deadline - now), self._timed_out, msg)
+        self.touched += 1
+        self._event("touched", msg, client)
+        return None
+
+    def _timed_out(self, msg: FakeMessage) -> None:
+        msg.timeout = None
+        if self.in_flight.pop(msg.id, None) is None:
+            return
+        client, msg.client = msg.client, None
+        if client is not None:
+            client.in_flight -= 1
+        self.timed_out += 1
+        self._event("timed_out", msg, client)
+        self.put(msg)
+
+    def add_client(self, client: ServerProtocol) -> None:
+        self.clients.append(client)
+
+    def remove_client(self, client: ServerProtocol) -> None:
+        # nsqd leaves the client's in-flight messages in flight: they come back when
+        # their timeout expires, not when the connection goes.
+        if client in self.clients:
+            self.clients.remove(client)
+        if self.ephemeral and not self.clients:
+            self.state.delete_channel(self.topic, self.name)
+        else:
+            self.deliver()
+
+    def discard(self) -> None:
+        for call in self.deferred.values():
+            if call.active():
+                call.cancel()
+        for msg in self.in_flight.values():
+            if msg.timeout is not None and msg.timeout.active():
+                msg.timeout.cancel()
+        self.deferred.clear()
+        self.in_flight.clear()
+        self.queue.clear()
+
+    def stats(self) -> ChannelStats:
+        return ChannelStats(
+            depth=len(self.queue),
+            in_flight=len(self.in_flight),
+            deferred=len(self.deferred),
+            message_count=self.message_count,
+            finished=self.finished,
+            requeued=self.requeued,
+            timed_out=self.timed_out,
+            touched=self.touched,
+            clients=len(self.clients),
+        )
+
+
+class Topic:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.channels: dict[str, Channel] = {}
+        # Messages published while the topic has no channel: nsqd keeps them in the
+        # topic and hands them all to the first channel created.
+        self.pending: list[tuple[bytes, bytes, int, float]] = []
+        self.message_count = 0
+
+
+class NSQDState:
+    """Topics, channels, connections and injected faults of one fake nsqd."""
+
+    def __init__(self, clock: Clock, config: NSQDConfig, host: str, port: int) -> None:
+        self.clock = clock
+        self.config = config
+        self.host = host
+        self.port = port
+        self.topics: dict[str, Topic] = {}
+        self.connections: list[ServerProtocol] = []
+        self.publishes: list[PublishRecord] = []
+        self.faults: dict[str, deque[_Fault]] = {}
+        self.connection_count = 0
+        self._next_id = 0
+        # Ids in nsqd's format (16 hex digits), distinct between fakes on other ports.
+        self._id_base = (port & 0xFFFF) << 40
+
+    # -- topics and channels
+
+    def topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = self.topics[name] = Topic(name)
+        return topic
+
+    def channel(self, topic_name: str, name: str) -> Channel:
+        topic = self.topic(topic_name)
+        channel = topic.channels.get(name)
+        if channel is None:
+            channel = topic.channels[name] = Channel(self, topic_name, name)
+            pending, topic.pending = topic.pending, []
+            for msg_id, body, timestamp, delay in pending:
+                self._put(channel, msg_id, body, timestamp, delay)
+        return channel
+
+    def find_channel(self, topic: str, channel: str) -> Channel | None:
+        t = self.topics.get(topic)
+        return None if t is None else t.channels.get(channel)
+
+    def delete_channel(self, topic: str, channel: str) -> None:
+        t = self.topics.get(topic)
+        if t is not None:
+            c = t.channels.pop(channel, None)
+            if c is not None:
+                c.discard()
+
+    def new_id(self) -> bytes:
+        self._next_id += 1
+        return b"%016x" % (self._id_base | self._next_id)
+
+    def put_message(self, topic_name: str, body: bytes, delay: float = 0.0) -> bytes:
+        """Store one message in ``topic_name`` as nsqd does after a PUB; return its id."""
+        topic = self.topic(topic_name)
+        msg_id = self.new_id()
+        timestamp = int(self.clock.seconds() * 1e9)
+        topic.message_count += 1
+        if not topic.channels:
+            topic.pending.append((msg_id, body, timestamp, delay))
+        else:
+            for channel in list(topic.channels.values()):
+                self._put(channel, msg_id, body, timestamp, delay)
+        return msg_id
+
+    def _put(self, channel: Channel, msg_id: bytes, body: bytes, timestamp: int,
+             delay: float) -> None:
+        channel.message_count += 1
+        channel.put(FakeMessage(msg_id, body, timestamp), delay)
+
+    def iter_channels(self) -> Iterator[Channel]:
+        for topic in self.topics.values():
+            yield from topic.channels.values()
+
+    # -- faults
+
+    def add_fault(self, command: str, code: str, text: str, times: int | None) -> None:
+        self.faults.setdefault(command, deque()).append(_Fault(code, text, times))
+
+    def take_fault(self, command: str) -> _Fault | None:
+        queue = self.faults.get(command)
+        if not queue:
+            return None
+        fault = queue[0]
+        if fault.times is not None:
+            fault.times -= 1
+            if fault.times <= 0:
+                queue.popleft()
+        return fault
