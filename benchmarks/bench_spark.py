@@ -1,0 +1,335 @@
+"""Throughput of the PySpark ``nsq`` data source on ``local[2]`` against a real nsqd.
+
+* Batch write of 1,000,000 rows of 100 bytes (2 partitions) into a topic that has a
+  channel, in rows/s, next to the ``noop`` format on the same DataFrame in the same
+  session (the ratio is what to compare across machines).
+* Streaming read, ``trigger(availableNow=True)`` into the ``noop`` sink, of 200,000 and
+  of 1,000,000 messages published beforehand, in msgs/s:
+  - end to end: from ``start()`` until nsqd shows the channel empty with nothing in
+    flight (every message FINished), and until the query terminated;
+  - sustained: messages over the time from the first data batch's start to the last
+    data batch's end (Spark's progress reports).
+
+Each figure is the median of ``--runs`` runs after one warm-up (the first Python data
+source job of a session spawns the workers and is much slower). It prints numbers and
+asserts nothing.
+
+Run: ``.venv/bin/python -m benchmarks.bench_spark [--runs 3] [--skip-read] [--skip-write]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.support.processes import NSQD, ProcessGroup, http_post  # noqa: E402
+from txnsq.blocking import Connection  # noqa: E402
+
+WRITE_ROWS = 1_000_000
+BODY_SIZE = 100
+
+
+class CPUSampler:
+    """CPU seconds used by nsqd, the Spark JVM and the Python workers, sampled from
+    /proc every 0.1 s while running (so processes that exit meanwhile still count)."""
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd_pid = nsqd.proc.pid if nsqd.proc is not None else -1
+        self.seen: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CPUSampler:
+        self._sample()
+        self.base = dict(self.seen)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self._sample()
+
+    def _sample(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        me = os.getpid()
+        procs: dict[int, tuple[int, str, float]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = stat.read_text()
+                cmd = (stat.parent / "cmdline").read_bytes()
+            except OSError:
+                continue
+            fields = text.rsplit(")", 1)[1].split()
+            procs[int(stat.parent.name)] = (
+                int(fields[1]),
+                cmd.decode("utf-8", "replace"),
+                (int(fields[11]) + int(fields[12])) / tick,
+            )
+        for pid, (ppid, cmd, cpu) in procs.items():
+            kind = None
+            if pid == self.nsqd_pid:
+                kind = "nsqd"
+            elif ppid == me and "java" in cmd:
+                kind = "jvm"
+            elif "python_streaming_source_runner" in cmd:
+                kind = "py-runner"
+            elif "pyspark" in cmd or (ppid in procs and "pyspark.daemon" in procs[ppid][1]):
+                kind = "py-workers"
+            if kind is not None:
+                self.seen[pid] = (kind, cpu)
+
+    def report(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, (kind, cpu) in self.seen.items():
+            before = self.base.get(pid, (kind, 0.0))[1]
+            out[kind] = out.get(kind, 0.0) + cpu - before
+        return out
+
+
+def make_spark() -> Any:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("txnsq-bench")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    from txnsq.spark import NSQDataSource
+
+    spark.dataSource.register(NSQDataSource)
+    return spark
+
+
+def empty_channel(nsqd: NSQD, topic: str, channel: str) -> None:
+    q = urllib.parse.urlencode({"topic": topic, "channel": channel})
+    http_post(f"{nsqd.http_url}/channel/empty?{q}")
+
+
+def bench_write(spark: Any, nsqd: NSQD, runs: int) -> dict[str, float]:
+    from pyspark.sql import functions as F
+
+    topic, channel = "bench_write", "sink"
+    nsqd.create_topic(topic)
+    nsqd.create_channel(topic, channel)
+    df = spark.range(0, WRITE_ROWS, 1, 2).select(
+        F.lpad(F.col("id").cast("string"), BODY_SIZE, "x").cast("binary").alias("value")
+    )
+
+    def noop() -> float:
+        t = time.perf_counter()
+        df.write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - t
+
+    cpu_reports: list[dict[str, float]] = []
+
+    def nsq() -> float:
+        before = (nsqd.topic_stats(topic) or {}).get("message_count", 0)
+        with CPUSampler(nsqd) as cpu:
+            t = time.perf_counter()
+            df.write.format("nsq").option("nsqd", nsqd.tcp_address).option(
+                "topic", topic
+            ).mode("append").save()
+            elapsed = time.perf_counter() - t
+        cpu_reports.append({f"cpu_{k}": v for k, v in cpu.report().items()})
+        after = (nsqd.topic_stats(topic) or {}).get("message_count", 0)
+        if after - before != WRITE_ROWS:
+            print(f"  !! nsqd counted {after - before} messages, expected {WRITE_ROWS}")
+        empty_channel(nsqd, topic, channel)
+        return elapsed
+
+    noop()
+    nsq()  # warm-up: worker spawn, JIT
+    noop_times, nsq_times = [], []
+    for i in range(runs):
+        noop_times.append(noop())
+        nsq_times.append(nsq())
+        print(
+            f"  write run {i + 1}: noop {WRITE_ROWS / noop_times[-1]:,.0f} rows/s, "
+            f"nsq {WRITE_ROWS / nsq_times[-1]:,.0f} rows/s; CPU-s: {_cpu(cpu_reports[-1])}",
+            flush=True,
+        )
+    noop_rate = WRITE_ROWS / statistics.median(noop_times)
+    nsq_rate = WRITE_ROWS / statistics.median(nsq_times)
+    return {"noop_rows_s": noop_rate, "nsq_rows_s": nsq_rate, "ratio": nsq_rate / noop_rate}
+
+
+def publish(nsqd: NSQD, topic: str, count: int) -> None:
+    body = b"r" * BODY_SIZE
+    with Connection(nsqd.tcp_address) as conn:
+        conn.multi_publish(topic, [body] * count, batch_size=1000)
+
+
+def read_once(
+    spark: Any, nsqd: NSQD, topic: str, count: int, options: dict[str, str]
+) -> dict[str, float]:
+    channel = "spark"
+    nsqd.create_topic(topic)
+    nsqd.create_channel(topic, channel)
+    empty_channel(nsqd, topic, channel)
+    publish(nsqd, topic, count)
+    stats = nsqd.channel_stats(topic, channel) or {}
+    base = stats.get("message_count", 0) - count
+    checkpoint = tempfile.mkdtemp(prefix="txnsq-bench-ckpt-")
+    drained_at: list[float] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            c = nsqd.channel_stats(topic, channel) or {}
+            if c.get("depth", 1) == 0 and c.get("in_flight_count", 1) == 0 and (
+                c.get("message_count", 0) - base >= count
+            ):
+                drained_at.append(time.perf_counter())
+                return
+            time.sleep(0.02)
+
+    reader = spark.readStream.format("nsq").option("nsqd", nsqd.tcp_address)
+    reader = reader.option("topic", topic).option("channel", channel)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    with CPUSampler(nsqd) as cpu:
+        start = time.perf_counter()
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        query = (
+            reader.load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        ended = time.perf_counter()
+        time.sleep(0.3)  # let the reader process finish its exit
+    watcher.join(30)
+    stop.set()
+    progress = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
+    rows = sum(p["numInputRows"] for p in progress)
+    if rows != count:
+        print(f"  !! read {rows} rows, expected {count}")
+    # Sustained: first data batch start to last data batch end.
+    first = _progress_time(progress[0]) if progress else start
+    last_p = progress[-1] if progress else None
+    last = _progress_time(last_p) + last_p["batchDuration"] / 1000.0 if last_p else ended
+    c = nsqd.channel_stats(topic, channel) or {}
+    if c.get("depth") or c.get("in_flight_count"):
+        print(
+            f"  !! channel not drained: {c.get('depth')} queued, "
+            f"{c.get('in_flight_count')} in flight"
+        )
+    e2e_drained = (drained_at[0] - start) if drained_at else float("nan")
+    per_m = 1_000_000 / count
+    phases: dict[str, float] = {}
+    for p in progress:
+        for phase, ms in p.get("durationMs", {}).items():
+            phases[phase] = phases.get(phase, 0.0) + ms / len(progress)
+    print(
+        "    mean ms per data batch: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in sorted(phases.items()) if v >= 1),
+        flush=True,
+    )
+    return {
+        **{f"cpu_{k}": v * per_m for k, v in cpu.report().items()},
+        "e2e_drained": count / e2e_drained,
+        "e2e_terminated": count / (ended - start),
+        "sustained": count / max(1e-9, last - first),
+        "batches": float(len(progress)),
+    }
+
+
+def _cpu(result: dict[str, float]) -> str:
+    return ", ".join(
+        f"{k[4:]} {v:.2f}" for k, v in sorted(result.items()) if k.startswith("cpu_")
+    )
+
+
+def _progress_time(progress: dict[str, Any]) -> float:
+    # "2026-11-22T08:55:24.123Z": the batch's start, on the wall clock.
+    from datetime import datetime
+
+    stamp = datetime.strptime(progress["timestamp"], "%Y-%m-%dT%H:%M:%S.%f%z")
+    return stamp.timestamp()
+
+
+def bench_read(
+    spark: Any, nsqd: NSQD, count: int, runs: int, options: dict[str, str]
+) -> dict[str, float]:
+    topic = f"bench_read_{count}"
+    read_once(spark, nsqd, topic, min(count, 20_000), options)  # warm-up
+    results = []
+    for i in range(runs):
+        r = read_once(spark, nsqd, topic, count, options)
+        results.append(r)
+        print(
+            f"  read {count:,} run {i + 1}: e2e {r['e2e_drained']:,.0f} msgs/s (drained), "
+            f"{r['e2e_terminated']:,.0f} (query ended), sustained {r['sustained']:,.0f}, "
+            f"{r['batches']:.0f} batches; CPU-s per 1M msgs: {_cpu(r)}",
+            flush=True,
+        )
+    keys = {k for r in results for k in r}
+    return {k: statistics.median(r.get(k, 0.0) for r in results) for k in keys}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--skip-write", action="store_true")
+    parser.add_argument("--skip-read", action="store_true")
+    parser.add_argument("--max-messages-per-trigger", default="50000")
+    args = parser.parse_args()
+
+    group = ProcessGroup()
+    try:
+        nsqd = group.nsqd(["--mem-queue-size=3000000"])
+        t = time.perf_counter()
+        spark = make_spark()
+        print(f"SparkSession local[2] started in {time.perf_counter() - t:.1f} s", flush=True)
+        if not args.skip_write:
+            w = bench_write(spark, nsqd, args.runs)
+            print(
+                f"WRITE 1M x {BODY_SIZE} B: nsq {w['nsq_rows_s']:,.0f} rows/s, noop "
+                f"{w['noop_rows_s']:,.0f} rows/s, ratio {w['ratio']:.2f}",
+                flush=True,
+            )
+        if not args.skip_read:
+            options = {"maxMessagesPerTrigger": args.max_messages_per_trigger}
+            for count in (200_000, 1_000_000):
+                r = bench_read(spark, nsqd, count, args.runs, options)
+                print(
+                    f"READ {count:,}: end-to-end {r['e2e_drained']:,.0f} msgs/s (to drained), "
+                    f"{r['e2e_terminated']:,.0f} msgs/s (to query end), sustained "
+                    f"{r['sustained']:,.0f} msgs/s",
+                    flush=True,
+                )
+        spark.stop()
+    finally:
+        group.stop_all()
+
+
+if __name__ == "__main__":
+    main()

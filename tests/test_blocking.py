@@ -1,0 +1,430 @@
+"""Tests for txnsq.blocking: the synchronous client, mostly against a real nsqd."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+
+from tests.support.certs import certs_for, nsqd_tls_args
+from tests.support.processes import start_nsqd, wait_for
+from txnsq._wire.compression import SnappyCompressor
+from txnsq._wire.frames import encode_error, encode_message, encode_response
+from txnsq._wire.identify import IdentifyOptions
+from txnsq.blocking import Connection, NSQTimeoutError, TLSOptions, parse_address
+from txnsq.errors import (
+    AuthFailedError,
+    BadMessageError,
+    ConnectionClosed,
+    HandshakeError,
+    InvalidError,
+    ProtocolError,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def consume(conn: Connection, count: int, timeout: float = 10.0) -> list[Any]:
+    """Receive ``count`` messages (FINishing each) or fail."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"got {len(got)} of {count} messages")
+        messages = conn.receive(remaining)
+        conn.fin_many([m.id for m in messages])
+        got.extend(messages)
+    return got
+
+
+class ParseAddressTests(SynchronousTestCase):
+    def test_forms(self) -> None:
+        self.assertEqual(parse_address("127.0.0.1:4150"), ("127.0.0.1", 4150))
+        self.assertEqual(parse_address("nsqd.example"), ("nsqd.example", 4150))
+        self.assertEqual(parse_address("[::1]:4151"), ("::1", 4151))
+        self.assertEqual(parse_address("::1"), ("::1", 4150))
+        self.assertEqual(parse_address(("h", 1)), ("h", 1))
+
+    def test_invalid(self) -> None:
+        for bad in (":4150", "h:0", "h:x", "h:70000", "[::1", "[::1]x"):
+            with self.assertRaises(ValueError, msg=bad):
+                parse_address(bad)
+        with self.assertRaises(TypeError):
+            parse_address(4150)  # type: ignore[arg-type]
+
+    def test_tls_options_checked(self) -> None:
+        with self.assertRaises(ValueError):
+            TLSOptions(client_key="k.pem")
+        with self.assertRaises(TypeError):
+            TLSOptions(hostname="")
+        self.assertNotIn("BEGIN", repr(TLSOptions(ca_certs=b"-----BEGIN CERTIFICATE-----")))
+
+
+class NoTwistedTests(SynchronousTestCase):
+    def test_blocking_client_imports_no_twisted(self) -> None:
+        code = (
+            "import sys, txnsq.blocking, txnsq.spark.options, txnsq.spark._subscriber; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('twisted', 'pyspark', 'pyarrow')))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+        self.assertEqual(out.strip(), "[]")
+
+
+class PublishConsumeTests(TestCase):
+    def setUp(self) -> None:
+        self.nsqd = start_nsqd(self, ["--max-msg-size=2000", "--msg-timeout=3s"])
+
+    def test_publish_and_consume(self) -> None:
+        with Connection(self.nsqd.tcp_address) as pub:
+            self.assertTrue(pub.connected)
+            self.assertEqual(pub.features.max_rdy_count, 2500)
+            pub.publish("bt", b"one")
+            self.assertEqual(pub.multi_publish("bt", [b"two", b"three"]), 2)
+            # Split into pipelined MPUBs of 2 (4 of them, at most 2 unanswered).
+            self.assertEqual(
+                pub.multi_publish(
+                    "bt", (b"m%d" % i for i in range(7)), batch_size=2, max_pending=2
+                ),
+                7,
+            )
+            self.assertEqual(pub.pending_publishes, 0)
+        self.assertFalse(pub.connected)
+        with Connection(self.nsqd.tcp_address) as sub:
+            sub.subscribe("bt", "ch")
+            sub.rdy(100)
+            bodies = sorted(m.body for m in consume(sub, 10))
+            sub.cls()
+        self.assertEqual(
+            bodies, sorted([b"one", b"two", b"three"] + [b"m%d" % i for i in range(7)])
+        )
+        wait_for(lambda: (self.nsqd.channel_stats("bt", "ch") or {}).get("in_flight_count") == 0)
+
+    def test_deferred_publish(self) -> None:
+        self.nsqd.create_topic("dt")
+        self.nsqd.create_channel("dt", "ch")
+        with Connection(self.nsqd.tcp_address) as conn:
+            conn.deferred_publish("dt", 60_000, b"later")
+            with self.assertRaises(ValueError):
+                conn.deferred_publish("dt", -1, b"x")
+        # (nsqd delivers it from its deferred queue, which it scans for a new channel only
+        # after --queue-scan-refresh-interval, 5 s: the count is enough here.)
+        stats = self.nsqd.channel_stats("dt", "ch") or {}
+        self.assertEqual((stats.get("deferred_count"), stats.get("depth")), (1, 0))
+
+    def test_req_touch_and_heartbeats(self) -> None:
+        self.nsqd.http_publish("rt", b"x")
+        opts = IdentifyOptions(heartbeat_interval_ms=1000, msg_timeout_ms=1000)
+        with Connection(self.nsqd.tcp_address, identify=opts) as conn:
+            conn.subscribe("rt", "ch")
+            conn.rdy(1)
+            (first,) = conn.receive(5)
+            self.assertEqual(first.attempts, 1)
+            conn.req(first.id)
+            (again,) = conn.receive(5)
+            self.assertEqual((again.id, again.attempts), (first.id, 2))
+            # TOUCH keeps it in flight past its 1 s timeout; reading answers the 1 s
+            # heartbeats meanwhile, so nsqd keeps the connection.
+            for _ in range(5):
+                self.assertEqual(conn.receive(0.4), [])
+                conn.touch(again.id)
+            conn.fin(again.id)
+            self.assertEqual(conn.receive(0.3), [])
+            self.assertEqual(conn.nonfatal_errors, 0)
+            # A FIN for a message no longer in flight is a non-fatal error.
+            seen: list[Exception] = []
+            conn.on_nonfatal_error = seen.append
+            conn.fin(again.id)
+            wait_for(lambda: conn.receive(0.05) == [] and seen, what="E_FIN_FAILED")
+            self.assertEqual(seen[0].code, "E_FIN_FAILED")  # type: ignore[attr-defined]
+            self.assertTrue(conn.connected)
+        stats = self.nsqd.channel_stats("rt", "ch") or {}
+        self.assertEqual(stats.get("timeout_count"), 0)
+        self.assertEqual(stats.get("requeue_count"), 1)
+
+    def test_compression(self) -> None:
+        big = bytes(range(256)) * 7
+        for opts in (IdentifyOptions(snappy=True), IdentifyOptions(deflate=True, deflate_level=9)):
+            topic = "snappy" if opts.snappy else "deflate"
+            with Connection(self.nsqd.tcp_address, identify=opts) as conn:
+                self.assertTrue(conn.features.snappy or conn.features.deflate)
+                conn.multi_publish(topic, [big] * 300, batch_size=50)
+                conn.subscribe(topic, "ch")
+                conn.rdy(2500)
+                got = consume(conn, 300)
+            self.assertEqual({m.body for m in got}, {big})
+
+    def test_invalid_arguments_send_nothing(self) -> None:
+        with Connection(self.nsqd.tcp_address) as conn:
+            with self.assertRaises(ValueError):
+                conn.publish("bad topic", b"x")
+            with self.assertRaises(ValueError):
+                conn.publish("t", b"")
+            with self.assertRaises(TypeError):
+                conn.publish("t", "text")  # type: ignore[arg-type]
+            with self.assertRaises(ValueError):
+                conn.rdy(2501)  # above max_rdy_count: nsqd would close the connection
+            with self.assertRaises(ValueError):
+                conn.multi_publish("t", [b"x"], batch_size=0)
+            conn.publish("t", b"still fine")
+        self.assertEqual((self.nsqd.topic_stats("t") or {}).get("message_count"), 1)
+
+    def test_server_errors(self) -> None:
+        with Connection(self.nsqd.tcp_address) as conn:
+            with self.assertRaises(BadMessageError):
+                conn.publish("t", b"x" * 3000)  # over --max-msg-size
+            self.assertFalse(conn.connected)
+            with self.assertRaises(ConnectionClosed):
+                conn.publish("t", b"x")
+        # A fatal error in a pipeline fails that MPUB and everything after it.
+        with Connection(self.nsqd.tcp_address) as conn:
+            conn.start_multi_publish("t", [b"ok"])
+            conn.start_multi_publish("t", [b"x" * 3000])
+            with self.assertRaises(BadMessageError):
+                conn.start_multi_publish("t", [b"ok"])
+                conn.wait_published()
+        # Fatal error while consuming: RDY sent raw above the maximum.
+        with Connection(self.nsqd.tcp_address) as conn:
+            conn.subscribe("t", "ch")
+            conn._send(b"RDY 999999\n")
+            with self.assertRaises(InvalidError):
+                conn.receive(5)
+
+    def test_nsqd_going_away(self) -> None:
+        conn = Connection(self.nsqd.tcp_address, timeout=5)
+        conn.connect()
+        conn.subscribe("gone", "ch")
+        self.nsqd.stop()
+        with self.assertRaises(ConnectionClosed):
+            conn.receive(5)
+        conn.close()
+        conn.close()  # twice is fine
+        with self.assertRaises(ConnectionClosed):
+            Connection(self.nsqd.tcp_address, timeout=2).connect()
+
+
+class TLSTests(TestCase):
+    def setUp(self) -> None:
+        self.certs = certs_for(self)
+        self.nsqd = start_nsqd(self, nsqd_tls_args(self.certs))
+
+    def test_verified_tls_with_snappy(self) -> None:
+        tls = TLSOptions(ca_certs=self.certs.ca_path)
+        snappy = IdentifyOptions(snappy=True)
+        with Connection(self.nsqd.tcp_address, tls=tls, identify=snappy) as conn:
+            self.assertTrue(conn.features.tls_v1 and conn.features.snappy)
+            conn.multi_publish("tls", [b"a" * 100] * 2000, batch_size=100)
+            conn.subscribe("tls", "ch")
+            conn.rdy(2500)
+            self.assertEqual(len(consume(conn, 2000)), 2000)
+        with Connection(self.nsqd.tcp_address, tls=TLSOptions(ca_certs=self.certs.ca_pem)) as conn:
+            conn.publish("tls", b"pem bytes as CA")
+
+    def test_wrong_name_or_ca_refused(self) -> None:
+        wrong_name = TLSOptions(ca_certs=self.certs.ca_path, hostname="not-localhost")
+        with self.assertRaises(HandshakeError):
+            Connection(self.nsqd.tcp_address, tls=wrong_name).connect()
+        untrusted = TLSOptions(ca_certs=self.certs.untrusted_ca.cert_path)
+        with self.assertRaises(HandshakeError):
+            Connection(self.nsqd.tcp_address, tls=untrusted).connect()
+        insecure = TLSOptions(insecure_skip_verify=True)
+        deflate = IdentifyOptions(deflate=True)
+        with Connection(self.nsqd.tcp_address, tls=insecure, identify=deflate) as c:
+            c.publish("tls", b"x")
+
+    def test_tls_required(self) -> None:
+        # nsqd requires TLS: a plain connection's first command is refused.
+        with Connection(self.nsqd.tcp_address) as conn:
+            with self.assertRaises(InvalidError):
+                conn.publish("t", b"x")
+
+
+class _AuthHandler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+        if query.get("secret") == ["good"]:
+            body = json.dumps(
+                {
+                    "ttl": 3600,
+                    "identity": "tester",
+                    "identity_url": "http://example/",
+                    "authorizations": [
+                        {"topic": ".*", "channels": [".*"], "permissions": ["subscribe", "publish"]}
+                    ],
+                }
+            ).encode()
+            self.send_response(200)
+        else:
+            body = b"no"
+            self.send_response(401)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class AuthTests(TestCase):
+    def setUp(self) -> None:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _AuthHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        port = server.server_address[1]
+        self.nsqd = start_nsqd(self, [f"--auth-http-address=127.0.0.1:{port}"])
+
+    def test_auth(self) -> None:
+        snappy = IdentifyOptions(snappy=True)
+        with Connection(self.nsqd.tcp_address, auth_secret="good", identify=snappy) as conn:
+            self.assertEqual((conn.auth_identity or {}).get("identity"), "tester")
+            conn.publish("auth", b"x")
+        with self.assertRaises(AuthFailedError):
+            Connection(self.nsqd.tcp_address, auth_secret="bad").connect()
+        with self.assertRaises(HandshakeError):
+            Connection(self.nsqd.tcp_address).connect()
+
+
+class _FakeNSQD:
+    """A one-connection fake nsqd that answers with scripted bytes."""
+
+    def __init__(self, testcase: TestCase, script: Any) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        testcase.addCleanup(self.listener.close)
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.received = b""
+        self.thread = threading.Thread(target=self._run, args=(script,), daemon=True)
+        self.thread.start()
+        testcase.addCleanup(self.thread.join, 5)
+
+    def _run(self, script: Any) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            conn.settimeout(5)
+            try:
+                script(self, conn)
+            except OSError:
+                pass
+
+    def read_until(self, conn: socket.socket, marker: bytes) -> None:
+        while marker not in self.received:
+            data = conn.recv(65536)
+            if not data:
+                return
+            self.received += data
+
+
+def _identify_answer(**features: Any) -> bytes:
+    answer = {"max_rdy_count": 2500, "version": "fake", "msg_timeout": 60000}
+    answer.update(features)
+    return encode_response(json.dumps(answer).encode())
+
+
+class FakeServerTests(TestCase):
+    def test_compressed_bytes_in_the_identify_segment(self) -> None:
+        """The compressed OK (and a message) arrive in the same segment as the IDENTIFY
+        answer: they must go through the decompressor, not the plain frame parser."""
+
+        def script(fake: _FakeNSQD, conn: socket.socket) -> None:
+            fake.read_until(conn, b"}")  # the IDENTIFY JSON body
+            snappy = SnappyCompressor()
+            conn.sendall(
+                _identify_answer(snappy=True)
+                + snappy.compress(encode_response(b"OK"))
+            )
+            fake.read_until(conn, b"SUB")
+            conn.sendall(
+                snappy.compress(
+                    encode_response(b"OK") + encode_message(1, 1, b"0" * 16, b"hello")
+                )
+            )
+            time.sleep(0.5)
+
+        fake = _FakeNSQD(self, script)
+        with Connection(fake.address, identify=IdentifyOptions(snappy=True), timeout=5) as conn:
+            conn.subscribe("t", "c")
+            (message,) = conn.receive(5)
+            self.assertEqual(message.body, b"hello")
+
+    def test_heartbeat_answered_while_waiting(self) -> None:
+        def script(fake: _FakeNSQD, conn: socket.socket) -> None:
+            fake.read_until(conn, b"}")
+            conn.sendall(_identify_answer())
+            fake.read_until(conn, b"PUB")
+            conn.sendall(encode_response(b"_heartbeat_"))
+            fake.read_until(conn, b"NOP\n")
+            conn.sendall(encode_response(b"OK"))
+            time.sleep(0.2)
+
+        fake = _FakeNSQD(self, script)
+        with Connection(fake.address, timeout=5) as conn:
+            conn.publish("t", b"x")
+        self.assertIn(b"NOP\n", fake.received)
+
+    def test_timeouts(self) -> None:
+        def silent(fake: _FakeNSQD, conn: socket.socket) -> None:
+            fake.read_until(conn, b"never")
+
+        fake = _FakeNSQD(self, silent)
+        started = time.monotonic()
+        with self.assertRaises(NSQTimeoutError):
+            Connection(fake.address, timeout=0.3).connect()
+        self.assertLess(time.monotonic() - started, 3)
+
+        def slow_ok(fake: _FakeNSQD, conn: socket.socket) -> None:
+            fake.read_until(conn, b"}")
+            conn.sendall(_identify_answer())
+            fake.read_until(conn, b"never")
+
+        fake = _FakeNSQD(self, slow_ok)
+        conn = Connection(fake.address, timeout=0.3)
+        conn.connect()
+        with self.assertRaises(NSQTimeoutError):
+            conn.publish("t", b"x")
+        self.assertFalse(conn.connected)
+
+    def test_garbage_and_unexpected_frames(self) -> None:
+        def garbage(fake: _FakeNSQD, conn: socket.socket) -> None:
+            fake.read_until(conn, b"}")
+            conn.sendall(_identify_answer())
+            fake.read_until(conn, b"PUB")
+            conn.sendall(struct.pack(">ll", 8, 7) + b"xxxx")  # unknown frame type
+
+        fake = _FakeNSQD(self, garbage)
+        with Connection(fake.address, timeout=5) as conn, self.assertRaises(ProtocolError):
+            conn.publish("t", b"x")
+
+        def error_first(fake: _FakeNSQD, conn: socket.socket) -> None:
+            fake.read_until(conn, b"}")
+            conn.sendall(encode_error("E_BAD_BODY", "IDENTIFY bad"))
+
+        fake = _FakeNSQD(self, error_first)
+        with self.assertRaises(Exception) as caught:
+            Connection(fake.address, timeout=5).connect()
+        self.assertEqual(getattr(caught.exception, "code", None), "E_BAD_BODY")
+
+    def test_tls_asked_but_not_offered(self) -> None:
+        def no_tls(fake: _FakeNSQD, conn: socket.socket) -> None:
+            fake.read_until(conn, b"}")
+            conn.sendall(_identify_answer(tls_v1=False))
+            time.sleep(0.2)
+
+        fake = _FakeNSQD(self, no_tls)
+        with self.assertRaises(HandshakeError):
+            Connection(fake.address, tls=TLSOptions(), timeout=5).connect()

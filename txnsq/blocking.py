@@ -1,0 +1,1000 @@
+"""A small synchronous NSQ client on txnsq's wire core: plain sockets, no reactor.
+
+:class:`Connection` speaks to one nsqd over TCP (optionally TLS, snappy or deflate, and
+AUTH), for code that cannot run a Twisted reactor: scripts, and the worker processes of
+the PySpark data source. It publishes (``PUB``, pipelined ``MPUB``, ``DPUB``) and it
+consumes (``SUB``, ``RDY``, ``FIN``/``REQ``/``TOUCH``); heartbeats are answered with
+``NOP`` whenever it reads.
+
+Every wait is bounded by the connection's ``timeout``. Errors are txnsq's own
+exceptions: a named :class:`~txnsq.errors.NSQServerError` subclass for an error frame,
+:class:`~txnsq.errors.HandshakeError` when negotiation fails,
+:class:`~txnsq.errors.ConnectionClosed` (and its subclass :class:`NSQTimeoutError`)
+when the connection is lost or times out, :class:`~txnsq.errors.ProtocolError` for bytes
+that break the protocol. Arguments are checked before anything is sent.
+
+A :class:`Connection` is not thread-safe: use it from one thread at a time.
+
+Example::
+
+    from txnsq.blocking import Connection
+
+    with Connection("127.0.0.1:4150") as conn:
+        conn.publish("events", b"hello")
+        conn.multi_publish("events", bodies, batch_size=500)
+
+This module imports nothing from Twisted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import select
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Any, Final
+
+from txnsq._wire import commands
+from txnsq._wire.compression import Compressor, Decompressor, codecs_for
+from txnsq._wire.frames import (
+    DEFAULT_MAX_FRAME_SIZE,
+    HEARTBEAT,
+    ErrorFrame,
+    FrameParser,
+    MessageFrame,
+    Response,
+)
+from txnsq._wire.identify import (
+    Features,
+    IdentifyOptions,
+    identify_body,
+    parse_identify_response,
+    upgrade_steps,
+)
+from txnsq.errors import (
+    ConnectionClosed,
+    HandshakeError,
+    NSQError,
+    NSQServerError,
+    ProtocolError,
+)
+
+__all__ = [
+    "DEFAULT_PORT",
+    "DEFAULT_TIMEOUT",
+    "Connection",
+    "NSQTimeoutError",
+    "TLSOptions",
+    "parse_address",
+]
+
+#: nsqd's default TCP port.
+DEFAULT_PORT: Final = 4150
+#: Seconds any single wait (connect, handshake, a response, a write) may take.
+DEFAULT_TIMEOUT: Final = 10.0
+#: When :meth:`Connection.multi_publish` splits bodies, no MPUB body exceeds this many
+#: bytes unless ``max_body_size`` says otherwise (nsqd's default ``--max-body-size``).
+DEFAULT_MPUB_BYTES: Final = 5 * 1024 * 1024
+
+_RECV_SIZE: Final = 256 * 1024
+_MAX_RECV_ROUNDS: Final = 8
+_SEND_CHUNK: Final = 1024 * 1024
+_CLOSE_WAIT: Final = b"CLOSE_WAIT"
+_OK: Final = b"OK"
+
+
+class NSQTimeoutError(ConnectionClosed, TimeoutError):
+    """A wait on the connection took longer than its ``timeout``.
+
+    The connection is closed when this is raised: whether nsqd executed the last command
+    is unknown (a publish may or may not have been stored).
+    """
+
+
+def parse_address(
+    address: str | tuple[str, int], default_port: int = DEFAULT_PORT
+) -> tuple[str, int]:
+    """Return ``(host, port)`` for ``"host:port"``, ``"[v6addr]:port"``, ``"host"`` or a pair.
+
+    :raises ValueError: for an empty host or a port that is not 1..65535.
+    :raises TypeError: for anything but a str or a (str, int) pair.
+    """
+    if isinstance(address, tuple):
+        if len(address) != 2 or not isinstance(address[0], str):
+            raise TypeError(f"address must be 'host:port' or (host, port), not {address!r}")
+        host, port_value = address
+        port = _port(port_value, address)
+    elif isinstance(address, str):
+        text = address.strip()
+        if text.startswith("["):
+            host, sep, rest = text[1:].partition("]")
+            if not sep or (rest and not rest.startswith(":")):
+                raise ValueError(f"invalid address {address!r}")
+            port = _port(rest[1:], address) if rest else default_port
+        elif text.count(":") == 1:
+            host, _, port_text = text.partition(":")
+            port = _port(port_text, address)
+        else:
+            # a bare host name, IPv4 address or unbracketed IPv6 address
+            host, port = text, default_port
+    else:
+        raise TypeError(
+            f"address must be a str or a (host, port) pair, not {type(address).__name__}"
+        )
+    if not host:
+        raise ValueError(f"invalid address {address!r}: empty host")
+    return host, port
+
+
+def _port(value: object, address: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"invalid port in address {address!r}")
+    try:
+        port = int(value)
+    except ValueError:
+        raise ValueError(f"invalid port in address {address!r}") from None
+    if not 1 <= port <= 65535:
+        raise ValueError(f"invalid port in address {address!r}")
+    return port
+
+
+@dataclasses.dataclass(frozen=True, slots=True, repr=False)
+class TLSOptions:
+    """How a :class:`Connection` checks nsqd's certificate and presents its own.
+
+    The field names follow :class:`txnsq.tls.TLSOptions` (the Twisted client's); this one
+    builds a stdlib :class:`ssl.SSLContext` instead. By default nsqd's certificate must
+    chain to the system's trusted CAs and name the host dialled.
+
+    :ivar ca_certs: the CAs to trust instead of the system's: a path to a PEM bundle, or
+        the PEM bytes.
+    :ivar client_cert: a path to a PEM client certificate to present (for nsqd's
+        ``--tls-client-auth-policy``); ``client_key`` is the path of its key, when it is
+        not in the same file.
+    :ivar hostname: the name nsqd's certificate must carry, when it differs from the
+        address dialled (an IP broadcast by nsqlookupd, a tunnel).
+    :ivar insecure_skip_verify: accept any certificate. It gives up all protection
+        against an attacker in the middle; never the default.
+    """
+
+    ca_certs: str | bytes | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    hostname: str | None = None
+    insecure_skip_verify: bool = False
+
+    def __post_init__(self) -> None:
+        if self.client_key is not None and self.client_cert is None:
+            raise ValueError("TLS client_key given without client_cert")
+        if self.ca_certs is not None and not (
+            isinstance(self.ca_certs, bytes) or (isinstance(self.ca_certs, str) and self.ca_certs)
+        ):
+            raise TypeError("TLS ca_certs must be a file path (str) or PEM bytes")
+        for name in ("client_cert", "client_key", "hostname"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise TypeError(f"TLS {name} must be a non-empty str")
+        if not isinstance(self.insecure_skip_verify, bool):
+            raise TypeError("TLS insecure_skip_verify must be a bool")
+
+    def context(self) -> ssl.SSLContext:
+        """Return a client :class:`ssl.SSLContext` for these options.
+
+        :raises OSError, ssl.SSLError: if a file cannot be read or holds no valid PEM.
+        """
+        ca = self.ca_certs
+        if isinstance(ca, bytes):
+            ctx = ssl.create_default_context(cadata=ca.decode("ascii", "replace"))
+        else:
+            ctx = ssl.create_default_context(cafile=ca)
+        if self.client_cert is not None:
+            ctx.load_cert_chain(self.client_cert, self.client_key)
+        if self.insecure_skip_verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+    def __repr__(self) -> str:
+        ca = "<PEM bytes>" if isinstance(self.ca_certs, bytes) else repr(self.ca_certs)
+        return (
+            f"TLSOptions(ca_certs={ca}, client_cert={self.client_cert!r}, "
+            f"hostname={self.hostname!r}, insecure_skip_verify={self.insecure_skip_verify})"
+        )
+
+
+class _Slot:
+    """One command waiting for its response frame."""
+
+    __slots__ = ("done", "error", "pipelined", "value")
+
+    def __init__(self, pipelined: bool = False) -> None:
+        self.pipelined = pipelined
+        self.done = False
+        self.value: bytes = b""
+        self.error: NSQError | None = None
+
+
+class Connection:
+    """A synchronous connection to one nsqd.
+
+    Nothing happens on the network until :meth:`connect` (or ``with``), which does the
+    whole handshake: magic, IDENTIFY, then TLS, snappy or deflate, and AUTH as nsqd's
+    answer asks for.
+
+    :param address: ``"host:port"`` or ``(host, port)`` of nsqd's TCP interface.
+    :param identify: what to ask for in IDENTIFY. ``client_id`` and ``hostname`` default
+        to this machine's names. ``snappy=True`` or ``deflate=True`` asks for compression.
+    :param tls: TLS options; giving them asks for TLS (``tls_v1``). When ``identify``
+        asks for TLS and this is ``None``, the defaults (system CAs) are used.
+    :param auth_secret: sent with AUTH when nsqd requires it.
+    :param timeout: seconds any wait may take (a response, a write, the handshake);
+        ``None`` waits forever.
+    :param connect_timeout: seconds for TCP connect plus handshake (default ``timeout``).
+    :param max_body_size: nsqd's ``--max-body-size`` if known: larger MPUBs are refused
+        before sending, and :meth:`multi_publish` splits below it.
+    :param max_msg_size: nsqd's ``--max-msg-size`` if known: larger bodies are refused
+        before sending.
+    :param max_frame_size: the largest frame accepted from nsqd (a larger declared size
+        is a :class:`~txnsq.errors.ProtocolError`).
+    :param on_nonfatal_error: called with each non-fatal error frame (``E_FIN_FAILED``,
+        ``E_REQ_FAILED``, ``E_TOUCH_FAILED``); they are otherwise only counted in
+        :attr:`nonfatal_errors`.
+    """
+
+    def __init__(
+        self,
+        address: str | tuple[str, int],
+        *,
+        identify: IdentifyOptions | None = None,
+        tls: TLSOptions | None = None,
+        auth_secret: str | bytes | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        connect_timeout: float | None = None,
+        max_body_size: int | None = None,
+        max_msg_size: int | None = None,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        on_nonfatal_error: Callable[[NSQServerError], None] | None = None,
+    ) -> None:
+        self.host, self.port = parse_address(address)
+        options = identify if identify is not None else IdentifyOptions()
+        if not isinstance(options, IdentifyOptions):
+            raise TypeError(f"identify must be IdentifyOptions, not {type(options).__name__}")
+        if tls is not None and not isinstance(tls, TLSOptions):
+            raise TypeError(f"tls must be TLSOptions, not {type(tls).__name__}")
+        if tls is not None and not options.tls_v1:
+            options = dataclasses.replace(options, tls_v1=True)
+        elif options.tls_v1 and tls is None:
+            tls = TLSOptions()
+        if options.client_id is None or options.hostname is None:
+            name = socket.gethostname()
+            options = dataclasses.replace(
+                options,
+                client_id=options.client_id or name.split(".")[0],
+                hostname=options.hostname or name,
+            )
+        if auth_secret is not None:
+            commands.auth(auth_secret)  # validates type and emptiness
+        for what, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+            if value is not None and (isinstance(value, bool) or not value > 0):
+                raise ValueError(f"{what} must be positive or None, not {value!r}")
+        for what, limit in (("max_body_size", max_body_size), ("max_msg_size", max_msg_size)):
+            if limit is not None and (type(limit) is not int or limit < 1):
+                raise ValueError(f"{what} must be a positive int or None, not {limit!r}")
+        self.identify_options: IdentifyOptions = options
+        self.tls_options: TLSOptions | None = tls
+        self._auth_secret = auth_secret
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
+        self.max_body_size = max_body_size
+        self.max_msg_size = max_msg_size
+        self.on_nonfatal_error = on_nonfatal_error
+        #: How many non-fatal error frames nsqd sent (E_FIN_FAILED, ...).
+        self.nonfatal_errors = 0
+        #: The last non-fatal error frame, if any.
+        self.last_nonfatal_error: NSQServerError | None = None
+        #: The AUTH answer (identity, permission_count, ...) when AUTH was done.
+        self.auth_identity: dict[str, Any] | None = None
+        self._features: Features | None = None
+        self._sock: socket.socket | None = None
+        self._poll: Any = None
+        self._parser = FrameParser(max_frame_size)
+        self._compressor: Compressor | None = None
+        self._decompressor: Decompressor | None = None
+        self._out = bytearray()
+        self._slots: deque[_Slot] = deque()
+        self._messages: list[MessageFrame] = []
+        self._pipelined = 0
+        self._pipeline_error: NSQError | None = None
+        self._error: NSQError | None = None
+        # A fatal error no command was waiting for: raised once, by the next call.
+        self._unreported: NSQError | None = None
+        self._handshaking = False
+        self._closing = False
+
+    # -- public state ------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """``"host:port"`` of the nsqd this connection is for."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def features(self) -> Features:
+        """What nsqd agreed to in IDENTIFY.
+
+        :raises ConnectionClosed: before :meth:`connect` succeeded.
+        """
+        if self._features is None:
+            raise ConnectionClosed("not connected")
+        return self._features
+
+    @property
+    def connected(self) -> bool:
+        """Whether the handshake succeeded and the connection has not been closed."""
+        return self._sock is not None and self._features is not None and self._error is None
+
+    @property
+    def pending_publishes(self) -> int:
+        """How many pipelined MPUBs still wait for their answer."""
+        return self._pipelined
+
+    def fileno(self) -> int:
+        """The socket's file descriptor, for selectors (``-1`` once closed)."""
+        return self._sock.fileno() if self._sock is not None else -1
+
+    def has_buffered_input(self) -> bool:
+        """Whether messages, or TLS bytes not visible to a selector, are already buffered.
+
+        An event loop must call :meth:`receive` with ``timeout=0`` when this is true even
+        if the socket is not readable.
+        """
+        if self._messages:
+            return True
+        sock = self._sock
+        return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+
+    # -- connecting --------------------------------------------------------------------
+
+    def connect(self) -> Features:
+        """Connect and do the whole handshake; return what nsqd agreed to.
+
+        :raises HandshakeError: if negotiation fails (TLS refused or not verifiable,
+            compression refused, AUTH needed without a secret).
+        :raises NSQServerError: for an error frame nsqd answers the handshake with
+            (``E_IDENTIFY_FAILED``, ``E_AUTH_FAILED``...).
+        :raises ConnectionClosed: if the TCP connection fails, closes or times out.
+        """
+        if self._sock is not None or self._error is not None:
+            raise NSQError("Connection.connect() may only be called once")
+        deadline = _deadline(self.connect_timeout)
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        except OSError as e:
+            err = (
+                NSQTimeoutError(f"connecting to {self.address} timed out", reason=e)
+                if isinstance(e, TimeoutError)
+                else ConnectionClosed(f"cannot connect to {self.address}", reason=e)
+            )
+            self._error = err
+            raise err from e
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:  # pragma: no cover - not a TCP socket on some platforms
+            pass
+        sock.setblocking(False)
+        self._set_socket(sock)
+        self._handshaking = True
+        try:
+            self._handshake(deadline)
+        except BaseException as e:
+            self._fail(e if isinstance(e, NSQError) else ConnectionClosed("handshake failed", e))
+            raise
+        finally:
+            self._handshaking = False
+        assert self._features is not None
+        return self._features
+
+    def _handshake(self, deadline: float | None) -> None:
+        options = self.identify_options
+        parser = self._parser
+        self._write_plain(commands.MAGIC_V2 + commands.identify(identify_body(options)), deadline)
+        answer = self._read_handshake_frame(deadline)
+        features = parse_identify_response(answer)
+        steps = upgrade_steps(options, features, self._auth_secret is not None)
+        for step in steps:
+            if step == "tls":
+                if parser.take_buffered():
+                    raise ProtocolError("nsqd sent bytes before the TLS handshake")
+                self._start_tls(deadline)
+                if self._read_handshake_frame(deadline) != _OK:
+                    raise HandshakeError("nsqd did not answer OK after the TLS handshake")
+            elif step in ("snappy", "deflate"):
+                codecs = codecs_for(
+                    snappy=step == "snappy",
+                    deflate=step == "deflate",
+                    deflate_level=features.deflate_level or options.deflate_level,
+                )
+                assert codecs is not None
+                self._compressor, self._decompressor = codecs
+                # What nsqd sent after its answer is already compressed.
+                slot = self._expect()
+                self._feed(self._decompressor.decompress(parser.take_buffered()))
+                if self._wait_slot(slot, deadline) != _OK:
+                    raise HandshakeError(f"nsqd did not answer OK after enabling {step}")
+            elif step == "auth":
+                assert self._auth_secret is not None
+                self._feed(parser.take_buffered())
+                answer = self._request(commands.auth(self._auth_secret), deadline)
+                self.auth_identity = _auth_answer(answer)
+        self._feed(parser.take_buffered())
+        self._features = features
+
+    def _start_tls(self, deadline: float | None) -> None:
+        tls = self.tls_options
+        assert tls is not None and self._sock is not None
+        try:
+            ctx = tls.context()
+            sock = ctx.wrap_socket(
+                self._sock,
+                server_hostname=tls.hostname or self.host,
+                do_handshake_on_connect=False,
+            )
+        except (OSError, ValueError) as e:
+            raise HandshakeError(f"cannot start TLS with {self.address}: {e}") from e
+        self._set_socket(sock)
+        while True:
+            try:
+                sock.do_handshake()
+                return
+            except ssl.SSLWantReadError:
+                self._wait_io(True, False, deadline)
+            except ssl.SSLWantWriteError:
+                self._wait_io(False, True, deadline)
+            except (ssl.SSLError, ssl.CertificateError) as e:
+                raise HandshakeError(f"TLS handshake with {self.address} failed: {e}") from e
+            except OSError as e:
+                raise ConnectionClosed(f"TLS handshake with {self.address} failed", e) from e
+
+    def _read_handshake_frame(self, deadline: float | None) -> bytes:
+        """Read exactly one response frame of the handshake.
+
+        The bytes after it may belong to another stream (TLS or compressed): the parser
+        keeps them unparsed, for ``take_buffered()``.
+        """
+        parser = self._parser
+        frames = parser.feed(b"", max_frames=1) if parser.buffered() else []
+        while not frames:
+            self._wait_io(True, False, deadline)
+            data = self._recv_raw()
+            if data is None:
+                continue
+            if not data:
+                raise ConnectionClosed(
+                    f"nsqd at {self.address} closed the connection during the handshake"
+                )
+            frames = parser.feed(data, max_frames=1)
+        frame = frames[0]
+        if type(frame) is Response:
+            return bytes(frame.data)
+        if type(frame) is ErrorFrame:
+            raise frame.exception()
+        raise ProtocolError(f"unexpected frame during the handshake: {frame!r}")
+
+    # -- publishing --------------------------------------------------------------------
+
+    def publish(self, topic: str, body: bytes) -> None:
+        """Publish one message and wait for nsqd's OK.
+
+        :raises TypeError, ValueError: for an invalid topic or body (nothing is sent).
+        :raises NSQServerError: e.g. :class:`~txnsq.errors.BadMessageError`.
+        """
+        self._check_ok(self._request(commands.pub(topic, body, self.max_msg_size)))
+
+    def deferred_publish(self, topic: str, delay_ms: int, body: bytes) -> None:
+        """Publish one message that nsqd delivers after ``delay_ms``; wait for the OK."""
+        self._check_ok(self._request(commands.dpub(topic, delay_ms, body, self.max_msg_size)))
+
+    def multi_publish(
+        self,
+        topic: str,
+        bodies: Iterable[bytes],
+        *,
+        batch_size: int | None = None,
+        max_pending: int = 4,
+    ) -> int:
+        """Publish ``bodies``; return how many once nsqd has acknowledged every one.
+
+        With ``batch_size=None`` all bodies go in one MPUB, which nsqd stores atomically.
+        Otherwise they are split into MPUBs of at most ``batch_size`` messages (and at
+        most ``max_body_size`` bytes), up to ``max_pending`` of them in flight at once:
+        much faster, but not atomic. When an MPUB fails, the ones before it may have
+        been stored: retrying can publish duplicates.
+
+        :raises TypeError, ValueError: for an invalid topic, body or size; nothing of
+            the offending MPUB is sent (earlier ones may have been).
+        """
+        commands.validate_topic_name(topic)
+        if batch_size is None:
+            items = bodies if isinstance(bodies, Sequence) else list(bodies)
+            self._check_ok(self._request(self._encode_mpub(topic, items)))
+            return len(items)
+        _positive(batch_size, "batch_size")
+        _positive(max_pending, "max_pending")
+        limit = (self.max_body_size or DEFAULT_MPUB_BYTES) - 4
+        total = 0
+        chunk: list[bytes] = []
+        size = 0
+        for body in bodies:
+            length = len(body) + 4
+            if chunk and (len(chunk) >= batch_size or size + length > limit):
+                self.start_multi_publish(topic, chunk, max_pending=max_pending)
+                total += len(chunk)
+                chunk, size = [], 0
+            chunk.append(body)
+            size += length
+        if chunk:
+            self.start_multi_publish(topic, chunk, max_pending=max_pending)
+            total += len(chunk)
+        self.wait_published()
+        return total
+
+    def _encode_mpub(self, topic: str, bodies: Iterable[bytes]) -> bytes:
+        return commands.mpub(topic, bodies, self.max_msg_size, self.max_body_size)
+
+    def start_multi_publish(
+        self, topic: str, bodies: Iterable[bytes], *, max_pending: int = 4
+    ) -> None:
+        """Send one MPUB without waiting for its OK (a pipelined publish).
+
+        At most ``max_pending`` MPUBs are left unanswered: this waits for the oldest
+        answers first when needed. Call :meth:`wait_published` to wait for all of them.
+
+        :raises NSQServerError: the error of an earlier pipelined MPUB, when it failed.
+        """
+        _positive(max_pending, "max_pending")
+        data = self._encode_mpub(topic, bodies)
+        self._raise_pipeline_error()
+        if self._pipelined >= max_pending:
+            self._wait_pipelined(max_pending - 1)
+        slot = _Slot(pipelined=True)
+        self._send(data, slot)
+        self._pipelined += 1
+
+    def wait_published(self) -> None:
+        """Wait until every pipelined MPUB has been answered.
+
+        :raises NSQServerError: the first error among them (the connection is closed:
+            publish errors are fatal in nsqd).
+        """
+        self._wait_pipelined(0)
+        self._raise_pipeline_error()
+
+    def _wait_pipelined(self, at_most: int) -> None:
+        deadline = _deadline(self.timeout)
+        while self._pipelined > at_most:
+            self._raise_pipeline_error()
+            self._read_once(deadline)
+
+    def _raise_pipeline_error(self) -> None:
+        """Raise a failed pipelined MPUB's error, once; the connection is closed by then,
+        so later calls raise ConnectionClosed."""
+        error = self._pipeline_error
+        if error is not None:
+            self._pipeline_error = None
+            self._unreported = None
+            if self._error is None:
+                self._fail(error)
+            raise error
+
+    # -- consuming ---------------------------------------------------------------------
+
+    def subscribe(self, topic: str, channel: str) -> None:
+        """``SUB`` to ``topic``/``channel`` and wait for OK. Messages flow after :meth:`rdy`."""
+        self._check_ok(self._request(commands.sub(topic, channel)))
+
+    def rdy(self, count: int) -> None:
+        """Allow nsqd to have ``count`` messages in flight to this connection.
+
+        :raises ValueError: if ``count`` is above nsqd's ``max_rdy_count`` (nsqd would close
+            the connection).
+        """
+        max_rdy = self._features.max_rdy_count if self._features is not None else None
+        self._send(commands.rdy(count, max_rdy))
+
+    def receive(self, timeout: float | None = None) -> list[MessageFrame]:
+        """Return the messages received so far, waiting up to ``timeout`` seconds for one.
+
+        ``timeout=0`` only looks at what is already there; ``None`` waits without limit.
+        Heartbeats are answered on the way. Returns ``[]`` when nothing came in time.
+
+        :raises ConnectionClosed: if the connection is (or gets) closed.
+        :raises NSQServerError: for a fatal error frame from nsqd.
+        """
+        if self._messages:
+            messages, self._messages = self._messages, []
+            return messages
+        self._check_usable()
+        deadline = _deadline(timeout)
+        while True:
+            self._read_once(deadline, timeout_ok=True)
+            if self._messages:
+                messages, self._messages = self._messages, []
+                return messages
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
+
+    def fin(self, message_id: bytes) -> None:
+        """``FIN`` a message: it was handled. (A failure arrives as a non-fatal error.)"""
+        self._send(commands.fin(message_id))
+
+    def req(self, message_id: bytes, delay_ms: int = 0) -> None:
+        """``REQ`` a message: nsqd delivers it again after ``delay_ms``."""
+        self._send(commands.req(message_id, delay_ms))
+
+    def touch(self, message_id: bytes) -> None:
+        """``TOUCH`` a message: restart its in-flight timeout."""
+        self._send(commands.touch(message_id))
+
+    def fin_many(self, message_ids: Iterable[bytes]) -> None:
+        """``FIN`` several messages in one write."""
+        self._send_many(commands.fin, message_ids)
+
+    def req_many(self, message_ids: Iterable[bytes], delay_ms: int = 0) -> None:
+        """``REQ`` several messages in one write."""
+        encode = commands.req
+        self._send_many(lambda message_id: encode(message_id, delay_ms), message_ids)
+
+    def touch_many(self, message_ids: Iterable[bytes]) -> None:
+        """``TOUCH`` several messages in one write."""
+        self._send_many(commands.touch, message_ids)
+
+    def _send_many(self, encode: Callable[[bytes], bytes], message_ids: Iterable[bytes]) -> None:
+        ids = message_ids if isinstance(message_ids, list) else list(message_ids)
+        if not ids:
+            return
+        # Every command is "<verb> <id><tail>": encode the first one with the wire core,
+        # then, when every id is 16 bytes, repeat that framing with one C-level join
+        # (nsqd's ids are; anything else goes through the encoder, which checks it).
+        first = ids[0]
+        head = encode(first)
+        if type(first) is bytes and set(map(len, ids)) == {16}:
+            verb, _, tail = head.partition(first)
+            try:
+                data = verb + (tail + verb).join(ids) + tail
+            except TypeError:  # not all bytes-like: let the encoder say which
+                data = b"".join([encode(message_id) for message_id in ids])
+        else:
+            data = b"".join([encode(message_id) for message_id in ids])
+        self._send(data)
+
+    def nop(self) -> None:
+        """Send ``NOP`` (nothing else is needed to keep a connection alive: reading does)."""
+        self._send(commands.NOP)
+
+    def cls(self) -> None:
+        """Send ``CLS`` and wait for ``CLOSE_WAIT``: nsqd sends no more messages.
+
+        Messages that arrived before the answer stay available from :meth:`receive`.
+        """
+        answer = self._request(commands.CLS)
+        if answer != _CLOSE_WAIT:
+            raise ProtocolError(f"unexpected answer to CLS: {answer[:40]!r}")
+
+    def poll(self) -> bool:
+        """Process whatever is readable now (answering heartbeats); return whether the
+        connection is still usable. Never raises.
+        """
+        if self._error is not None or self._sock is None:
+            return False
+        try:
+            self._read_once(_deadline(0.0), timeout_ok=True)
+        except NSQError:
+            return False
+        return self._error is None
+
+    # -- closing -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the socket at once. Pending commands fail with ConnectionClosed.
+
+        Safe to call more than once. For a subscriber, :meth:`cls` first lets nsqd stop
+        sending cleanly; messages in flight and not FINished are redelivered by nsqd after
+        their timeout.
+        """
+        if self._closing:
+            return
+        self._closing = True
+        self._fail(ConnectionClosed("closed by the client"))
+
+    def __enter__(self) -> Connection:
+        if self._sock is None and self._error is None:
+            self.connect()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "closed" if self._error else "new"
+        return f"<Connection {self.address} {state}>"
+
+    # -- internals: requests and responses ---------------------------------------------
+
+    def _expect(self) -> _Slot:
+        slot = _Slot()
+        self._slots.append(slot)
+        return slot
+
+    def _request(self, data: bytes, deadline: float | None = None) -> bytes:
+        self._raise_pipeline_error()
+        slot = _Slot()
+        self._send(data, slot, deadline)
+        return self._wait_slot(slot, deadline)
+
+    def _wait_slot(self, slot: _Slot, deadline: float | None = None) -> bytes:
+        if deadline is None:
+            deadline = _deadline(self.timeout)
+        while not slot.done:
+            self._read_once(deadline)
+        if slot.error is not None:
+            raise slot.error
+        return slot.value
+
+    @staticmethod
+    def _check_ok(answer: bytes) -> None:
+        if answer != _OK:
+            raise ProtocolError(f"expected OK, got {answer[:40]!r}")
+
+    def _check_usable(self) -> None:
+        error = self._error
+        if error is not None:
+            unreported, self._unreported = self._unreported, None
+            if unreported is not None:
+                raise unreported
+            if isinstance(error, ConnectionClosed):
+                raise error
+            raise ConnectionClosed(f"connection to {self.address} closed", reason=error)
+        if self._sock is None:
+            raise ConnectionClosed("not connected")
+
+    def _feed(self, data: bytes) -> None:
+        if not data:
+            return
+        messages = self._messages
+        for frame in self._parser.feed(data):
+            kind = type(frame)
+            if kind is MessageFrame:
+                messages.append(frame)
+            elif kind is Response:
+                self._response(frame.data, None)
+            elif frame is HEARTBEAT:
+                self._out += self._compress(commands.NOP)
+            elif kind is ErrorFrame:
+                error = frame.exception()
+                if error.fatal:
+                    if not self._response(b"", error):
+                        self._unreported = error
+                    self._fail(error)
+                    return
+                self.nonfatal_errors += 1
+                self.last_nonfatal_error = error
+                if self.on_nonfatal_error is not None:
+                    self.on_nonfatal_error(error)
+            else:  # messages built by another message_factory
+                messages.append(frame)
+
+    def _response(self, data: bytes, error: NSQError | None) -> bool:
+        """Give a response (or a fatal error) to the oldest waiting command; return
+        whether there was one."""
+        if not self._slots:
+            if error is not None:
+                return False
+            raise self._fail(ProtocolError(f"unexpected response from nsqd: {data[:40]!r}"))
+        slot = self._slots.popleft()
+        slot.done = True
+        slot.value = data
+        slot.error = error
+        if slot.pipelined:
+            self._pipelined -= 1
+            if error is not None and self._pipeline_error is None:
+                self._pipeline_error = error
+            elif data != _OK and error is None and self._pipeline_error is None:
+                self._pipeline_error = ProtocolError(f"expected OK, got {data[:40]!r}")
+        return True
+
+    def _fail(self, error: NSQError) -> NSQError:
+        """Close the socket and fail every pending command with ``error`` (or, for the
+        ones behind a fatal error frame, ConnectionClosed)."""
+        if self._error is None:
+            self._error = error
+        sock, self._sock = self._sock, None
+        self._poll = None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:  # pragma: no cover
+                pass
+        closed = error if isinstance(error, ConnectionClosed) else ConnectionClosed(
+            f"connection to {self.address} closed", reason=error
+        )
+        while self._slots:
+            slot = self._slots.popleft()
+            slot.done = True
+            slot.error = closed
+            if slot.pipelined:
+                self._pipelined -= 1
+                if self._pipeline_error is None:
+                    self._pipeline_error = closed
+        self._out.clear()
+        return error
+
+    # -- internals: socket I/O ---------------------------------------------------------
+
+    def _set_socket(self, sock: socket.socket) -> None:
+        self._sock = sock
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN)
+            self._poll = poller
+
+    def _compress(self, data: bytes) -> bytes:
+        compressor = self._compressor
+        return compressor.compress(data) if compressor is not None else data
+
+    def _send(self, data: bytes, slot: _Slot | None = None, deadline: float | None = None) -> None:
+        self._check_usable()
+        self._out += self._compress(data)
+        if slot is not None:
+            self._slots.append(slot)
+        self._flush(deadline if deadline is not None else _deadline(self.timeout))
+
+    def _write_plain(self, data: bytes, deadline: float | None) -> None:
+        self._out += data
+        self._flush(deadline)
+
+    def _flush(self, deadline: float | None) -> None:
+        """Write the output buffer, reading whatever arrives meanwhile (so that neither
+        side can block the other with full socket buffers)."""
+        out = self._out
+        while out:
+            sock = self._sock
+            if sock is None:
+                self._check_usable()
+                return
+            try:
+                sent = sock.send(memoryview(out)[:_SEND_CHUNK])
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError, InterruptedError):
+                sent = 0
+            except OSError as e:
+                raise self._fail(ConnectionClosed(f"cannot write to {self.address}", e)) from e
+            if sent:
+                del out[:sent]
+                continue
+            # During the handshake nothing may be read ahead (the stream may change).
+            readable, _ = self._wait_io(not self._handshaking, True, deadline)
+            if readable:
+                self._read_available()
+
+    def _poll_io(self, read: bool, write: bool, timeout: float | None) -> tuple[bool, bool]:
+        """Return (readable, writable) within ``timeout`` seconds (``None``: no limit)."""
+        sock = self._sock
+        assert sock is not None
+        if read and isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True, False
+        poller = self._poll
+        if poller is not None:
+            mask = (select.POLLIN if read else 0) | (select.POLLOUT if write else 0)
+            poller.modify(sock.fileno(), mask)
+            flags = 0
+            for _, event in poller.poll(None if timeout is None else max(0.0, timeout) * 1000.0):
+                flags |= event
+            broken = flags & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
+            return (
+                bool(flags & select.POLLIN or (broken and read)),
+                bool(flags & select.POLLOUT or (broken and write)),
+            )
+        r, w, x = select.select(  # pragma: no cover - platforms without poll()
+            [sock] if read else [],
+            [sock] if write else [],
+            [sock],
+            None if timeout is None else max(0.0, timeout),
+        )
+        return bool(r or (x and read)), bool(w or (x and write))  # pragma: no cover
+
+    def _wait_io(self, read: bool, write: bool, deadline: float | None) -> tuple[bool, bool]:
+        """Like :meth:`_poll_io` until ``deadline``; past it, close and raise a timeout."""
+        self._check_usable()
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            readable, writable = self._poll_io(read, write, remaining)
+            if readable or writable:
+                return readable, writable
+            if deadline is not None and time.monotonic() >= deadline:
+                raise self._fail(NSQTimeoutError(f"timed out waiting for nsqd at {self.address}"))
+
+    def _recv_raw(self) -> bytes | None:
+        """One non-blocking recv: the bytes, ``b""`` at EOF, ``None`` when none are ready."""
+        sock = self._sock
+        assert sock is not None
+        try:
+            return sock.recv(_RECV_SIZE)
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError, InterruptedError):
+            return None
+        except OSError as e:
+            raise self._fail(ConnectionClosed(f"cannot read from {self.address}", e)) from e
+
+    def _read_once(self, deadline: float | None, timeout_ok: bool = False) -> None:
+        """Wait for input until ``deadline``, then read and process what is there.
+
+        With ``timeout_ok``, reaching the deadline just returns; otherwise it raises
+        :class:`NSQTimeoutError` (and closes the connection).
+        """
+        self._check_usable()
+        if timeout_ok:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            readable, _ = self._poll_io(True, False, remaining)
+        else:
+            readable, _ = self._wait_io(True, False, deadline)
+        if readable:
+            self._read_available()
+        if self._out and self._sock is not None:
+            self._flush(_deadline(self.timeout))
+
+    def _read_available(self) -> None:
+        """Read what the socket has now (a few rounds at most) and process it."""
+        sock = self._sock
+        assert sock is not None
+        chunks: list[bytes] = []
+        eof = False
+        for _ in range(_MAX_RECV_ROUNDS):
+            data = self._recv_raw()
+            if data is None:
+                break
+            if not data:
+                eof = True
+                break
+            chunks.append(data)
+            if len(data) < _RECV_SIZE and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                break
+        if chunks:
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            decompressor = self._decompressor
+            try:
+                if decompressor is not None:
+                    data = decompressor.decompress(data)
+                self._feed(data)
+            except ProtocolError as e:
+                raise self._fail(e) from e
+        if eof and self._error is None:
+            raise self._fail(ConnectionClosed(f"nsqd at {self.address} closed the connection"))
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _positive(value: object, what: str) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{what} must be a positive int, not {value!r}")
+
+
+def _auth_answer(data: bytes) -> dict[str, Any]:
+    import json
+
+    try:
+        answer = json.loads(data)
+    except ValueError as e:
+        raise ProtocolError(f"AUTH answer is not JSON: {data[:80]!r}") from e
+    if not isinstance(answer, dict):
+        raise ProtocolError(f"AUTH answer is not a JSON object: {data[:80]!r}")
+    return answer

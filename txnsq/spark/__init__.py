@@ -1,0 +1,100 @@
+"""``nsq``: a PySpark (4.2+) Python data source for NSQ.
+
+Install with the ``spark`` extra (``pip install 'txnsq[spark]'``), then::
+
+    from txnsq.spark import NSQDataSource
+    spark.dataSource.register(NSQDataSource)
+
+    # batch write: one message per row, from a binary or string column "value" (or "body")
+    df.write.format("nsq").option("nsqd", "127.0.0.1:4150").option("topic", "events").save()
+
+    # streaming write
+    df.writeStream.format("nsq").option("nsqd", "127.0.0.1:4150").option("topic", "events") \\
+        .option("checkpointLocation", "/tmp/ckpt").start()
+
+    # at-least-once streaming read
+    spark.readStream.format("nsq").option("topic", "events").option("channel", "spark") \\
+        .option("lookupd", "http://127.0.0.1:4161").load()
+
+Writes
+------
+Rows carry the message in a ``value`` (or ``body``) column of type binary or string; an
+optional string column ``topic`` overrides the ``topic`` option per row (a null falls
+back to the option). Each task publishes its partition with pipelined MPUBs and returns
+only when nsqd has acknowledged every message. A failed publish fails the task and Spark
+retries it: delivery is **at-least-once, and a retried task publishes again, so
+consumers can see duplicates**. Published messages cannot be taken back when a job
+aborts.
+
+Streaming read
+--------------
+Rows: ``value`` binary, ``id`` string, ``timestamp`` timestamp (when nsqd received it),
+``attempts`` int, ``topic`` string, ``nsqd_address`` string. Messages stay in flight
+(TOUCHed) until Spark commits the batch that holds them; only then are they FINished.
+When the query stops or fails they are REQueued; when its process dies, nsqd redelivers
+them after ``msg_timeout``. So every message is delivered at least once, possibly again
+(with ``attempts`` + 1) in a later batch after a failure or restart.
+
+* A message cannot stay in flight longer than nsqd's ``--max-msg-timeout`` (15 min by
+  default), TOUCH or not: a batch that takes longer to commit is redelivered (duplicates).
+* Messages held for the next batch count against ``maxInFlight``, which defaults to twice
+  ``maxMessagesPerTrigger`` (the batch being processed waits for its commit while the
+  next one fills). nsqd caps RDY per connection (``--max-rdy-count``, 2500 by default), so
+  the reader opens ``ceil(maxInFlight / max_rdy_count)`` connections to each nsqd.
+* ``trigger(availableNow=True)`` reads what was published before the query started and
+  ends when nothing new arrives for ``availableNowIdleMs``. "Before" compares nsqd's
+  message timestamps with the driver's clock: if nsqd's clock runs ahead, the newest
+  messages wait for the next run (nothing is lost).
+* Messages are held in the driver's Python process: ``maxInFlight`` x message size must
+  fit in its memory (100,000 x 100 B by default); lower ``maxMessagesPerTrigger`` for
+  large messages.
+* Spark may replay the last, uncommitted batch after a restart; that replay is empty
+  (its messages were never FINished and come back from nsqd with ``attempts`` + 1).
+
+Options (case-insensitive)
+--------------------------
+Both directions:
+  ``nsqd``                  ``host:port[,host:port...]`` (required for writes)
+  ``topic``                 topic name (required for reads; for writes unless a ``topic`` column)
+  ``tls``                   ``true`` to use TLS (implied by the other ``tls*`` options)
+  ``tlsCaCerts``            PEM bundle of the CAs to trust instead of the system's
+  ``tlsClientCert``/``tlsClientKey``  client certificate and key files
+  ``tlsHostname``           name nsqd's certificate must carry, if not the address's host
+  ``tlsInsecureSkipVerify`` ``true`` accepts any certificate (tests only)
+  ``compression``           ``none`` (default), ``snappy`` or ``deflate``; ``deflateLevel``
+  ``authSecret``            sent with AUTH when nsqd requires it
+  ``timeout``               seconds any network wait may take (default 30)
+  ``clientId``              IDENTIFY client_id (default: the host name)
+Writes:
+  ``batchSize``             messages per MPUB (default 500)
+  ``maxPendingBatches``     MPUBs in flight per task (default 4)
+  ``maxBodySize``           largest MPUB body in bytes (default 5 MiB, nsqd's default)
+Reads:
+  ``channel``               channel name (required)
+  ``lookupd``               nsqlookupd HTTP address(es) to discover nsqds (``http://host:4161``)
+  ``lookupdPollInterval``   seconds between nsqlookupd polls (default 60)
+  ``maxMessagesPerTrigger`` messages per micro-batch at most (default 50,000)
+  ``maxInFlight``           messages held at once (default 2 x maxMessagesPerTrigger)
+  ``connectionsPerNsqd``    override the number of connections per nsqd
+  ``msgTimeoutMs``          IDENTIFY msg_timeout: redelivery delay if the reader dies
+  ``availableNowIdleMs``    quiet time that ends a Trigger.AvailableNow run (default 500)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from txnsq.spark.datasource import NSQDataSource
+
+__all__ = ["NSQDataSource"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported lazily, so that the parts that need neither pyspark nor pyarrow
+    # (options, the subscriber) import without them.
+    if name == "NSQDataSource":
+        from txnsq.spark.datasource import NSQDataSource
+
+        return NSQDataSource
+    raise AttributeError(f"module 'txnsq.spark' has no attribute {name!r}")

@@ -1,0 +1,352 @@
+"""The ``nsq`` data source's options, parsed from the strings Spark passes.
+
+Spark hands a data source its options as a case-insensitive mapping of strings
+(``.option("batchSize", 500)`` arrives as ``"500"``). They are parsed and checked once, on
+the driver, into frozen (and picklable) dataclasses, so that a typo fails the query at
+planning time with a message naming the option, not later inside a task.
+
+This module needs neither pyspark nor pyarrow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from txnsq._wire.commands import validate_channel_name, validate_topic_name
+from txnsq._wire.identify import IdentifyOptions
+from txnsq._wire.lookup import lookup_url
+from txnsq.blocking import TLSOptions, parse_address
+
+__all__ = [
+    "ConnectionSettings",
+    "OptionError",
+    "ReadOptions",
+    "WriteOptions",
+    "parse_read_options",
+    "parse_write_options",
+]
+
+#: nsqd's default ``--max-body-size``: the largest MPUB body the writer builds.
+DEFAULT_MAX_BODY_SIZE: Final = 5 * 1024 * 1024
+DEFAULT_BATCH_SIZE: Final = 500
+DEFAULT_MAX_PENDING: Final = 4
+DEFAULT_MAX_MESSAGES_PER_TRIGGER: Final = 50_000
+DEFAULT_TIMEOUT_S: Final = 30.0
+DEFAULT_LOOKUPD_POLL_S: Final = 60.0
+DEFAULT_AVAILABLE_NOW_IDLE_MS: Final = 500
+#: nsqd's ``--min-output-buffer-timeout`` default: the shortest flush delay it accepts.
+READER_OUTPUT_BUFFER_TIMEOUT_MS: Final = 25
+#: nsqd's ``--max-output-buffer-size`` default: fewer, larger writes from nsqd.
+READER_OUTPUT_BUFFER_SIZE: Final = 64 * 1024
+#: Upper bound on the connections the reader opens to one nsqd.
+MAX_CONNECTIONS_PER_NSQD: Final = 200
+
+_TRUE: Final = frozenset({"true", "1", "yes", "on"})
+_FALSE: Final = frozenset({"false", "0", "no", "off", ""})
+
+_COMMON: Final = frozenset(
+    {
+        "nsqd",
+        "topic",
+        "tls",
+        "tlscacerts",
+        "tlsclientcert",
+        "tlsclientkey",
+        "tlshostname",
+        "tlsinsecureskipverify",
+        "compression",
+        "deflatelevel",
+        "authsecret",
+        "timeout",
+        "clientid",
+    }
+)
+# Options Spark itself passes along with ours (checkpointLocation of writeStream...).
+_SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation", "queryname"})
+_WRITE_ONLY: Final = frozenset({"batchsize", "maxpendingbatches", "maxbodysize"})
+_READ_ONLY: Final = frozenset(
+    {
+        "channel",
+        "lookupd",
+        "lookupdpollinterval",
+        "maxmessagespertrigger",
+        "maxinflight",
+        "connectionspernsqd",
+        "msgtimeoutms",
+        "availablenowidlems",
+    }
+)
+
+
+class OptionError(ValueError):
+    """An ``nsq`` data source option is missing or invalid."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSettings:
+    """How to reach and talk to nsqd: what both the reader and the writer need."""
+
+    nsqd: tuple[str, ...]
+    tls: TLSOptions | None = None
+    snappy: bool = False
+    deflate: bool = False
+    deflate_level: int = 6
+    auth_secret: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    client_id: str | None = None
+
+    def identify_options(self, **overrides: object) -> IdentifyOptions:
+        """Return the IDENTIFY options for a connection with these settings."""
+        values: dict[str, object] = {
+            "client_id": self.client_id,
+            "tls_v1": self.tls is not None,
+            "snappy": self.snappy,
+            "deflate": self.deflate,
+            "deflate_level": self.deflate_level,
+        }
+        values.update(overrides)
+        return IdentifyOptions(**values)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        # Never show the auth secret.
+        secret = "<set>" if self.auth_secret else None
+        return (
+            f"ConnectionSettings(nsqd={self.nsqd!r}, tls={self.tls!r}, snappy={self.snappy}, "
+            f"deflate={self.deflate}, auth_secret={secret}, timeout={self.timeout})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """Options of ``df.write.format("nsq")`` and ``df.writeStream.format("nsq")``."""
+
+    connection: ConnectionSettings
+    topic: str | None
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_pending: int = DEFAULT_MAX_PENDING
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """Options of ``spark.readStream.format("nsq")``."""
+
+    connection: ConnectionSettings
+    topic: str
+    channel: str
+    lookupd: tuple[str, ...] = ()
+    lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_S
+    max_messages_per_trigger: int = DEFAULT_MAX_MESSAGES_PER_TRIGGER
+    max_in_flight: int = 2 * DEFAULT_MAX_MESSAGES_PER_TRIGGER
+    connections_per_nsqd: int | None = None
+    msg_timeout_ms: int | None = None
+    available_now_idle_ms: int = DEFAULT_AVAILABLE_NOW_IDLE_MS
+
+    def connections_for(self, max_rdy_count: int) -> int:
+        """How many connections to open per nsqd so that ``max_in_flight`` fits under
+        nsqd's ``max_rdy_count`` per connection."""
+        if self.connections_per_nsqd is not None:
+            return self.connections_per_nsqd
+        needed = math.ceil(self.max_in_flight / max(1, max_rdy_count))
+        return max(1, min(MAX_CONNECTIONS_PER_NSQD, needed))
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Parse the options of a write.
+
+    :raises OptionError: for an unknown, missing or invalid option.
+    """
+    opts = _lower(options)
+    _check_known(opts, _COMMON | _WRITE_ONLY, "write")
+    connection = _connection(opts)
+    if not connection.nsqd:
+        raise OptionError("option 'nsqd' is required for writes (e.g. '127.0.0.1:4150')")
+    topic = _topic(opts, required=False)
+    return WriteOptions(
+        connection=connection,
+        topic=topic,
+        batch_size=_int(opts, "batchsize", "batchSize", DEFAULT_BATCH_SIZE, low=1),
+        max_pending=_int(
+            opts, "maxpendingbatches", "maxPendingBatches", DEFAULT_MAX_PENDING, low=1
+        ),
+        max_body_size=_int(opts, "maxbodysize", "maxBodySize", DEFAULT_MAX_BODY_SIZE, low=64),
+    )
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    """Parse the options of a streaming read.
+
+    :raises OptionError: for an unknown, missing or invalid option.
+    """
+    opts = _lower(options)
+    _check_known(opts, _COMMON | _READ_ONLY, "read")
+    connection = _connection(opts)
+    topic = _topic(opts, required=True)
+    assert topic is not None
+    channel_text = opts.get("channel")
+    if not channel_text:
+        raise OptionError("option 'channel' is required for reads")
+    try:
+        channel = validate_channel_name(channel_text)
+    except ValueError as e:
+        raise OptionError(f"option 'channel': {e}") from None
+    lookupd = tuple(_split(opts.get("lookupd", "")))
+    for address in lookupd:
+        try:
+            lookup_url(address, topic)
+        except ValueError as e:
+            raise OptionError(f"option 'lookupd': {e}") from None
+    if not connection.nsqd and not lookupd:
+        raise OptionError("reads need option 'nsqd' (host:port,...) or 'lookupd' (http://...)")
+    batch = _int(
+        opts,
+        "maxmessagespertrigger",
+        "maxMessagesPerTrigger",
+        DEFAULT_MAX_MESSAGES_PER_TRIGGER,
+        low=1,
+    )
+    max_in_flight = _int(opts, "maxinflight", "maxInFlight", 2 * batch, low=1)
+    if max_in_flight < batch:
+        raise OptionError(
+            f"option 'maxInFlight' ({max_in_flight}) must be at least 'maxMessagesPerTrigger' "
+            f"({batch}); twice as much keeps the next batch filling while one waits for "
+            "its commit"
+        )
+    conns = _int(opts, "connectionspernsqd", "connectionsPerNsqd", 0, low=0)
+    msg_timeout = _int(opts, "msgtimeoutms", "msgTimeoutMs", 0, low=0)
+    if msg_timeout and msg_timeout < 1000:
+        raise OptionError(f"option 'msgTimeoutMs' must be at least 1000, not {msg_timeout}")
+    return ReadOptions(
+        connection=connection,
+        topic=topic,
+        channel=channel,
+        lookupd=lookupd,
+        lookupd_poll_interval=_float(
+            opts, "lookupdpollinterval", "lookupdPollInterval", DEFAULT_LOOKUPD_POLL_S
+        ),
+        max_messages_per_trigger=batch,
+        max_in_flight=max_in_flight,
+        connections_per_nsqd=conns or None,
+        msg_timeout_ms=msg_timeout or None,
+        available_now_idle_ms=_int(
+            opts, "availablenowidlems", "availableNowIdleMs", DEFAULT_AVAILABLE_NOW_IDLE_MS, low=1
+        ),
+    )
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): "" if v is None else str(v) for k, v in options.items()}
+
+
+def _check_known(opts: Mapping[str, str], known: frozenset[str], what: str) -> None:
+    unknown = sorted(
+        k for k in opts if k not in known and k not in _SPARK_KEYS and not k.startswith("spark.")
+    )
+    if unknown:
+        raise OptionError(
+            f"unknown option(s) for an nsq {what}: {', '.join(unknown)} (options are "
+            "case-insensitive; see txnsq.spark for the list)"
+        )
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _bool(opts: Mapping[str, str], key: str, name: str, default: bool) -> bool:
+    text = opts.get(key)
+    if text is None:
+        return default
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise OptionError(f"option '{name}' must be true or false, not {text!r}")
+
+
+def _int(opts: Mapping[str, str], key: str, name: str, default: int, low: int) -> int:
+    text = opts.get(key)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise OptionError(f"option '{name}' must be an integer, not {text!r}") from None
+    if value < low:
+        raise OptionError(f"option '{name}' must be at least {low}, not {value}")
+    return value
+
+
+def _float(opts: Mapping[str, str], key: str, name: str, default: float) -> float:
+    text = opts.get(key)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise OptionError(f"option '{name}' must be a number, not {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise OptionError(f"option '{name}' must be a positive number, not {text!r}")
+    return value
+
+
+def _topic(opts: Mapping[str, str], required: bool) -> str | None:
+    text = opts.get("topic")
+    if not text:
+        if required:
+            raise OptionError("option 'topic' is required")
+        return None
+    try:
+        return validate_topic_name(text)
+    except ValueError as e:
+        raise OptionError(f"option 'topic': {e}") from None
+
+
+def _connection(opts: Mapping[str, str]) -> ConnectionSettings:
+    nsqd = tuple(_split(opts.get("nsqd", "")))
+    for address in nsqd:
+        try:
+            parse_address(address)
+        except (TypeError, ValueError) as e:
+            raise OptionError(f"option 'nsqd': {e}") from None
+    tls_keys = ("tlscacerts", "tlsclientcert", "tlsclientkey", "tlshostname")
+    use_tls = _bool(opts, "tls", "tls", any(opts.get(k) for k in tls_keys))
+    insecure = _bool(opts, "tlsinsecureskipverify", "tlsInsecureSkipVerify", False)
+    tls: TLSOptions | None = None
+    if use_tls or insecure:
+        try:
+            tls = TLSOptions(
+                ca_certs=opts.get("tlscacerts") or None,
+                client_cert=opts.get("tlsclientcert") or None,
+                client_key=opts.get("tlsclientkey") or None,
+                hostname=opts.get("tlshostname") or None,
+                insecure_skip_verify=insecure,
+            )
+        except (TypeError, ValueError) as e:
+            raise OptionError(f"TLS options: {e}") from None
+    compression = opts.get("compression", "none").strip().lower() or "none"
+    if compression not in ("none", "snappy", "deflate"):
+        raise OptionError(
+            f"option 'compression' must be none, snappy or deflate, not {compression!r}"
+        )
+    level = _int(opts, "deflatelevel", "deflateLevel", 6, low=1)
+    if level > 9:
+        raise OptionError(f"option 'deflateLevel' must be 1 to 9, not {level}")
+    timeout = _float(opts, "timeout", "timeout", DEFAULT_TIMEOUT_S)
+    return ConnectionSettings(
+        nsqd=nsqd,
+        tls=tls,
+        snappy=compression == "snappy",
+        deflate=compression == "deflate",
+        deflate_level=level,
+        auth_secret=opts.get("authsecret") or None,
+        timeout=timeout,
+        client_id=opts.get("clientid") or None,
+    )
