@@ -382,9 +382,15 @@ class NSQProtocol(Protocol):
             self._flush()
 
     def _response(self, data: bytes) -> None:
-        if not self._pending:
+        pending = self._pending
+        if not pending:
             raise ProtocolError(f"response {data[:60]!r} with no command waiting for it")
-        d = self._pending.popleft()
+        # nsqd answers SUB, PUB, MPUB and DPUB with OK, and CLS (always the last command:
+        # nothing can follow it) with CLOSE_WAIT. Anything else must not pass for success.
+        expected = _CLOSE_WAIT if self._state == _CLOSING and len(pending) == 1 else _OK
+        if data != expected:
+            raise ProtocolError(f"response {data[:60]!r} where {expected.decode()} was expected")
+        d = pending.popleft()
         if not d.called:  # a cancelled command keeps its place in the queue
             d.callback(data)
 
