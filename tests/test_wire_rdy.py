@@ -29,6 +29,8 @@ MAX_RDY_COUNTS = st.sampled_from([0, 1, 2, 3, 5, 2500, 2500, 2500])
 
 
 def controller(max_in_flight: int = 1, seed: int = 0, **kwargs: Any) -> RdyController[str]:
+    # Allocation tests look at the shares alone; HeldRaiseTests covers settle_time.
+    kwargs.setdefault("settle_time", 0.0)
     return RdyController(max_in_flight, rng=random.Random(seed), **kwargs)
 
 
@@ -380,15 +382,22 @@ class RdyMachine(RuleBasedStateMachine):
         self.start_at_one = False
         self.sent: dict[int, int] = {}
         self.limit: dict[int, int] = {}
+        self.in_flight: dict[int, int] = {}
         self.now = 0.0
 
     @initialize(
         max_in_flight=st.integers(min_value=0, max_value=6),
         start_at_one=st.booleans(),
         seed=st.integers(min_value=0, max_value=2**32),
+        settle_time=st.sampled_from([0.0, 1.0]),
     )
-    def setup(self, max_in_flight: int, start_at_one: bool, seed: int) -> None:
-        self.c = RdyController(max_in_flight, start_at_one=start_at_one, rng=random.Random(seed))
+    def setup(self, max_in_flight: int, start_at_one: bool, seed: int, settle_time: float) -> None:
+        self.c = RdyController(
+            max_in_flight,
+            start_at_one=start_at_one,
+            rng=random.Random(seed),
+            settle_time=settle_time,
+        )
         self.start_at_one = start_at_one
 
     @property
@@ -406,6 +415,10 @@ class RdyMachine(RuleBasedStateMachine):
             self.sent[key] = value
             if value > old:
                 assert sum(self.sent.values()) <= mif, (self.sent, mif, cmds)
+                # A raise never lets what nsqd may have in flight (a connection's RDY, or
+                # the messages it still holds from a higher RDY) exceed max_in_flight.
+                held = sum(max(v, self.in_flight[k]) for k, v in self.sent.items())
+                assert held <= mif, (self.sent, self.in_flight, mif, cmds)
 
     @rule(key=st.integers(min_value=0, max_value=7), limit=MAX_RDY_COUNTS)
     def add(self, key: int, limit: int) -> None:
@@ -417,23 +430,27 @@ class RdyMachine(RuleBasedStateMachine):
             raise AssertionError("a connection was added twice")
         self.sent[key] = 0
         self.limit[key] = limit
+        self.in_flight[key] = 0
         self.apply(self.ctl.add_connection(key, self.now, limit))
 
     @precondition(lambda self: self.sent)
     @rule(data=st.data())
     def remove(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.sent)))
-        del self.sent[key], self.limit[key]
+        del self.sent[key], self.limit[key], self.in_flight[key]
         self.apply(self.ctl.remove_connection(key, self.now))
 
     @precondition(lambda self: self.sent)
     @rule(data=st.data())
     def message(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.sent)))
+        self.in_flight[key] += 1
         self.apply(self.ctl.message_received(key, self.now))
 
     @rule(key=st.integers(min_value=0, max_value=7))
     def answer(self, key: int) -> None:
+        if self.in_flight.get(key, 0) > 0:
+            self.in_flight[key] -= 1
         self.apply(self.ctl.message_answered(key))
 
     @rule(max_in_flight=st.integers(min_value=0, max_value=10))
@@ -447,6 +464,9 @@ class RdyMachine(RuleBasedStateMachine):
     @rule(seconds=st.floats(min_value=0, max_value=40))
     def advance(self, seconds: float) -> None:
         self.now += seconds
+        due = self.ctl.next_release_at if self.c is not None else None
+        if due is not None and due <= self.now:
+            self.apply(self.ctl.release(self.now))
 
     @rule(step=st.sampled_from([BackoffStep.BACKOFF, BackoffStep.TEST, BackoffStep.RESUME]))
     def backoff(self, step: BackoffStep) -> None:
@@ -467,18 +487,25 @@ class RdyMachine(RuleBasedStateMachine):
         if self.c is None:
             return
         c, limit = self.c, self.limit
-        values = rdys(c)
+        # A raise held back for lack of room counts as given for the allocation rules;
+        # it is held only while the room left is too small for a step of it.
+        values = {k: max(c.rdy(k), c.held(k)) for k in c}
+        for k in c:
+            if c.held(k):
+                assert c.held(k) > c.rdy(k)
+                assert c.room < max(1, c.held(k) // 4), (k, c.held(k), c.rdy(k), c.room)
+        total = sum(values.values())
         mif = c.max_in_flight
         if c.mode is RdyMode.BACKOFF or mif == 0:
             assert c.total_rdy == 0
         elif c.mode is RdyMode.TESTING:
-            assert c.total_rdy <= 1
+            assert total <= 1
             if any(limit.values()):
-                assert c.total_rdy == 1, "nobody is testing the waters"
+                assert total == 1, "nobody is testing the waters"
         elif len(values) > mif:
             assert all(v <= 1 for v in values.values())
             eligible = sum(1 for v in limit.values() if v > 0)
-            assert c.total_rdy == min(mif, eligible), ("RDY left unused", values, limit, mif)
+            assert total == min(mif, eligible), ("RDY left unused", values, limit, mif)
         elif values:
             share = mif // len(values)
             for k, v in values.items():
@@ -510,7 +537,7 @@ class RdyPropertyTests(SynchronousTestCase):
         """With more connections than max_in_flight, repeated redistribution gives every
         connection RDY at some point, whether the holders are idle or busy."""
         mif = data.draw(st.integers(min_value=1, max_value=n - 1))
-        c: RdyController[int] = RdyController(mif, rng=random.Random(seed))
+        c: RdyController[int] = RdyController(mif, rng=random.Random(seed), settle_time=0.0)
         for k in range(n):
             c.add_connection(k, 0.0)
         seen = {k for k in range(n) if c.rdy(k)}
@@ -530,3 +557,58 @@ class RdyPropertyTests(SynchronousTestCase):
             if len(seen) == n:
                 break
         self.assertEqual(seen, set(range(n)))
+
+
+class HeldRaiseTests(SynchronousTestCase):
+    """A raise only goes out within what nsqd may have in flight on the other connections."""
+
+    def test_raise_waits_for_messages_of_a_lowered_connection(self) -> None:
+        c = controller(100)
+        self.assertEqual(c.add_connection("a", 0.0), [RdyUpdate("a", 100)])
+        for _ in range(100):
+            c.message_received("a", 0.0)
+        # b arrives: a is lowered, but holds 100 messages, so b gets nothing yet.
+        self.assertEqual(c.add_connection("b", 0.0), [RdyUpdate("a", 50)])
+        self.assertEqual(c.held("b"), 50)
+        self.assertEqual(c.room, 0)
+        # Answers free room; b gets its share in steps of at least a quarter of it, not
+        # one RDY command per answer.
+        updates = []
+        for _ in range(50):
+            updates += c.message_answered("a")
+            self.assertLessEqual(c.total_rdy, 100)
+            self.assertLessEqual(c.rdy("b") + c.in_flight("a"), 100)
+        self.assertEqual([u.key for u in updates], ["b"] * len(updates))
+        self.assertLessEqual(len(updates), 5)
+        self.assertEqual(updates[-1], RdyUpdate("b", 50))
+        self.assertEqual(c.held("b"), 0)
+
+    def test_lowering_counts_for_settle_time(self) -> None:
+        c = controller(10, settle_time=1.0)
+        c.add_connection("a", 0.0)
+        # a holds nothing we know of, but nsqd may have sent up to 10 before it sees RDY 5.
+        self.assertEqual(c.add_connection("b", 0.5), [RdyUpdate("a", 5)])
+        self.assertEqual(c.held("b"), 5)
+        self.assertEqual(c.next_release_at, 1.5)
+        self.assertEqual(c.release(1.0), [])
+        # Messages sent before the lowering arrive and are answered: room opens early.
+        for _ in range(3):
+            c.message_received("a", 1.1)
+            c.message_answered("a")
+        self.assertEqual(c.rdy("b"), 3)
+        self.assertEqual(c.release(1.5), [RdyUpdate("b", 5)])
+        self.assertIsNone(c.next_release_at)
+
+    def test_removing_a_connection_releases(self) -> None:
+        c = controller(4)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)
+        for _ in range(2):
+            c.message_received("a", 0.0)
+            c.message_received("b", 0.0)
+        c.add_connection("c", 0.0)
+        self.assertEqual(c.held("c"), 1)
+        # a goes away with its messages (nsqd times them out): c gets its share.
+        updates = c.remove_connection("a", 0.0)
+        self.assertIn(RdyUpdate("c", 2), updates)
+        self.assertEqual(c.total_rdy, 4)

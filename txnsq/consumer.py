@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from twisted.application.internet import ClientService, backoffPolicy
+from twisted.application.internet import ClientService
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.endpoints import HostnameEndpoint
@@ -76,7 +76,12 @@ class ConsumerOptions:
     low_rdy_idle_timeout: float = 10.0
     #: a connection holding RDY this long gives it up (connections > max_in_flight)
     low_rdy_timeout: float = 30.0
-    #: first reconnect delay; it doubles per failure up to ``max_reconnect_delay``
+    #: after lowering a connection's RDY, count the messages nsqd may have sent before it
+    #: saw the lowering for this long before giving the room to another connection (so
+    #: nsqd's own in-flight total stays within max_in_flight); 0 trusts what has arrived
+    rdy_settle_time: float = 1.0
+    #: first reconnect delay; it doubles per failed attempt or handshake up to
+    #: ``max_reconnect_delay`` (each delay shortened by up to 20% at random)
     reconnect_delay: float = 1.0
     max_reconnect_delay: float = 60.0
     #: seconds the IDENTIFY/TLS/compression/AUTH handshake and SUB may take
@@ -104,6 +109,7 @@ class ConsumerOptions:
             "backoff_multiplier",
             "max_backoff_duration",
             "stop_timeout",
+            "rdy_settle_time",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -139,6 +145,11 @@ class ConsumerOptions:
             raise TypeError("auth_secret must be str or bytes")
 
 
+#: A reconnect delay is shortened by up to this fraction, at random, so that consumers
+#: restarted together do not all dial a recovering nsqd at the same moment.
+_RECONNECT_JITTER: Final = 0.2
+
+
 def _split_address(address: str) -> tuple[str, int]:
     if not isinstance(address, str):
         raise TypeError(f"nsqd address must be a str, not {type(address).__name__}")
@@ -158,6 +169,8 @@ def _default_endpoint(reactor: Any, host: str, port: int) -> IStreamClientEndpoi
 
 class _ConnectionFactory(Factory):
     """Builds the NSQProtocol for one nsqd address (for its ClientService)."""
+
+    noisy = False  # no "Starting factory" log line per connection
 
     def __init__(self, consumer: Consumer, host: str) -> None:
         self.consumer = consumer
@@ -184,6 +197,10 @@ class _Session:
     """
 
     __slots__ = (
+        "_answered",
+        "_finish",
+        "_now",
+        "_received",
         "closed",
         "consumer",
         "features",
@@ -203,15 +220,26 @@ class _Session:
         self.closed = False
         self.unanswered: dict[bytes, Message] = {}
         self.touch_calls: dict[bytes, IDelayedCall] = {}
+        # Bound once: on_message and message_finished run for every message.
+        self._received = consumer._rdy.message_received
+        self._answered = consumer._rdy.message_answered
+        self._now = consumer._reactor.seconds
+        self._finish = protocol.finish
 
     # -- messages in
 
     def on_message(self, message: Message) -> None:
+        unanswered = self.unanswered
+        msg_id = message.id
         consumer = self.consumer
-        nsqd = self.nsqd
-        nsqd.received += 1
-        self.unanswered[message.id] = message
-        updates = consumer._rdy.message_received(self, consumer._reactor.seconds())
+        if msg_id in unanswered:
+            # Redelivered (its in-flight timeout expired while the handler held it): the
+            # earlier delivery is void on nsqd, so stop counting it and let only this one
+            # be answered.
+            self._void(unanswered[msg_id])
+        unanswered[msg_id] = message
+        self.nsqd.received += 1
+        updates = self._received(self, self._now())
         if updates:
             consumer._send_rdy(updates)
         max_attempts = consumer._max_attempts
@@ -224,14 +252,16 @@ class _Session:
             consumer._log.failure(
                 "Handler raised on message {id} from {nsqd}; requeueing it",
                 id=message.id,
-                nsqd=nsqd.address,
+                nsqd=self.nsqd.address,
             )
             if not message._responded:
                 message.requeue()
             return
-        if result is None or result is True:
+        if result is True or result is None:
             if not message._responded and message._auto_response:
-                message.finish()
+                # message.finish() without its checks and its extra call.
+                message._responded = True
+                self.message_finished(message)
         elif result is False:
             if not message._responded and message._auto_response:
                 message.requeue()
@@ -242,24 +272,33 @@ class _Session:
 
     def message_finished(self, message: Message) -> None:
         msg_id = message.id
-        if self.unanswered.pop(msg_id, None) is None:
-            return  # from a connection that has closed since (or answered already)
+        if self.unanswered.get(msg_id) is not message:
+            return  # its connection closed since, or it was redelivered: nothing to send
+        del self.unanswered[msg_id]
         self.nsqd.finished += 1
         if self.touch_calls:
             self._cancel_touch(msg_id)
-        if not self.closed:
-            self.protocol.finish(msg_id)
+        updates = self._answered(self)
         consumer = self.consumer
-        consumer._rdy.message_answered(self)
         if consumer._backoff_active:
+            # Before the FIN: a backoff RDY 0 must reach nsqd before the FIN reopens
+            # this connection's window.
             consumer._backoff_result(consumer._backoff.success())
+        if not self.closed:
+            try:
+                self._finish(msg_id)
+            except NotReady:
+                pass  # being dropped: nsqd redelivers the message after its timeout
+        if updates:
+            consumer._send_rdy(updates)
         if consumer._draining and consumer._in_flight() == 0:
             consumer._drained()
 
     def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
         msg_id = message.id
-        if self.unanswered.pop(msg_id, None) is None:
+        if self.unanswered.get(msg_id) is not message:
             return
+        del self.unanswered[msg_id]
         self.nsqd.requeued += 1
         if self.touch_calls:
             self._cancel_touch(msg_id)
@@ -270,7 +309,7 @@ class _Session:
                 consumer.options.requeue_delay,
                 consumer.options.max_requeue_delay,
             )
-        consumer._rdy.message_answered(self)
+        updates = self._answered(self)
         # RDY 0 goes out before the REQ, so nsqd cannot slip in another message first.
         if consumer._backoff.enabled:
             if backoff:
@@ -278,13 +317,31 @@ class _Session:
             elif consumer._backoff_active:
                 consumer._backoff_result(consumer._backoff.neutral())
         if not self.closed:
-            self.protocol.requeue(msg_id, int(delay * 1000))
+            try:
+                self.protocol.requeue(msg_id, int(delay * 1000))
+            except NotReady:
+                pass  # being dropped: nsqd redelivers the message after its timeout
+        if updates:
+            consumer._send_rdy(updates)
         if consumer._draining and consumer._in_flight() == 0:
             consumer._drained()
 
+    def _void(self, message: Message) -> None:
+        """Forget a delivery nsqd has already timed out (it was sent again)."""
+        del self.unanswered[message.id]
+        message._responded = True  # a late answer to it raises instead of being sent
+        if self.touch_calls:
+            self._cancel_touch(message.id)
+        updates = self._answered(self)
+        if updates:
+            self.consumer._send_rdy(updates)
+
     def message_touched(self, message: Message) -> None:
-        if message.id in self.unanswered and not self.closed:
-            self.protocol.touch(message.id)
+        if self.unanswered.get(message.id) is message and not self.closed:
+            try:
+                self.protocol.touch(message.id)
+            except NotReady:
+                pass  # being dropped: the message will come back anyway
 
     # -- auto touch
 
@@ -301,7 +358,10 @@ class _Session:
                 return
             if self.consumer._reactor.seconds() + interval > deadline:
                 return  # nsqd will not extend it further: it times out and comes back
-            self.protocol.touch(message.id)
+            try:
+                self.protocol.touch(message.id)
+            except NotReady:
+                return  # being dropped
             self.touch_calls[message.id] = self.consumer._reactor.callLater(interval, touch)
 
         self.touch_calls[message.id] = self.consumer._reactor.callLater(interval, touch)
@@ -331,6 +391,7 @@ class _NSQD:
         self.wanted = True  # still listed by some lookupd (or static)
         self.service: ClientService | None = None
         self.session: _Session | None = None
+        self.last_protocol: NSQProtocol | None = None
         self.handshake_failures = 0
         self.received = 0
         self.finished = 0
@@ -408,10 +469,12 @@ class Consumer(Service):
             low_rdy_idle_timeout=opts.low_rdy_idle_timeout,
             low_rdy_timeout=opts.low_rdy_timeout,
             rng=self._rng,
+            settle_time=opts.rdy_settle_time,
         )
         self._backoff = Backoff(opts.backoff_multiplier, opts.max_backoff_duration)
         self._backoff_active = False
         self._backoff_timer: IDelayedCall | None = None
+        self._release_timer: IDelayedCall | None = None
         self._static = list(dict.fromkeys(nsqd_tcp_addresses))
         self._nsqds: dict[str, _NSQD] = {}
         self._poller: Any = None
@@ -443,6 +506,10 @@ class Consumer(Service):
         super().startService()  # type: ignore[no-untyped-call]
         self._stopping = None
         self._draining = False
+        # A previous run may have stopped in the middle of a backoff window.
+        self._backoff.reset()
+        self._backoff_active = False
+        self._send_rdy(self._rdy.leave_backoff(self._reactor.seconds()))
         for address in self._static:
             self._add_nsqd(address, static=True)
         if self._poller is not None:
@@ -529,19 +596,24 @@ class Consumer(Service):
         if nsqd is not None:
             nsqd.wanted = True
             nsqd.static = nsqd.static or static
-            return
+            if nsqd.service is not None:
+                return
+            # Known from before a stop (its counters kept): connect again.
+        else:
+            nsqd = _NSQD(address, static)
+            self._nsqds[address] = nsqd
         host, port = _split_address(address)
-        nsqd = _NSQD(address, static)
-        self._nsqds[address] = nsqd
         opts = self.options
-        base = backoffPolicy(
-            initialDelay=opts.reconnect_delay, maxDelay=opts.max_reconnect_delay, factor=2.0
-        )
+        first, longest, rng = opts.reconnect_delay, opts.max_reconnect_delay, self._rng
 
         def policy(attempt: int) -> float:
-            # Backoff grows across handshake failures too (ClientService resets its own
-            # count whenever TCP connects).
-            return float(base(attempt + nsqd.handshake_failures))
+            # ClientService counts failed attempts from 1 and resets its count whenever
+            # TCP connects, so handshake failures are added to keep the delay growing.
+            # The first retry waits reconnect_delay (backoffPolicy would wait twice
+            # that, plus up to a second of jitter from the global random module).
+            exponent = min(attempt - 1 + nsqd.handshake_failures, 64)
+            delay = min(first * 2.0**exponent, longest)
+            return delay * (1.0 - _RECONNECT_JITTER * rng.random())
 
         endpoint = self._endpoint_factory(self._reactor, host, port)
         service = ClientService(
@@ -569,7 +641,16 @@ class Consumer(Service):
                 "Waiting for a connection to {nsqd} failed", failure, nsqd=nsqd.address
             )
 
-    def _connected(self, protocol: NSQProtocol, nsqd: _NSQD) -> defer.Deferred[None]:
+    def _connected(self, protocol: NSQProtocol, nsqd: _NSQD) -> defer.Deferred[None] | None:
+        if protocol is nsqd.last_protocol:
+            session = nsqd.session
+            if session is None or session.protocol is not protocol or session.closed:
+                # The connection that just closed (its service has not noticed yet):
+                # wait for the next one.
+                self._reactor.callLater(0, self._watch, nsqd)
+            # Otherwise a second watcher of the live connection: nothing to do.
+            return None
+        nsqd.last_protocol = protocol
         nsqd.connects += 1
         session = _Session(self, nsqd, protocol)
         nsqd.session = session
@@ -642,7 +723,9 @@ class Consumer(Service):
         if not nsqd.wanted and not nsqd.static:
             self._remove_nsqd(nsqd)
         else:
-            self._watch(nsqd)
+            # Not now: the ClientService hears of the loss only after this returns, and
+            # until then whenConnected() would answer the connection that just closed.
+            self._reactor.callLater(0, self._watch, nsqd)
 
     def _remove_nsqd(self, nsqd: _NSQD) -> None:
         self._nsqds.pop(nsqd.address, None)
@@ -667,11 +750,18 @@ class Consumer(Service):
     # --------------------------------------------------------------- RDY, backoff
 
     def _send_rdy(self, updates: list[RdyUpdate[_Session]]) -> None:
+        # The controller lists lowerings first. Over several connections each command is
+        # written at once, in that order: a connection's writes otherwise wait for the
+        # end of its read or the next reactor turn, so a raise on the connection being
+        # read would reach the wire before the lowerings that make room for it.
+        several = len(updates) > 1
         for session, count in updates:
             if session.closed:
                 continue
             try:
                 session.protocol.rdy(count)
+                if several:
+                    session.protocol.flush()
             except (NotReady, ValueError) as e:
                 self._log.warn(
                     "Could not send RDY {count} to {nsqd}: {error}",
@@ -679,6 +769,25 @@ class Consumer(Service):
                     nsqd=session.nsqd.address,
                     error=e,
                 )
+        self._schedule_rdy_release()
+
+    def _schedule_rdy_release(self) -> None:
+        """A raise held back by a recent lowering is granted when the lowering stops
+        counting (see RdyController): make sure a timer is set for that moment."""
+        due = self._rdy.next_release_at
+        if due is None or not self.running:
+            return
+        timer = self._release_timer
+        if timer is not None and timer.active():
+            if timer.getTime() <= due:
+                return
+            timer.cancel()
+        delay = max(due - self._reactor.seconds(), 0.0)
+        self._release_timer = self._reactor.callLater(delay, self._release_rdy)
+
+    def _release_rdy(self) -> None:
+        self._release_timer = None
+        self._send_rdy(self._rdy.release(self._reactor.seconds()))
 
     def _redistribute(self) -> None:
         if self._rdy.needs_redistribution:
@@ -686,15 +795,16 @@ class Consumer(Service):
 
     def _backoff_result(self, action: BackoffAction) -> None:
         step = action.step
-        if step is BackoffStep.NONE:
-            return
+        if step is BackoffStep.NONE or not self.running:
+            return  # stopping: no new timer; startService resets the backoff state
         now = self._reactor.seconds()
         if step is BackoffStep.BACKOFF:
             self._backoff_active = True
+            # (not "level=": Logger.emit takes the log level under that name)
             self._log.warn(
-                "Backing off for {delay:.1f} s (level {level})",
+                "Backing off for {delay:.1f} s (level {backoff_level})",
                 delay=action.delay,
-                level=action.level,
+                backoff_level=action.level,
             )
             self._cancel_backoff_timer()
             self._backoff_timer = self._reactor.callLater(action.delay, self._backoff_timer_fired)
@@ -779,13 +889,17 @@ class Consumer(Service):
             d.callback(None)
 
     async def _graceful_stop(self) -> None:
-        timeout = self.options.stop_timeout
+        # One bound for the CLOSE_WAIT answers and the handlers together.
+        deadline = self._reactor.seconds() + self.options.stop_timeout
         if self._poller is not None:
             await self._poller.stop()
         loop, self._redistribute_loop = self._redistribute_loop, None
         if loop is not None and loop.running:
             loop.stop()
         self._cancel_backoff_timer()
+        release, self._release_timer = self._release_timer, None
+        if release is not None and release.active():
+            release.cancel()
         sessions = [
             n.session
             for n in self._nsqds.values()
@@ -798,7 +912,7 @@ class Consumer(Service):
                 d = session.protocol.close_cleanly()
             except NotReady:
                 continue
-            d.addTimeout(timeout, self._reactor)
+            d.addTimeout(max(deadline - self._reactor.seconds(), 0.0), self._reactor)
             closes.append(d)
         if closes:
             await defer.DeferredList(closes, consumeErrors=True)
@@ -807,14 +921,14 @@ class Consumer(Service):
         if self._in_flight():
             waiter: defer.Deferred[None] = defer.Deferred()
             self._drain_waiters.append(waiter)
-            waiter.addTimeout(timeout, self._reactor)
+            waiter.addTimeout(max(deadline - self._reactor.seconds(), 0.0), self._reactor)
             try:
                 await waiter
             except defer.TimeoutError:
                 self._log.warn(
                     "{count} message(s) still unanswered after {timeout} s; requeueing them",
                     count=self._in_flight(),
-                    timeout=timeout,
+                    timeout=self.options.stop_timeout,
                 )
         # 3. Give back what is still unanswered, so nsqd redelivers it at once.
         for session in sessions:
@@ -832,7 +946,7 @@ class Consumer(Service):
             service, nsqd.service = nsqd.service, None
             if service is not None and service.running:
                 stops.append(service.stopService())
-        self._nsqds.clear()
+        # The _NSQD records stay, so stats() still reports what was consumed.
         if stops:
             await defer.DeferredList(stops, consumeErrors=True)
         self._draining = False

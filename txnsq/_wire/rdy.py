@@ -23,6 +23,17 @@ The rules (``spec/rdy-and-backoff.md``):
   :meth:`RdyController.leave_backoff` restores the normal allocation.
 * The sum of RDY never exceeds ``max_in_flight``, at any point: every command list puts
   the lowerings first, so applying the commands in order never overshoots.
+* Lowering a connection's RDY does not take back the messages it already holds, so RDY
+  alone does not bound what is in flight. A raise is therefore only granted within the
+  room left once every connection counts ``max(rdy, in_flight)``; the rest of it is
+  held back and released by :meth:`RdyController.message_answered` as the messages of
+  the lowered connections are answered (in steps of at least a quarter of the target,
+  so that answers do not turn into a RDY command each). Messages nsqd sent before it saw
+  a lowering may still be on their way: for ``settle_time`` seconds after lowering a
+  connection from ``n``, it counts as holding ``n`` (less the answers it got since); the
+  caller calls :meth:`RdyController.release` at :attr:`RdyController.next_release_at`.
+  This keeps nsqd's own in-flight count within ``max_in_flight`` while connections come
+  and go.
 
 The controller records each value as sent the moment it returns the command: the caller
 must send every command it gets, in order. Times (``now``) are float seconds from any
@@ -43,6 +54,7 @@ __all__ = [
     "DEFAULT_LOW_RDY_TIMEOUT",
     "DEFAULT_MAX_RDY_COUNT",
     "DEFAULT_RDY_REDISTRIBUTE_INTERVAL",
+    "DEFAULT_SETTLE_TIME",
     "STARVATION_RATIO",
     "RdyController",
     "RdyMode",
@@ -58,6 +70,10 @@ DEFAULT_LOW_RDY_IDLE_TIMEOUT: Final = 10.0
 #: Seconds after which a connection in low-RDY mode gives up its RDY even if busy, so that
 #: connections waiting for a turn get one.
 DEFAULT_LOW_RDY_TIMEOUT: Final = 30.0
+#: Seconds after lowering a connection's RDY during which the messages nsqd may have sent
+#: before it saw the lowering are still counted (nsqd flushes its output buffer every
+#: 250 ms by default).
+DEFAULT_SETTLE_TIME: Final = 1.0
 #: :meth:`RdyController.is_starved` fires at this fraction of a connection's RDY.
 STARVATION_RATIO: Final = 0.85
 
@@ -86,6 +102,9 @@ class _Conn(Generic[K]):
     """What the controller knows about one connection."""
 
     __slots__ = (
+        "ceiling",
+        "ceiling_until",
+        "held",
         "in_flight",
         "key",
         "last_message_at",
@@ -99,6 +118,9 @@ class _Conn(Generic[K]):
         self.key = key
         self.max_rdy_count = max_rdy_count
         self.rdy = 0  # the RDY value last sent
+        self.held = 0  # a raise not granted yet for lack of room (0: none)
+        self.ceiling = 0  # what nsqd may still have sent after a lowering (0: none)
+        self.ceiling_until = 0.0  # when that stops counting
         self.in_flight = 0
         self.messages = 0  # messages received on this connection so far
         self.last_message_at: float | None = None
@@ -138,6 +160,7 @@ class RdyController(Generic[K]):
         low_rdy_timeout: float = DEFAULT_LOW_RDY_TIMEOUT,
         start_at_one: bool = False,
         rng: _random.Random | None = None,
+        settle_time: float = DEFAULT_SETTLE_TIME,
     ) -> None:
         _check_max_in_flight(max_in_flight)
         if low_rdy_idle_timeout <= 0 or low_rdy_timeout <= 0:
@@ -146,8 +169,13 @@ class RdyController(Generic[K]):
         self._idle_timeout = float(low_rdy_idle_timeout)
         self._hold_timeout = float(low_rdy_timeout)
         self._start_at_one = start_at_one
+        if settle_time < 0:
+            raise ValueError("settle_time must not be negative")
+        self._settle_time = float(settle_time)
         self._rng = rng if rng is not None else _random.Random()
         self._conns: dict[K, _Conn[K]] = {}
+        self._held: dict[K, _Conn[K]] = {}  # connections with a raise held back
+        self._now = 0.0  # the latest time a caller passed in
         self._total_rdy = 0
         self._mode = RdyMode.NORMAL
         self._tester: K | None = None
@@ -215,6 +243,21 @@ class RdyController(Generic[K]):
         """``key``'s ``max_rdy_count``. :raises KeyError: for an unknown connection."""
         return self._conns[key].max_rdy_count
 
+    def held(self, key: K) -> int:
+        """The RDY ``key`` should get but does not yet, for lack of room (0: none).
+
+        :raises KeyError: for an unknown connection.
+        """
+        return self._conns[key].held
+
+    @property
+    def room(self) -> int:
+        """What may still be granted (at the latest time passed in): ``max_in_flight``
+        less, for every connection, the larger of its RDY and the messages it holds (or
+        may still receive after a recent lowering). Negative while lowered connections
+        still hold more than their new RDY."""
+        return self._room(self._now)
+
     def is_starved(self) -> bool:
         """``True`` when some connection has messages in flight and at least 85% of its
         RDY in use: no more messages will come before some are answered. Batching
@@ -257,6 +300,7 @@ class RdyController(Generic[K]):
         conn = self._conns.pop(key, None)
         if conn is None:
             return []
+        self._held.pop(key, None)
         self._total_rdy -= conn.rdy
         if self._mode is RdyMode.TESTING and self._tester == key:
             self._tester = self._pick_tester()
@@ -273,6 +317,7 @@ class RdyController(Generic[K]):
         conn.in_flight += 1
         conn.messages += 1
         conn.last_message_at = now
+        self._now = now
         if self._start_at_one and conn.messages == 1:
             return self._rebalance(now)
         return []
@@ -280,14 +325,39 @@ class RdyController(Generic[K]):
     def message_answered(self, key: K) -> list[RdyUpdate[K]]:
         """A message from ``key`` was answered (FIN or REQ sent): one less in flight.
 
-        RDY is a window, so nothing needs sending: always answers ``[]`` (a list, like
-        every other event, so callers can treat all events alike). Unknown keys (the
-        connection is already gone) are ignored.
+        RDY is a window, so this usually answers ``[]``. When a raise was held back
+        because lowered connections still held messages, it answers the part of it that
+        now fits. Unknown keys (the connection is already gone) are ignored.
         """
         conn = self._conns.get(key)
-        if conn is not None and conn.in_flight > 0:
-            conn.in_flight -= 1
+        if conn is not None:
+            if conn.in_flight > 0:
+                conn.in_flight -= 1
+            if conn.ceiling > 0:
+                conn.ceiling -= 1
+        if self._held:
+            return self._release_held(self._now)
         return []
+
+    def release(self, now: float) -> list[RdyUpdate[K]]:
+        """Time passed (call it at :attr:`next_release_at`): grant held raises that the
+        expiry of recent lowerings makes room for.
+
+        :returns: the commands to send (raises only).
+        """
+        self._now = now
+        if not self._held:
+            return []
+        return self._release_held(now, partial_step=False)
+
+    @property
+    def next_release_at(self) -> float | None:
+        """When :meth:`release` may grant a held raise (a lowering stops counting), or
+        ``None`` when no raise is held or none waits on a lowering."""
+        if not self._held:
+            return None
+        times = [c.ceiling_until for c in self._conns.values() if c.ceiling > 0]
+        return min(times) if times else None
 
     # -- consumer-wide events ------------------------------------------------------------
 
@@ -425,30 +495,82 @@ class RdyController(Generic[K]):
         return targets
 
     def _apply(self, targets: dict[K, int], now: float) -> list[RdyUpdate[K]]:
+        self._now = now
         lower: list[RdyUpdate[K]] = []
-        raise_: list[RdyUpdate[K]] = []
+        raise_: list[_Conn[K]] = []
+        self._held.clear()
         for k, c in self._conns.items():
             target = targets[k]
+            c.held = 0
             if target < c.rdy:
                 lower.append(RdyUpdate(k, target))
             elif target > c.rdy:
-                raise_.append(RdyUpdate(k, target))
+                c.held = target
+                raise_.append(c)
         for k, target in lower:
             c = self._conns[k]
             self._total_rdy -= c.rdy - target
+            if self._settle_time > 0:
+                ceiling = c.ceiling if c.ceiling > 0 and now < c.ceiling_until else 0
+                c.ceiling = max(ceiling, c.rdy)
+                c.ceiling_until = now + self._settle_time
             c.rdy = target
             if target == 0:
                 c.rdy_since = None
-        for k, target in raise_:
-            c = self._conns[k]
-            self._total_rdy += target - c.rdy
-            if c.rdy == 0:
-                c.rdy_since = now
-            c.rdy = target
+        if raise_:
+            lower.extend(self._grant(raise_, now, partial_step=False))
         # Holds by construction; a failure here is a bug in the allocation above.
         assert self._total_rdy <= self._max_in_flight, (self._total_rdy, self._max_in_flight)
-        lower.extend(raise_)
         return lower
+
+    def _room(self, now: float) -> int:
+        """What may still be granted: ``max_in_flight`` less what every connection may
+        hold (its RDY, or more when it still holds messages from a higher RDY, or may
+        still receive some sent before a recent lowering)."""
+        used = 0
+        for c in self._conns.values():
+            used += self._cap(c, now)
+        return self._max_in_flight - used
+
+    @staticmethod
+    def _cap(c: _Conn[K], now: float) -> int:
+        cap = c.rdy if c.rdy >= c.in_flight else c.in_flight
+        if c.ceiling > cap:
+            if now < c.ceiling_until:
+                return c.ceiling
+            c.ceiling = 0
+        return cap
+
+    def _grant(self, conns: list[_Conn[K]], now: float, partial_step: bool) -> list[RdyUpdate[K]]:
+        """Raise ``conns`` towards their ``held`` targets within the room left; keep
+        what does not fit held. With ``partial_step``, a partial raise is only sent when
+        it is at least a quarter of the target (full raises always are)."""
+        updates: list[RdyUpdate[K]] = []
+        room = self._room(now)
+        for c in conns:
+            target = c.held
+            base = self._cap(c, now)
+            grant = min(target, base + room) if room > 0 else min(target, c.rdy)
+            if grant < target and partial_step and grant - c.rdy < max(1, target // 4):
+                grant = c.rdy
+            if grant > c.rdy:
+                room -= max(grant, base) - base
+                self._total_rdy += grant - c.rdy
+                if c.rdy == 0:
+                    c.rdy_since = now
+                c.rdy = grant
+                updates.append(RdyUpdate(c.key, grant))
+            if grant >= target:
+                c.held = 0
+                self._held.pop(c.key, None)
+            else:
+                self._held[c.key] = c
+        return updates
+
+    def _release_held(self, now: float, partial_step: bool = True) -> list[RdyUpdate[K]]:
+        if self._room(now) <= 0:
+            return []
+        return self._grant(list(self._held.values()), now, partial_step=partial_step)
 
     def _pick_tester(self) -> K | None:
         eligible = [k for k, c in self._conns.items() if c.max_rdy_count > 0]
