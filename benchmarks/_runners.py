@@ -1,0 +1,692 @@
+"""One benchmark measurement per process, for :mod:`benchmarks.compare`.
+
+``python -m benchmarks._runners '<JSON spec>'`` runs one client (``txnsq`` or ``pynsq``)
+in one role and prints one JSON line of results on stdout. Each client runs alone in its
+own process, so a Twisted reactor and a Tornado loop never share one, and the parent
+can read the process's own CPU time and peak RSS (``os.wait4``).
+
+Roles:
+
+- ``publish``: ``count`` messages of ``size`` bytes as PUB (``batch`` 1) or MPUB
+  (``batch`` > 1), ``window`` commands in flight. Timed from the ready connection to the
+  last answer.
+- ``consume``: read ``count`` prefilled messages with ``max_in_flight``, optionally over
+  snappy, deflate or TLS. The rate is the *steady* one, first message to message
+  ``count - tail``: nsqd holds the last < 16 KB of messages until its 250 ms output
+  buffer timer fires, which would otherwise dominate. ``rss_every`` samples VmRSS.
+- ``lat-pub``: publish ``count`` messages at ``rate`` per second, each body starting with
+  the send time (``time.monotonic_ns``, one clock for every process on Linux).
+- ``lat-sub``: consume those and record publish-to-handler latency.
+- ``floor``: the CPU a codec needs by itself, no sockets: decompressing nsqd's stream of
+  100-byte messages plus compressing the FINs (snappy, deflate), or decrypting and
+  encrypting the same bytes through OpenSSL memory BIOs (TLS).
+
+Nothing here asserts on speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+#: The first and the last messages of a latency run left out (warm-up; nsqd's final
+#: partial output buffer, flushed only by its 250 ms timer).
+LATENCY_EDGE_SECONDS = 0.5
+
+
+def _cpu() -> float:
+    return time.process_time()
+
+
+_NSQD_PID = 0
+
+
+def _nsqd_cpu() -> float:
+    """CPU seconds nsqd (``spec["nsqd_pid"]``) has used so far; 0 when unknown."""
+    if not _NSQD_PID:
+        return 0.0
+    try:
+        with open(f"/proc/{_NSQD_PID}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _hwm_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _percentiles(values: list[int]) -> dict[str, float]:
+    if not values:
+        return {}
+    values = sorted(values)
+    n = len(values)
+
+    def pct(p: float) -> float:
+        return values[min(n - 1, int(p / 100 * n))] / 1e6  # ns -> ms
+
+    return {
+        "n": n,
+        "p50_ms": pct(50),
+        "p90_ms": pct(90),
+        "p99_ms": pct(99),
+        "max_ms": values[-1] / 1e6,
+        "mean_ms": sum(values) / n / 1e6,
+    }
+
+
+class _Counter:
+    """The consumer-side bookkeeping shared by both clients' consume runners."""
+
+    def __init__(self, count: int, tail: int, rss_every: int) -> None:
+        self.count = count
+        self.seen = 0
+        self.steady_at = max(count - tail, 1)
+        self.rss_every = rss_every
+        self.rss: list[tuple[int, int]] = []
+        self.t: dict[str, float] = {"cpu_start": _cpu(), "wall_start": time.perf_counter()}
+
+    def tick(self) -> bool:
+        """Count one message; True when it was the last one."""
+        self.seen += 1
+        seen = self.seen
+        if seen == 1:
+            self.t["first"] = time.perf_counter()
+            self.t["cpu_first"] = _cpu()
+            self.t["sys_first"] = os.times().system
+            self.t["nsqd_first"] = _nsqd_cpu()
+        if self.rss_every and seen % self.rss_every == 0:
+            self.rss.append((seen, _rss_kb()))
+        if seen == self.steady_at:
+            self.t["steady"] = time.perf_counter()
+            self.t["cpu_steady"] = _cpu()
+            self.t["sys_steady"] = os.times().system
+            self.t["nsqd_steady"] = _nsqd_cpu()
+        if seen == self.count:
+            self.t["last"] = time.perf_counter()
+            self.t["cpu_last"] = _cpu()
+            return True
+        return False
+
+    def result(self) -> dict[str, Any]:
+        t = self.t
+        if self.seen < self.count:
+            return {"error": f"timed out after {self.seen:,} of {self.count:,} messages"}
+        steady_n = self.steady_at - 1
+        steady = t["steady"] - t["first"]
+        whole = t["last"] - t["first"]
+        return {
+            "messages": self.count,
+            "rate": steady_n / steady if steady > 0 else 0.0,
+            "rate_all": (self.count - 1) / whole if whole > 0 else 0.0,
+            "seconds": whole,
+            # CPU per message over the steady part (same window as the rate) ...
+            "cpu_us": (t["cpu_steady"] - t["cpu_first"]) / steady_n * 1e6 if steady_n else 0.0,
+            # ... and as a share of one core over that window.
+            "cpu": (t["cpu_steady"] - t["cpu_first"]) / steady if steady > 0 else 0.0,
+            # The kernel's part of cpu_us (socket reads and writes; on loopback a send
+            # also runs the receiving side's TCP processing).
+            "sys_us": (t["sys_steady"] - t["sys_first"]) / steady_n * 1e6 if steady_n else 0.0,
+            # nsqd's CPU share over the same window.
+            "nsqd_window": (t["nsqd_steady"] - t["nsqd_first"]) / steady if steady > 0 else 0.0,
+            # From before connecting to the last message (handshake included).
+            "cpu_us_total": (t["cpu_last"] - t["cpu_start"]) / self.count * 1e6,
+            "rss_curve": self.rss,
+            "rss_kb_end": _rss_kb(),
+            "hwm_kb": _hwm_kb(),
+        }
+
+
+def _publish_result(state: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    elapsed = time.perf_counter() - state["start"]
+    cpu = _cpu() - state["cpu"]
+    system = os.times().system - state["sys"]
+    nsqd = _nsqd_cpu() - state["nsqd"]
+    n = state["done"] * batch_size
+    return {
+        "messages": n,
+        "seconds": elapsed,
+        "rate": n / elapsed,
+        "cpu_us": cpu / n * 1e6,
+        "sys_us": system / n * 1e6,
+        "cpu": cpu / elapsed,
+        "nsqd_window": nsqd / elapsed,
+        "errors": state["errors"],
+    }
+
+
+def _watchdog(seconds: float, stop: Any) -> None:
+    import threading
+
+    timer = threading.Timer(seconds, stop)
+    timer.daemon = True
+    timer.start()
+
+
+# --------------------------------------------------------------------------- txnsq
+
+
+def _tx_options(spec: dict[str, Any]) -> tuple[Any, Any]:
+    from txnsq._wire.identify import IdentifyOptions
+    from txnsq.tls import TLSOptions
+
+    kwargs: dict[str, Any] = {}
+    if spec.get("snappy"):
+        kwargs["snappy"] = True
+    if spec.get("deflate"):
+        kwargs["deflate"] = True
+    if spec.get("output_buffer_size") is not None:
+        kwargs["output_buffer_size"] = spec["output_buffer_size"]
+    identify = IdentifyOptions(**kwargs)
+    tls = TLSOptions(ca_certs=spec["tls_ca"]) if spec.get("tls_ca") else None
+    return identify, tls
+
+
+def tx_publish(spec: dict[str, Any]) -> dict[str, Any]:
+    from twisted.internet import reactor as _reactor
+
+    from txnsq.producer import Producer
+
+    reactor: Any = _reactor
+    identify, tls = _tx_options(spec)
+    batch_size, window, count = spec["batch"], spec["window"], spec["count"]
+    body = b"m" * spec["size"]
+    commands_total = max(1, count // batch_size)
+    producer = Producer(spec["address"], identify=identify, tls=tls, reactor=reactor)
+    topic = spec["topic"]
+    batch = [body] * batch_size
+    publish, multi_publish = producer.publish, producer.multi_publish
+    state: dict[str, Any] = {"issued": 0, "done": 0, "errors": 0}
+    out: dict[str, Any] = {}
+
+    def finish() -> None:
+        out.update(_publish_result(state, batch_size))
+        producer.stopService().addBoth(lambda _: reactor.stop())
+
+    def answered(result: Any) -> None:
+        state["done"] += 1
+        if not isinstance(result, bytes):
+            state["errors"] += 1
+        if state["issued"] < commands_total:
+            issue()
+        elif state["done"] == commands_total:
+            finish()
+
+    def issue() -> None:
+        state["issued"] += 1
+        if batch_size == 1:
+            publish(topic, body).addBoth(answered)
+        else:
+            multi_publish(topic, batch).addBoth(answered)
+
+    def go(_: object) -> None:
+        state["start"] = time.perf_counter()
+        state["cpu"] = _cpu()
+        state["sys"] = os.times().system
+        state["nsqd"] = _nsqd_cpu()
+        for _ in range(min(window, commands_total)):
+            issue()
+
+    producer.startService()
+    producer.when_ready().addCallback(go)
+    _watchdog(spec.get("timeout", 300), lambda: reactor.callFromThread(reactor.stop))
+    reactor.run()
+    return out or {"error": f"timed out after {state['done'] * batch_size:,} messages"}
+
+
+def tx_consume(spec: dict[str, Any]) -> dict[str, Any]:
+    from twisted.internet import reactor as _reactor
+
+    from txnsq.consumer import Consumer
+
+    reactor: Any = _reactor
+    identify, tls = _tx_options(spec)
+    counter = _Counter(spec["count"], spec["tail"], spec.get("rss_every", 0))
+    tick = counter.tick
+
+    def handler(message: Any) -> bool:
+        if tick():
+            reactor.callLater(0, stop)
+        return True
+
+    def stop() -> None:
+        consumer.stopService().addBoth(lambda _: reactor.stop())
+
+    consumer = Consumer(
+        spec["topic"],
+        spec["channel"],
+        handler,
+        nsqd_tcp_addresses=[spec["address"]],
+        max_in_flight=spec["max_in_flight"],
+        identify=identify,
+        tls=tls,
+        reactor=reactor,
+    )
+    consumer.startService()
+    _watchdog(spec.get("timeout", 300), lambda: reactor.callFromThread(reactor.stop))
+    reactor.run()
+    return counter.result()
+
+
+def tx_lat_sub(spec: dict[str, Any]) -> dict[str, Any]:
+    from twisted.internet import reactor as _reactor
+
+    from txnsq.consumer import Consumer
+
+    reactor: Any = _reactor
+    identify, tls = _tx_options(spec)
+    count = spec["count"]
+    latencies: list[int] = []
+    add = latencies.append
+    now = time.monotonic_ns
+
+    def handler(message: Any) -> bool:
+        add(now() - int(message.body[:20]))
+        if len(latencies) == count:
+            reactor.callLater(0, stop)
+        return True
+
+    def stop() -> None:
+        consumer.stopService().addBoth(lambda _: reactor.stop())
+
+    consumer = Consumer(
+        spec["topic"],
+        spec["channel"],
+        handler,
+        nsqd_tcp_addresses=[spec["address"]],
+        max_in_flight=spec["max_in_flight"],
+        identify=identify,
+        tls=tls,
+        reactor=reactor,
+    )
+    consumer.startService()
+    _watchdog(spec.get("timeout", 120), lambda: reactor.callFromThread(reactor.stop))
+    reactor.run()
+    return _latency_result(latencies, spec)
+
+
+def tx_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
+    from twisted.internet import reactor as _reactor
+    from twisted.internet.task import LoopingCall
+
+    from txnsq.producer import Producer
+
+    reactor: Any = _reactor
+    producer = Producer(spec["address"], reactor=reactor)
+    topic, count, rate = spec["topic"], spec["count"], spec["rate"]
+    pad = b"p" * (spec["size"] - 20)
+    state: dict[str, Any] = {"sent": 0, "done": 0, "errors": 0}
+    publish = producer.publish
+    now = time.monotonic_ns
+
+    def answered(result: Any) -> None:
+        state["done"] += 1
+        if not isinstance(result, bytes):
+            state["errors"] += 1
+        if state["done"] == count:
+            producer.stopService().addBoth(lambda _: reactor.stop())
+
+    def tick() -> None:
+        due = min(count, int((time.perf_counter() - state["start"]) * rate) + 1)
+        while state["sent"] < due:
+            state["sent"] += 1
+            publish(topic, b"%020d" % now() + pad).addBoth(answered)
+        if state["sent"] == count:
+            state["end"] = time.perf_counter()
+            loop.stop()
+
+    loop = LoopingCall(tick)
+
+    def go(_: object) -> None:
+        state["start"] = time.perf_counter()
+        loop.start(0.001)
+
+    producer.startService()
+    producer.when_ready().addCallback(go)
+    _watchdog(spec.get("timeout", 120), lambda: reactor.callFromThread(reactor.stop))
+    reactor.run()
+    elapsed = state.get("end", time.perf_counter()) - state.get("start", 0.0)
+    return {"sent": state["sent"], "rate": state["sent"] / elapsed, "errors": state["errors"]}
+
+
+def _latency_result(latencies: list[int], spec: dict[str, Any]) -> dict[str, Any]:
+    # Left out: the first messages (connection warm-up) and the last ones (nsqd holds
+    # the final partial output buffer until its 250 ms timer fires: the end of the run,
+    # not the steady state).
+    edge = min(int(spec["rate"] * LATENCY_EDGE_SECONDS), spec["count"] // 4)
+    out: dict[str, Any] = {"received": len(latencies)}
+    out.update(_percentiles(latencies[edge : max(edge + 1, len(latencies) - edge)]))
+    if len(latencies) < spec["count"]:
+        out["error"] = f"received {len(latencies):,} of {spec['count']:,} messages"
+    return out
+
+
+# --------------------------------------------------------------------------- pynsq
+
+
+def _py_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    import ssl
+
+    kwargs: dict[str, Any] = {}
+    if spec.get("snappy"):
+        kwargs["snappy"] = True
+    if spec.get("deflate"):
+        kwargs["deflate"] = True
+    if spec.get("tls_ca"):
+        kwargs["tls_v1"] = True
+        kwargs["tls_options"] = {"ca_certs": spec["tls_ca"], "cert_reqs": ssl.CERT_REQUIRED}
+    if spec.get("output_buffer_size") is not None:
+        # pynsq refuses -1 (nsqd's "unbuffered"); 64 B, nsqd's minimum, is smaller than
+        # one 100-byte message frame, so every message is written at once all the same.
+        kwargs["output_buffer_size"] = max(64, spec["output_buffer_size"])
+    return kwargs
+
+
+def _py_quiet() -> None:
+    import logging
+    import warnings
+
+    logging.getLogger("nsq").setLevel(logging.WARNING)
+    warnings.simplefilter("ignore", DeprecationWarning)  # ssl.PROTOCOL_TLSv1_2 in pynsq
+
+
+def py_publish(spec: dict[str, Any]) -> dict[str, Any]:
+    import nsq  # type: ignore[import-untyped]
+    import tornado.ioloop
+
+    _py_quiet()
+    batch_size, window, count = spec["batch"], spec["window"], spec["count"]
+    body = b"m" * spec["size"]
+    commands_total = max(1, count // batch_size)
+    loop = tornado.ioloop.IOLoop.current()
+    writer = nsq.Writer([spec["address"]], **_py_kwargs(spec))
+    topic = spec["topic"]
+    batch = [body] * batch_size
+    state: dict[str, Any] = {"issued": 0, "done": 0, "errors": 0}
+    out: dict[str, Any] = {}
+
+    def answered(conn: Any, data: Any) -> None:
+        state["done"] += 1
+        if isinstance(data, nsq.Error):
+            state["errors"] += 1
+        if state["issued"] < commands_total:
+            issue()
+        elif state["done"] == commands_total:
+            out.update(_publish_result(state, batch_size))
+            loop.stop()
+
+    def issue() -> None:
+        state["issued"] += 1
+        if batch_size == 1:
+            writer.pub(topic, body, callback=answered)
+        else:
+            writer.mpub(topic, batch, callback=answered)
+
+    def wait_ready() -> None:
+        if not any(conn.connected() for conn in writer.conns.values()):
+            loop.call_later(0.01, wait_ready)
+            return
+        state["start"] = time.perf_counter()
+        state["cpu"] = _cpu()
+        state["sys"] = os.times().system
+        state["nsqd"] = _nsqd_cpu()
+        for _ in range(min(window, commands_total)):
+            issue()
+
+    loop.add_callback(wait_ready)
+    loop.call_later(spec.get("timeout", 300), loop.stop)
+    loop.start()
+    for conn in list(writer.conns.values()):
+        conn.close()
+    return out or {"error": f"timed out after {state['done'] * batch_size:,} messages"}
+
+
+def py_consume(spec: dict[str, Any]) -> dict[str, Any]:
+    import nsq
+    import tornado.ioloop
+
+    _py_quiet()
+    loop = tornado.ioloop.IOLoop.current()
+    counter = _Counter(spec["count"], spec["tail"], spec.get("rss_every", 0))
+    tick = counter.tick
+
+    def handler(message: Any) -> bool:
+        if tick():
+            loop.add_callback(loop.stop)
+        return True
+
+    reader = nsq.Reader(
+        topic=spec["topic"],
+        channel=spec["channel"],
+        message_handler=handler,
+        nsqd_tcp_addresses=[spec["address"]],
+        max_in_flight=spec["max_in_flight"],
+        **_py_kwargs(spec),
+    )
+    loop.call_later(spec.get("timeout", 300), loop.stop)
+    loop.start()
+    reader.close()
+    return counter.result()
+
+
+def py_lat_sub(spec: dict[str, Any]) -> dict[str, Any]:
+    import nsq
+    import tornado.ioloop
+
+    _py_quiet()
+    loop = tornado.ioloop.IOLoop.current()
+    count = spec["count"]
+    latencies: list[int] = []
+    add = latencies.append
+    now = time.monotonic_ns
+
+    def handler(message: Any) -> bool:
+        add(now() - int(message.body[:20]))
+        if len(latencies) == count:
+            loop.add_callback(loop.stop)
+        return True
+
+    reader = nsq.Reader(
+        topic=spec["topic"],
+        channel=spec["channel"],
+        message_handler=handler,
+        nsqd_tcp_addresses=[spec["address"]],
+        max_in_flight=spec["max_in_flight"],
+        **_py_kwargs(spec),
+    )
+    loop.call_later(spec.get("timeout", 120), loop.stop)
+    loop.start()
+    reader.close()
+    return _latency_result(latencies, spec)
+
+
+def py_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
+    import nsq
+    import tornado.ioloop
+
+    _py_quiet()
+    loop = tornado.ioloop.IOLoop.current()
+    writer = nsq.Writer([spec["address"]])
+    topic, count, rate = spec["topic"], spec["count"], spec["rate"]
+    pad = b"p" * (spec["size"] - 20)
+    state: dict[str, Any] = {"sent": 0, "done": 0, "errors": 0}
+    now = time.monotonic_ns
+
+    def answered(conn: Any, data: Any) -> None:
+        state["done"] += 1
+        if isinstance(data, nsq.Error):
+            state["errors"] += 1
+        if state["done"] == count:
+            loop.stop()
+
+    def tick() -> None:
+        due = min(count, int((time.perf_counter() - state["start"]) * rate) + 1)
+        while state["sent"] < due:
+            state["sent"] += 1
+            writer.pub(topic, b"%020d" % now() + pad, callback=answered)
+        if state["sent"] == count:
+            state["end"] = time.perf_counter()
+            periodic.stop()
+
+    periodic = tornado.ioloop.PeriodicCallback(tick, 1)
+
+    def wait_ready() -> None:
+        if not any(conn.connected() for conn in writer.conns.values()):
+            loop.call_later(0.01, wait_ready)
+            return
+        state["start"] = time.perf_counter()
+        periodic.start()
+
+    loop.add_callback(wait_ready)
+    loop.call_later(spec.get("timeout", 120), loop.stop)
+    loop.start()
+    for conn in list(writer.conns.values()):
+        conn.close()
+    elapsed = state.get("end", time.perf_counter()) - state.get("start", 0.0)
+    return {"sent": state["sent"], "rate": state["sent"] / elapsed, "errors": state["errors"]}
+
+
+# --------------------------------------------------------------------------- codec floor
+
+
+def _message_stream(count: int, size: int) -> bytes:
+    from txnsq._wire.frames import encode_message
+
+    frame = encode_message(time.time_ns(), 1, b"0123456789abcdef", b"b" * size)
+    return frame * count
+
+
+def _pieces(data: bytes, size: int) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+def floor(spec: dict[str, Any]) -> dict[str, Any]:
+    """CPU µs per message a codec needs by itself, for ``spec["codec"]``.
+
+    The receive side gets nsqd's stream in 16 KiB writes (its output buffer); the send
+    side gets one write of joined FINs per 64 KiB received (how the consumer batches
+    them). Each side is what the client must do with the bytes, nothing else.
+    """
+    from txnsq._wire.commands import fin
+
+    count, codec = spec["count"], spec["codec"]
+    stream = _message_stream(count, spec["size"])
+    per_read = 65536 // (len(stream) // count)
+    fins = _pieces(fin(b"0123456789abcdef") * count, len(fin(b"0123456789abcdef")) * per_read)
+    if codec in ("snappy", "deflate"):
+        from txnsq._wire.compression import codecs_for
+
+        server = codecs_for(snappy=codec == "snappy", deflate=codec == "deflate")
+        client = codecs_for(snappy=codec == "snappy", deflate=codec == "deflate")
+        assert server is not None and client is not None
+        wire = [server[0].compress(p) for p in _pieces(stream, 16384)]
+        decompress, compress = client[1].decompress, client[0].compress
+        start = _cpu()
+        for chunk in wire:
+            decompress(chunk)
+        for chunk in fins:
+            compress(chunk)
+        cpu = _cpu() - start
+    elif codec == "tls":
+        cpu = _tls_floor(stream, fins, spec["tls_ca"], spec["tls_cert"], spec["tls_key"])
+    else:
+        raise ValueError(codec)
+    return {"codec": codec, "messages": count, "cpu_us": cpu / count * 1e6}
+
+
+def _tls_floor(stream: bytes, fins: list[bytes], ca: str, cert: str, key: str) -> float:
+    """Client-side CPU of decrypting ``stream`` and encrypting ``fins`` (OpenSSL, in memory).
+
+    A server SSLObject encrypts the stream first (not timed); then the client decrypts
+    it and encrypts the FINs (timed), through memory BIOs.
+    """
+    import ssl
+
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.load_verify_locations(ca)
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname="localhost")
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(10):  # handshake
+        for side in (client, server):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    client.do_handshake()
+    for piece in _pieces(stream, 16384):
+        server.write(piece)
+    records = s_out.read()
+    start = _cpu()
+    c_in.write(records)
+    got = 0
+    while True:
+        try:
+            got += len(client.read(65536))
+        except ssl.SSLWantReadError:
+            break
+    for chunk in fins:
+        client.write(chunk)
+    c_out.read()
+    cpu = _cpu() - start
+    if got != len(stream):
+        raise RuntimeError(f"TLS floor: decrypted {got} of {len(stream)} bytes")
+    return cpu
+
+
+# --------------------------------------------------------------------------- main
+
+RUNNERS = {
+    ("txnsq", "publish"): tx_publish,
+    ("txnsq", "consume"): tx_consume,
+    ("txnsq", "lat-sub"): tx_lat_sub,
+    ("txnsq", "lat-pub"): tx_lat_pub,
+    ("pynsq", "publish"): py_publish,
+    ("pynsq", "consume"): py_consume,
+    ("pynsq", "lat-sub"): py_lat_sub,
+    ("pynsq", "lat-pub"): py_lat_pub,
+    ("none", "floor"): floor,
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    spec = json.loads(args[0])
+    global _NSQD_PID
+    _NSQD_PID = int(spec.get("nsqd_pid", 0))
+    runner = RUNNERS[(spec["client"], spec["role"])]
+    if spec.get("profile"):
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        out = profiler.runcall(runner, spec)
+        stats = pstats.Stats(profiler, stream=sys.stderr)
+        stats.sort_stats("tottime").print_stats(int(spec["profile"]))
+    else:
+        out = runner(spec)
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
