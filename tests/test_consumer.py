@@ -29,6 +29,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent, IResponse
 from zope.interface import implementer
 
+from tests.support.wire import identify_answer
 from txnsq._wire.frames import encode_error, encode_message, encode_response
 from txnsq._wire.identify import IdentifyOptions
 from txnsq.consumer import Consumer, ConsumerOptions
@@ -48,27 +49,6 @@ Command = tuple[bytes, ...]
 
 def msg_id(n: int) -> bytes:
     return b"%016x" % n
-
-
-def identify_answer(**fields: Any) -> bytes:
-    """An IDENTIFY answer frame like nsqd 1.3.0's, with ``fields`` changed."""
-    answer: dict[str, Any] = {
-        "max_rdy_count": 2500,
-        "version": "1.3.0",
-        "max_msg_timeout": 900_000,
-        "msg_timeout": 60_000,
-        "tls_v1": False,
-        "deflate": False,
-        "deflate_level": 0,
-        "max_deflate_level": 6,
-        "snappy": False,
-        "sample_rate": 0,
-        "auth_required": False,
-        "output_buffer_size": 16384,
-        "output_buffer_timeout": 250,
-    }
-    answer.update(fields)
-    return encode_response(json.dumps(answer).encode())
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -11,7 +11,6 @@ alone, and never allocates what a frame merely declares.
 
 from __future__ import annotations
 
-import json
 import random
 import struct
 import time
@@ -31,6 +30,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface import implementer
 
 from tests.support.processes import start_nsqd
+from tests.support.wire import identify_answer
 from txnsq._wire.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     FRAME_ERROR,
@@ -48,25 +48,7 @@ from txnsq.protocol import NSQProtocol
 
 pytestmark = [pytest.mark.fault]
 
-IDENTIFY_ANSWER = encode_response(
-    json.dumps(
-        {
-            "max_rdy_count": 2500,
-            "version": "1.3.0",
-            "max_msg_timeout": 900000,
-            "msg_timeout": 60000,
-            "tls_v1": False,
-            "deflate": False,
-            "deflate_level": 0,
-            "max_deflate_level": 6,
-            "snappy": False,
-            "sample_rate": 0,
-            "auth_required": False,
-            "output_buffer_size": 16384,
-            "output_buffer_timeout": 250,
-        }
-    ).encode()
-)
+IDENTIFY_ANSWER = identify_answer()
 OPTIONS = IdentifyOptions(client_id="hostile", hostname="hostile")
 _HEADER = struct.Struct(">ll")
 

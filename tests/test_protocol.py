@@ -30,6 +30,7 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
+from tests.support.wire import identify_answer
 from txnsq import protocol as protocol_module
 from txnsq._wire.commands import CLS, MAGIC_V2, NOP
 from txnsq._wire.frames import encode_error, encode_message, encode_response
@@ -67,27 +68,6 @@ TS = 1_700_000_000_000_000_000
 
 # Commands that carry a size-prefixed body after their line.
 _BODY_COMMANDS = (b"IDENTIFY", b"AUTH", b"PUB", b"DPUB", b"MPUB")
-
-
-def identify_answer(**fields: Any) -> bytes:
-    """An IDENTIFY answer frame like nsqd 1.3.0's, with ``fields`` changed."""
-    answer: dict[str, Any] = {
-        "max_rdy_count": 2500,
-        "version": "1.3.0",
-        "max_msg_timeout": 900000,
-        "msg_timeout": 60000,
-        "tls_v1": False,
-        "deflate": False,
-        "deflate_level": 0,
-        "max_deflate_level": 6,
-        "snappy": False,
-        "sample_rate": 0,
-        "auth_required": False,
-        "output_buffer_size": 16384,
-        "output_buffer_timeout": 250,
-    }
-    answer.update(fields)
-    return encode_response(json.dumps(answer).encode())
 
 
 def msg_id(n: int) -> bytes:
