@@ -499,10 +499,11 @@ class CompressionTests(InteropTestCase):
 
     def test_deflate(self) -> None:
         conn = self.round_trip(IdentifyOptions(deflate=True))
-        # At the default level 6: the compressed OK, then nsqd's empty sync blocks.
+        # At the default level 6: the compressed OK and nsqd's sync flush. (What follows
+        # depends on timing: another empty sync block, or the next data already.)
         self.assertEqual(
-            bytes(conn.raw[:21]),
-            bytes.fromhex("6260606063606060f0f706000000ffff000000ffff"),
+            bytes(conn.raw[:16]),
+            bytes.fromhex("6260606063606060f0f706000000ffff"),
         )
 
     def test_deflate_level_1(self) -> None:
