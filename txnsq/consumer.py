@@ -259,9 +259,11 @@ class _Session:
             return
         if result is True or result is None:
             if not message._responded and message._auto_response:
-                # message.finish() without its checks and its extra call.
+                # message.finish() inlined: the handler returned, the message is ours.
                 message._responded = True
-                self.message_finished(message)
+                del unanswered[msg_id]
+                self.nsqd.finished += 1
+                self._finished(msg_id, self._answered(self))
         elif result is False:
             if not message._responded and message._auto_response:
                 message.requeue()
@@ -278,7 +280,10 @@ class _Session:
         self.nsqd.finished += 1
         if self.touch_calls:
             self._cancel_touch(msg_id)
-        updates = self._answered(self)
+        self._finished(msg_id, self._answered(self))
+
+    def _finished(self, msg_id: bytes, updates: list[RdyUpdate[_Session]]) -> None:
+        """Send the FIN of a message just taken off ``unanswered``, with what goes with it."""
         consumer = self.consumer
         if consumer._backoff_active:
             # Before the FIN: a backoff RDY 0 must reach nsqd before the FIN reopens
