@@ -46,7 +46,13 @@ def channel_value(nsqd: NSQD, topic: str, key: str) -> int:
 
 class InFlightSampler:
     """Samples, as often as nsqd answers, the channel's ``in_flight_count`` on every
-    nsqd and each client's ``ready_count``, in a thread (the stats calls block)."""
+    nsqd and each client's ``ready_count``, in a thread (the stats calls block).
+
+    The nsqds are asked one after the other, so a sum could mix values from different
+    moments. Handlers made with :meth:`hold` do not answer while a sample is being taken:
+    with no FIN on the way, what each nsqd has in flight can only grow during a sample,
+    so the summed sample never exceeds the real total at the end of the sample.
+    """
 
     def __init__(self, nsqds: list[NSQD], topic: str) -> None:
         self.nsqds = nsqds
@@ -55,6 +61,16 @@ class InFlightSampler:
         self.ready_counts: list[list[int]] = []  # ready_count of every client
         self._running = False
         self._done: defer.Deferred[None] | None = None
+        self._sampling = False
+        self._waiting: list[defer.Deferred[None]] = []
+
+    def hold(self, result: object) -> defer.Deferred[object]:
+        """Fire with ``result``, but only once no sample is being taken."""
+        if not self._sampling:
+            return defer.succeed(result)
+        d: defer.Deferred[None] = defer.Deferred()
+        self._waiting.append(d)
+        return d.addCallback(lambda _: result)
 
     def _sample(self) -> tuple[int, list[int]]:
         total = 0
@@ -72,7 +88,14 @@ class InFlightSampler:
 
     async def _loop(self) -> None:
         while self._running:
-            total, ready = await deferToThread(self._sample)
+            self._sampling = True
+            try:
+                total, ready = await deferToThread(self._sample)
+            finally:
+                self._sampling = False
+                waiting, self._waiting = self._waiting, []
+                for d in waiting:
+                    d.callback(None)
             self.totals.append(total)
             self.ready_counts.append(ready)
             await deferLater(reactor, 0.005)
@@ -155,12 +178,18 @@ class ConsumerIntegrationTests(TestCase):
         self.addCleanup(consumer.stopService)
         return consumer
 
-    def delayed(self, seconds: float, result: object = True) -> Callable[[Message], Any]:
-        """A handler that records the message and answers ``result`` after a while."""
+    def delayed(
+        self, seconds: float, result: object = True, sampler: InFlightSampler | None = None
+    ) -> Callable[[Message], Any]:
+        """A handler that records the message and answers ``result`` after a while (and
+        never while ``sampler`` is taking a sample)."""
 
         def handler(message: Message) -> defer.Deferred[object]:
             self.handled.append(message.body)
-            return deferLater(reactor, seconds, lambda: result)
+            d = deferLater(reactor, seconds, lambda: result)
+            if sampler is not None:
+                d.addCallback(sampler.hold)
+            return d
 
         return handler
 
@@ -225,15 +254,15 @@ class ConsumerIntegrationTests(TestCase):
             nsqd.create_channel(self.topic, CHANNEL)
         for lookupd in lookupds:
             wait_for(lambda lookupd=lookupd: len(lookupd.lookup(self.topic)["producers"]) == 3)
+        sampler = InFlightSampler(nsqds, self.topic)
         consumer = self.consumer(
-            self.delayed(0.001),
+            self.delayed(0.001, sampler=sampler),
             lookupd=[lookupd.http_address for lookupd in lookupds],
             max_in_flight=1000,
         )
         await self.eventually(lambda: len(consumer.connections()) == 3, what="3 connections")
         # 333 each, once the first connections' lowerings have settled (rdy_settle_time).
         await self.eventually(lambda: consumer.stats()["rdy"] == 999, what="RDY 333 each")
-        sampler = InFlightSampler(nsqds, self.topic)
         sampler.start()
         published: list[bytes] = []
         for i, nsqd in enumerate(nsqds):
@@ -257,7 +286,9 @@ class ConsumerIntegrationTests(TestCase):
         nsqds, lookupds, published = self.cluster(per_nsqd=1500)
         sampler = InFlightSampler(nsqds, self.topic)
         sampler.start()
-        consumer = self.consumer(self.delayed(0.002), lookupd=lookupds, max_in_flight=300)
+        consumer = self.consumer(
+            self.delayed(0.002, sampler=sampler), lookupd=lookupds, max_in_flight=300
+        )
         await self.eventually(lambda: len(set(self.handled)) == len(published), what="all")
         await sampler.stop()
         self.assertEqual(sorted(set(self.handled)), sorted(published))
