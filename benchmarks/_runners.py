@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 #: The first and the last messages of a latency run left out (warm-up; nsqd's final
@@ -250,18 +251,19 @@ def tx_publish(spec: dict[str, Any]) -> dict[str, Any]:
     return out or {"error": f"timed out after {state['done'] * batch_size:,} messages"}
 
 
-def tx_consume(spec: dict[str, Any]) -> dict[str, Any]:
+def _run_tx_consumer(
+    spec: dict[str, Any], done_after: Callable[[Any], bool], timeout: float
+) -> None:
+    """Run a txnsq Consumer on the spec's topic until ``done_after(message)`` says so."""
     from twisted.internet import reactor as _reactor
 
     from txnsq.consumer import Consumer
 
     reactor: Any = _reactor
     identify, tls = _tx_options(spec)
-    counter = _Counter(spec["count"], spec["tail"], spec.get("rss_every", 0))
-    tick = counter.tick
 
     def handler(message: Any) -> bool:
-        if tick():
+        if done_after(message):
             reactor.callLater(0, stop)
         return True
 
@@ -279,45 +281,28 @@ def tx_consume(spec: dict[str, Any]) -> dict[str, Any]:
         reactor=reactor,
     )
     consumer.startService()
-    _watchdog(spec.get("timeout", 300), lambda: reactor.callFromThread(reactor.stop))
+    _watchdog(spec.get("timeout", timeout), lambda: reactor.callFromThread(reactor.stop))
     reactor.run()
+
+
+def tx_consume(spec: dict[str, Any]) -> dict[str, Any]:
+    counter = _Counter(spec["count"], spec["tail"], spec.get("rss_every", 0))
+    tick = counter.tick
+    _run_tx_consumer(spec, lambda message: tick(), 300)
     return counter.result()
 
 
 def tx_lat_sub(spec: dict[str, Any]) -> dict[str, Any]:
-    from twisted.internet import reactor as _reactor
-
-    from txnsq.consumer import Consumer
-
-    reactor: Any = _reactor
-    identify, tls = _tx_options(spec)
     count = spec["count"]
     latencies: list[int] = []
     add = latencies.append
     now = time.monotonic_ns
 
-    def handler(message: Any) -> bool:
+    def record(message: Any) -> bool:
         add(now() - int(message.body[:20]))
-        if len(latencies) == count:
-            reactor.callLater(0, stop)
-        return True
+        return len(latencies) == count
 
-    def stop() -> None:
-        consumer.stopService().addBoth(lambda _: reactor.stop())
-
-    consumer = Consumer(
-        spec["topic"],
-        spec["channel"],
-        handler,
-        nsqd_tcp_addresses=[spec["address"]],
-        max_in_flight=spec["max_in_flight"],
-        identify=identify,
-        tls=tls,
-        reactor=reactor,
-    )
-    consumer.startService()
-    _watchdog(spec.get("timeout", 120), lambda: reactor.callFromThread(reactor.stop))
-    reactor.run()
+    _run_tx_consumer(spec, record, 120)
     return _latency_result(latencies, spec)
 
 
