@@ -442,17 +442,18 @@ def py_publish(spec: dict[str, Any]) -> dict[str, Any]:
     return out or {"error": f"timed out after {state['done'] * batch_size:,} messages"}
 
 
-def py_consume(spec: dict[str, Any]) -> dict[str, Any]:
+def _run_py_reader(
+    spec: dict[str, Any], done_after: Callable[[Any], bool], timeout: float
+) -> None:
+    """Run a pynsq Reader on the spec's topic until ``done_after(message)`` says so."""
     import nsq
     import tornado.ioloop
 
     _py_quiet()
     loop = tornado.ioloop.IOLoop.current()
-    counter = _Counter(spec["count"], spec["tail"], spec.get("rss_every", 0))
-    tick = counter.tick
 
     def handler(message: Any) -> bool:
-        if tick():
+        if done_after(message):
             loop.add_callback(loop.stop)
         return True
 
@@ -464,40 +465,29 @@ def py_consume(spec: dict[str, Any]) -> dict[str, Any]:
         max_in_flight=spec["max_in_flight"],
         **_py_kwargs(spec),
     )
-    loop.call_later(spec.get("timeout", 300), loop.stop)
+    loop.call_later(spec.get("timeout", timeout), loop.stop)
     loop.start()
     reader.close()
+
+
+def py_consume(spec: dict[str, Any]) -> dict[str, Any]:
+    counter = _Counter(spec["count"], spec["tail"], spec.get("rss_every", 0))
+    tick = counter.tick
+    _run_py_reader(spec, lambda message: tick(), 300)
     return counter.result()
 
 
 def py_lat_sub(spec: dict[str, Any]) -> dict[str, Any]:
-    import nsq
-    import tornado.ioloop
-
-    _py_quiet()
-    loop = tornado.ioloop.IOLoop.current()
     count = spec["count"]
     latencies: list[int] = []
     add = latencies.append
     now = time.monotonic_ns
 
-    def handler(message: Any) -> bool:
+    def record(message: Any) -> bool:
         add(now() - int(message.body[:20]))
-        if len(latencies) == count:
-            loop.add_callback(loop.stop)
-        return True
+        return len(latencies) == count
 
-    reader = nsq.Reader(
-        topic=spec["topic"],
-        channel=spec["channel"],
-        message_handler=handler,
-        nsqd_tcp_addresses=[spec["address"]],
-        max_in_flight=spec["max_in_flight"],
-        **_py_kwargs(spec),
-    )
-    loop.call_later(spec.get("timeout", 120), loop.stop)
-    loop.start()
-    reader.close()
+    _run_py_reader(spec, record, 120)
     return _latency_result(latencies, spec)
 
 
