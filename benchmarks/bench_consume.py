@@ -116,8 +116,14 @@ def run_txnsq(address: str, topic: str, count: int, profile: bool = False) -> di
 _CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("parse (FrameParser, Message())", ("frames.py:", "message.py:__init__", "unpack_from")),
     (
-        "dispatch (dataReceived, _process, on_message, handler)",
-        ("protocol.py:dataReceived", "protocol.py:_process", "on_message", "bench_consume"),
+        "dispatch (dataReceived, _process, on_messages, handler)",
+        (
+            "protocol.py:dataReceived",
+            "protocol.py:_process",
+            "protocol.py:_deliver",
+            "on_messages",
+            "bench_consume",
+        ),
     ),
     (
         "bookkeeping (RDY, counters, backoff)",
@@ -128,6 +134,7 @@ _CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
         (
             "message.py:finish",
             "protocol.py:finish",
+            "consumer.py:_finish_batch",
             "protocol.py:_write",
             "protocol.py:_flush",
             "commands.py:",

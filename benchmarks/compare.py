@@ -15,9 +15,14 @@ Workloads (100-byte bodies):
   in flight on each: it does not pipeline).
 - ``mpub``: MPUB of 100 messages, 100 commands in flight; go-nsq: ``bench_writer
   --batch-size 100`` (2 connections, one MPUB in flight each).
-- ``consume``: read a prefilled channel with max_in_flight 2500 (txnsq ``Consumer``,
-  pynsq ``Reader``); go-nsq: ``bench_reader --rdy 2500`` (2 connections, RDY 2500 each),
+- ``consume``: read a prefilled channel over one connection with max_in_flight 2500
+  (txnsq ``Consumer``, pynsq ``Reader``); go-nsq: ``bench_reader --rdy 2500`` with
+  ``GOMAXPROCS=1``, which makes it open one connection (it opens one per GOMAXPROCS),
   for a time short enough that it never empties the channel.
+- ``consume-2conn``: bench_reader's default shape on two cores: two connections, each
+  with RDY (max_in_flight) 2500: two txnsq ``Consumer`` objects in one process, two
+  pynsq ``Reader`` objects, ``bench_reader`` with ``GOMAXPROCS=2``. nsqd feeds each
+  connection from one goroutine, so a second connection lets it use the second core.
 - ``consume-snappy``, ``consume-deflate``, ``consume-tls``: the same over snappy,
   deflate or TLS, txnsq and pynsq; reported with their ratio to plain consume, and the
   CPU the codec itself needs (``floor``: the same bytes through the codec in memory).
@@ -68,6 +73,7 @@ WORKLOADS = [
     "pub",
     "mpub",
     "consume",
+    "consume-2conn",
     "consume-snappy",
     "consume-deflate",
     "consume-tls",
@@ -79,6 +85,7 @@ CLIENTS = {
     "pub": ["txnsq", "pynsq", "go-nsq"],
     "mpub": ["txnsq", "pynsq", "go-nsq"],
     "consume": ["txnsq", "pynsq", "go-nsq"],
+    "consume-2conn": ["txnsq", "pynsq", "go-nsq"],
     "consume-snappy": ["txnsq", "pynsq"],
     "consume-deflate": ["txnsq", "pynsq"],
     "consume-tls": ["txnsq", "pynsq"],
@@ -86,11 +93,19 @@ CLIENTS = {
     "latency-nobuf": ["txnsq", "pynsq"],
     "rss": ["txnsq"],
 }
-GO_TOOL = {"pub": "bench_writer", "mpub": "bench_writer", "consume": "bench_reader"}
+GO_TOOL = {
+    "pub": "bench_writer",
+    "mpub": "bench_writer",
+    "consume": "bench_reader",
+    "consume-2conn": "bench_reader",
+}
+#: The consume variants that run through a codec or TLS (and have a CPU floor).
+CODEC_VARIANTS = ("snappy", "deflate", "tls")
 TITLES = {
     "pub": "PUB, 100 in flight",
     "mpub": "MPUB x100, 100 in flight",
     "consume": "consume, mif 2500",
+    "consume-2conn": "consume, 2 x mif 2500",
     "consume-snappy": "consume + snappy",
     "consume-deflate": "consume + deflate",
     "consume-tls": "consume + TLS",
@@ -122,10 +137,17 @@ class Done:
     maxrss_kb: int
 
 
-def spawn(cmd: list[str], timeout: float) -> Proc:
+def spawn(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> Proc:
     out = tempfile.TemporaryFile()
     err = tempfile.TemporaryFile()
-    popen = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=REPO)
+    popen = subprocess.Popen(
+        cmd,
+        stdout=out,
+        stderr=err,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env=None if env is None else {**os.environ, **env},
+    )
     timer = threading.Timer(timeout, _kill, (popen,))
     timer.daemon = True
     timer.start()
@@ -252,11 +274,14 @@ class Bench:
         while self.depth(topic) < count and time.monotonic() < deadline:
             time.sleep(0.02)
 
-    def measure(self, cmd: list[str], timeout: float) -> tuple[Done, float]:
-        """Run ``cmd`` to the end; return it and nsqd's CPU share over its wall time."""
+    def measure(
+        self, cmd: list[str], timeout: float, env: dict[str, str] | None = None
+    ) -> tuple[Done, float]:
+        """Run ``cmd`` (with ``env`` added to the environment) to the end; return it and
+        nsqd's CPU share over its wall time."""
         self.loads.append(os.getloadavg()[0])
         before, busy = proc_cpu(self.nsqd_pid), busy_cpu()
-        done = reap(spawn(cmd, timeout))
+        done = reap(spawn(cmd, timeout, env))
         nsqd = proc_cpu(self.nsqd_pid) - before
         self.note_others(busy_cpu() - busy - nsqd - done.cpu, done.wall)
         return done, nsqd / done.wall if done.wall else 0.0
@@ -385,7 +410,9 @@ def run_consume(bench: Bench, workload: str, client: str) -> dict[str, Any]:
                 f"--rdy={MAX_IN_FLIGHT}",
                 f"--runfor={runfor:.3f}s",
             ]
-            done, nsqd_share = bench.measure(cmd, 60)
+            # bench_reader opens one connection per GOMAXPROCS.
+            connections = 2 if variant == "2conn" else 1
+            done, nsqd_share = bench.measure(cmd, 60, {"GOMAXPROCS": str(connections)})
             out = _parse_go(done, "bench_reader")
             left = bench.depth(topic)
             out["left"] = left
@@ -402,16 +429,26 @@ def run_consume(bench: Bench, workload: str, client: str) -> dict[str, Any]:
                 "timeout": a.timeout,
                 "rss_every": max(1, count // 10),
             }
-            if variant in ("snappy", "deflate"):
-                extra[variant] = True
-            elif variant == "tls":
-                extra["tls_ca"] = bench.certs.ca_path
+            extra.update(_variant_spec(bench, variant))
             spec = _spec(bench, client, "consume", topic, **extra)
             done, nsqd_share = bench.measure(python_cmd(spec), a.timeout + 30)
             out = _parse_json(done, f"{client} {workload}")
     finally:
         bench.delete_topic(topic)
     return _finish(bench, out, done, nsqd_share)
+
+
+def _variant_spec(bench: Bench, variant: str) -> dict[str, Any]:
+    """What a consume variant adds to a runner's spec."""
+    if variant == "2conn":
+        # bench_reader's own shape: two consumers, each with one connection and
+        # max_in_flight 2500 (it runs GOMAXPROCS of them).
+        return {"consumers": 2}
+    if variant in ("snappy", "deflate"):
+        return {variant: True}
+    if variant == "tls":
+        return {"tls_ca": bench.certs.ca_path}
+    return {}
 
 
 def run_latency(bench: Bench, workload: str, client: str) -> dict[str, Any]:
@@ -607,7 +644,7 @@ def cost_table(bench: Bench, workloads: list[str], floors: dict[str, list[float]
     for client in [c for c in ("txnsq", "pynsq") if c in bench.clients]:
         plain_rate = _m(bench, "consume", client)
         plain_cpu = _m(bench, "consume", client, "cpu_us")
-        for variant in ("snappy", "deflate", "tls"):
+        for variant in CODEC_VARIANTS:
             workload = f"consume-{variant}"
             if workload not in workloads or not bench.results.get((workload, client)):
                 continue
@@ -699,13 +736,23 @@ def targets_table(bench: Bench) -> str:
         return tx / it if tx and it else None
 
     checks = [
-        ("consume >= 1.0x bench_reader", ratio("consume", "go-nsq"), 1.0, False),
+        ("consume, 1 connection >= 1.0x bench_reader", ratio("consume", "go-nsq"), 1.0, False),
+        (
+            "consume, 2 connections >= 1.0x bench_reader",
+            ratio("consume-2conn", "go-nsq"),
+            1.0,
+            False,
+        ),
         ("consume >= 10x pynsq", ratio("consume", "pynsq"), 10.0, False),
         ("PUB pipelined >= 4x pynsq", ratio("pub", "pynsq"), 4.0, False),
         ("PUB pipelined > go-nsq (bench_writer, batch 1)", ratio("pub", "go-nsq"), 1.0, True),
         ("MPUB >= bench_writer", ratio("mpub", "go-nsq"), 1.0, False),
     ]
-    dry = any(o.get("note") for o in bench.results.get(("consume", "go-nsq"), []))
+    dry = any(
+        o.get("note")
+        for w in ("consume", "consume-2conn")
+        for o in bench.results.get((w, "go-nsq"), [])
+    )
     rows = []
     for name, value, target, strict in checks:
         if value is None:
@@ -791,10 +838,12 @@ def report(
             f"pynsq PUB {a.pynsq_pub_count:,}, MPUB {a.pynsq_mpub_count:,}, consume "
             f"{a.pynsq_count:,}; bench_writer --runfor {a.go_seconds}s; bench_reader "
             f"--runfor {max(0.1, a.count / 1_250_000):.2f}s on {a.count:,} prefilled.",
-            "go-nsq tools: bench_writer/bench_reader use 2 connections (GOMAXPROCS), one "
-            "command in flight each (bench_writer --batch-size 1 is the closest to PUB: it "
-            "does not pipeline); bench_reader has RDY 2500 on each connection. Their rate "
-            "is their own ops/s line; their CPU is the whole process.",
+            "go-nsq tools: bench_writer uses 2 connections (GOMAXPROCS), one command in "
+            "flight each (bench_writer --batch-size 1 is the closest to PUB: it does not "
+            "pipeline). bench_reader opens one connection per GOMAXPROCS, each with RDY "
+            "2500: GOMAXPROCS=1 for 'consume, mif 2500' (one connection, like the Python "
+            "clients there), 2 for 'consume, 2 x mif 2500'. Their rate is their own ops/s "
+            "line; their CPU is the whole process.",
             "Consumer rates are steady rates (first message to message N-1000).",
             "",
         ]
@@ -945,7 +994,7 @@ def main(argv: list[str] | None = None) -> None:
                         bench.failures.append(f"{workload}/{client}: {type(e).__name__}: {e}")
                         print(f"    ! {workload}/{client}: {e}", flush=True)
                 variant = workload.partition("-")[2]
-                if workload.startswith("consume-") and variant:
+                if workload.startswith("consume-") and variant in CODEC_VARIANTS:
                     out = run_floor(bench, variant)
                     if "error" in out:
                         bench.failures.append(f"floor {variant}: {out['error']}")
@@ -1015,11 +1064,15 @@ def _profile(bench: Bench, workload: str) -> None:
             )
         elif workload.startswith("consume") or workload == "rss":
             bench.prefill(topic, a.count)
-            spec = _spec(bench, "txnsq", "consume", topic, count=a.count, profile=35)
-            if variant in ("snappy", "deflate"):
-                spec[variant] = True
-            elif variant == "tls":
-                spec["tls_ca"] = bench.certs.ca_path
+            spec = _spec(
+                bench,
+                "txnsq",
+                "consume",
+                topic,
+                count=a.count,
+                profile=35,
+                **_variant_spec(bench, variant),
+            )
         else:
             raise SystemExit(f"--profile supports pub, mpub and consume*, not {workload}")
         done = reap(spawn(python_cmd(spec), a.timeout + 30))

@@ -9,6 +9,7 @@ commands the consumer wrote. nsqlookupd is an in-memory ``IAgent``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import struct
@@ -16,6 +17,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet import defer
 from twisted.internet.address import IPv4Address
 from twisted.internet.endpoints import TCP4ClientEndpoint
@@ -980,6 +983,193 @@ class HandlerResultTests(SynchronousTestCase):
 
 
 # ================================================================================= backoff
+
+
+class ReadBatchTests(SynchronousTestCase):
+    """Several messages in one read: handled in order, their FINs joined into one write,
+    and the same outcome as one message per read."""
+
+    def connected(self, **options: Any) -> tuple[Harness, NSQDConn]:
+        """A consumer subscribed on A, its handshake commands already read."""
+        h = Harness(self, **options)
+        conn = h.connect(A)
+        conn.new_commands()
+        return h, conn
+
+    def test_fins_of_one_read_go_out_in_one_write(self) -> None:
+        h, conn = self.connected(max_in_flight=10)
+        writes = len(conn.transport._wire)
+        conn.messages(range(1, 6))
+        self.assertEqual([m.id for m in h.handled], [msg_id(n) for n in range(1, 6)])
+        self.assertEqual(conn.new_commands(), [fin(n) for n in range(1, 6)])
+        self.assertEqual(len(conn.transport._wire) - writes, 1)
+        stats = h.consumer.stats()
+        self.assertEqual((stats["received"], stats["finished"], stats["in_flight"]), (5, 5, 0))
+
+    def test_every_kind_of_result_in_one_read(self) -> None:
+        h, conn = self.connected(max_in_flight=10, max_backoff_duration=0)
+        held: defer.Deferred[bool] = defer.Deferred()
+        manual: list[Message] = []
+
+        def handler(message: Message) -> Any:
+            n = int(message.id, 16)
+            if n == 3:
+                raise RuntimeError("boom")
+            if n == 4:
+                return held
+            if n == 6:
+                message.disable_auto_response()
+                manual.append(message)
+                return True
+            if n == 7:
+                message.finish()  # answered by the handler itself: nothing more to send
+                return True
+            return {1: True, 2: False, 5: None}[n]
+
+        h.consumer._handler = handler
+        conn.messages(range(1, 8))
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertEqual(
+            sorted(conn.new_commands()),
+            sorted([fin(1), req(2, 90_000), req(3, 90_000), fin(5), fin(7)]),
+        )
+        self.assertEqual(h.consumer.stats()["in_flight"], 2)  # 4 and 6
+        held.callback(True)
+        manual[0].finish()
+        self.assertEqual(conn.new_commands(), [fin(4), fin(6)])
+        stats = h.consumer.stats()
+        self.assertEqual((stats["finished"], stats["requeued"], stats["in_flight"]), (5, 2, 0))
+
+    def test_backoff_starting_mid_read(self) -> None:
+        """The failure's RDY 0 goes out before its REQ and before any later FIN."""
+        h, conn = self.connected(max_in_flight=10, backoff_multiplier=1.0)
+        results = {1: True, 2: False, 3: True}
+        h.consumer._handler = lambda message: results[int(message.id, 16)]
+        conn.messages([1, 2, 3])
+        commands = conn.new_commands()
+        self.assertEqual(sorted(commands), sorted([(RDY, b"0"), req(2, 90_000), fin(1), fin(3)]))
+        self.assertLess(commands.index((RDY, b"0")), commands.index(req(2, 90_000)))
+        self.assertLess(commands.index((RDY, b"0")), commands.index(fin(3)))
+        self.assertTrue(h.consumer.stats()["in_backoff"])
+
+    def test_connection_lost_mid_read(self) -> None:
+        """The handler sees no message of the read after its connection went; nothing is
+        written for them (nsqd redelivers them)."""
+        h, conn = self.connected(max_in_flight=10)
+
+        def handler(message: Message) -> bool:
+            h.handled.append(message)
+            if message.id == msg_id(2):
+                conn.close()
+            return True
+
+        h.consumer._handler = handler
+        conn.messages(range(1, 6))
+        self.assertEqual([m.id for m in h.handled], [msg_id(1), msg_id(2)])
+        self.assertEqual(conn.answers(), [])
+        self.assertEqual(h.consumer.stats()["in_flight"], 0)
+
+    def test_stop_requested_mid_read(self) -> None:
+        """stopService() from a handler: the FINs already due go out first, the rest of
+        the read is still handled (nsqd sent it before CLS), then the connection closes."""
+        h, conn = self.connected(max_in_flight=10)
+        stopped: list[defer.Deferred[None]] = []
+
+        def handler(message: Message) -> bool:
+            h.handled.append(message)
+            if message.id == msg_id(2):
+                stopped.append(h.consumer.stopService())
+            return True
+
+        h.consumer._handler = handler
+        conn.messages(range(1, 5))
+        self.assertEqual(len(h.handled), 4)
+        commands = conn.new_commands()
+        self.assertEqual([c for c in commands if c[0] == b"FIN"], [fin(n) for n in range(1, 5)])
+        self.assertIn((b"CLS",), commands)
+        conn.send(encode_response(b"CLOSE_WAIT"))
+        h.advance(0)
+        self.successResultOf(stopped[0])
+        self.assertTrue(conn.transport.lost)
+
+    def test_redelivered_copy_in_the_same_read(self) -> None:
+        """A copy of a message still held arrives in one read with others: the held one
+        is void (its answer is not sent), the copy is answered."""
+        h, conn = self.connected(max_in_flight=10)
+        first: defer.Deferred[bool] = defer.Deferred()
+        h.result = first
+        conn.message(1)
+        h.result = True
+        conn.messages([2, 1, 3])
+        self.assertEqual(conn.new_commands(), [fin(2), fin(1), fin(3)])
+        first.callback(True)
+        self.assertEqual(conn.new_commands(), [])
+        self.assertEqual(h.consumer.stats()["in_flight"], 0)
+
+    def test_max_attempts_mid_read(self) -> None:
+        h, conn = self.connected(max_in_flight=10, max_attempts=3, max_backoff_duration=0)
+        conn.send(
+            encode_message(TS, 1, msg_id(1), b"a"),
+            encode_message(TS, 4, msg_id(2), b"b"),
+            encode_message(TS, 2, msg_id(3), b"c"),
+        )
+        self.assertEqual([m.id for m in h.handled], [msg_id(1), msg_id(3)])
+        self.assertEqual([m.id for m in h.given_up], [msg_id(2)])
+        self.assertEqual(sorted(conn.new_commands()), [fin(1), fin(2), fin(3)])
+
+    @settings(max_examples=150, deadline=None)
+    @given(
+        results=st.lists(
+            st.sampled_from(["true", "none", "false", "raise", "defer", "manual"]),
+            min_size=1,
+            max_size=30,
+        ),
+        cuts=st.sets(st.integers(1, 29)),
+        backoff=st.booleans(),
+    )
+    def test_same_outcome_as_one_message_per_read(
+        self, results: list[str], cuts: set[int], backoff: bool
+    ) -> None:
+        """Any split of the same messages into reads ends in the same answers, RDY,
+        counters and backoff state as one message per read."""
+        one_by_one = self._play(results, [[i] for i in range(len(results))], backoff)
+        bounds = [0, *sorted(c for c in cuts if c < len(results)), len(results)]
+        reads = [list(range(a, b)) for a, b in itertools.pairwise(bounds) if b > a]
+        self.assertEqual(self._play(results, reads, backoff), one_by_one)
+        self.flushLoggedErrors(RuntimeError)
+
+    def _play(self, results: list[str], reads: list[list[int]], backoff: bool) -> Any:
+        options: dict[str, Any] = {"max_in_flight": 40}
+        if backoff:
+            options["backoff_multiplier"] = 1.0
+        else:
+            options["max_backoff_duration"] = 0
+        h = Harness(self, **options)
+        conn = h.connect(A)
+        later: list[Callable[[], None]] = []
+
+        def handler(message: Message) -> Any:
+            kind = results[int(message.id, 16)]
+            if kind == "raise":
+                raise RuntimeError("handler failed")
+            if kind == "defer":
+                d: defer.Deferred[bool] = defer.Deferred()
+                later.append(lambda: d.callback(True))
+                return d
+            if kind == "manual":
+                message.disable_auto_response()
+                later.append(message.finish)
+                return None
+            return {"true": True, "none": None, "false": False}[kind]
+
+        h.consumer._handler = handler
+        for read in reads:
+            conn.messages(read)
+        for answer in later:
+            answer()
+        stats = h.consumer.stats()
+        del stats["nsqd"], stats["starved"]
+        return sorted(conn.answers()), conn.rdy, stats
 
 
 class BackoffTests(SynchronousTestCase):

@@ -49,10 +49,16 @@ class InFlightSampler:
     nsqd and each client's ``ready_count``, in a thread (the stats calls block).
 
     The nsqds are asked one after the other, so a sum could mix values from different
-    moments. Handlers made with :meth:`hold` do not answer while a sample is being taken:
-    with no FIN on the way, what each nsqd has in flight can only grow during a sample,
-    so the summed sample never exceeds the real total at the end of the sample.
+    moments. Handlers made with :meth:`hold` do not answer while a sample is being taken,
+    and a sample starts only :attr:`SETTLE` seconds after answers stopped: by then the
+    FINs already written have reached their nsqd (a FIN still on its way to one nsqd
+    while the RDY raise it made room for has reached another is real, and no client can
+    order two processes' reads). With no FIN on the way, what each nsqd has in flight can
+    only grow during a sample, so the summed sample never exceeds the real total at the
+    end of the sample.
     """
+
+    SETTLE = 0.02
 
     def __init__(self, nsqds: list[NSQD], topic: str) -> None:
         self.nsqds = nsqds
@@ -90,6 +96,7 @@ class InFlightSampler:
         while self._running:
             self._sampling = True
             try:
+                await deferLater(reactor, self.SETTLE)
                 total, ready = await deferToThread(self._sample)
             finally:
                 self._sampling = False
@@ -272,7 +279,7 @@ class ConsumerIntegrationTests(TestCase):
         await self.eventually(lambda: len(set(self.handled)) == len(published), what="all")
         await sampler.stop()
         self.assertEqual(sorted(set(self.handled)), sorted(published))
-        self.assertGreater(len(sampler.totals), 5)
+        self.assertGreaterEqual(len(sampler.totals), 3)
         self.assertLessEqual(max(sampler.totals), 1000, sampler.totals)
         self.assertGreater(max(sampler.totals), 0)  # the sampler did see messages in flight
         await self.drained(nsqds)

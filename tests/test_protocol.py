@@ -1443,6 +1443,65 @@ class MessageTests(SynchronousTestCase):
         self.assertEqual(len(server.transport.writes), before + 1)
         self.assertEqual(server.lines(), [b"FIN " + msg_id(i) for i in range(5)] + [b"NOP"])
 
+    def test_on_messages_gets_each_read_in_one_call(self) -> None:
+        runs: list[list[bytes]] = []
+        server = ready_server(self, on_messages=lambda run: runs.append([m.id for m in run]))
+        server.send(*[message_frame(i) for i in range(4)])
+        server.send(message_frame(9))
+        self.assertEqual(runs, [[msg_id(i) for i in range(4)], [msg_id(9)]])
+        self.assertEqual(server.messages, [])  # on_message is not called as well
+
+    def test_on_messages_runs_keep_order_with_other_frames(self) -> None:
+        """Messages are handed over in runs split by the other frames, each frame
+        processed in stream order: the heartbeat's NOP and the publish's OK land
+        between the runs."""
+        events: list[Any] = []
+        server = ready_server(self, on_messages=lambda run: events.append([m.id for m in run]))
+        published = server.protocol.publish("t", b"x")
+        published.addCallback(events.append)
+        server.flush()
+        server.commands()
+        server.send(
+            message_frame(1),
+            message_frame(2),
+            HEARTBEAT,
+            message_frame(3),
+            encode_response(b"OK"),
+            message_frame(4),
+        )
+        self.assertEqual(events, [[msg_id(1), msg_id(2)], [msg_id(3)], b"OK", [msg_id(4)]])
+        self.assertEqual(server.lines(), [b"NOP"])
+
+    def test_on_messages_errors_are_logged_and_the_read_goes_on(self) -> None:
+        calls: list[int] = []
+
+        def broken(run: list[Message]) -> None:
+            calls.append(len(run))
+            raise RuntimeError("handler bug")
+
+        server = ready_server(self, on_messages=broken)
+        server.send(message_frame(1), HEARTBEAT, message_frame(2))
+        self.assertEqual(calls, [1, 1])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 2)
+        self.assertEqual(server.lines(), [b"NOP"])
+
+    def test_finish_many(self) -> None:
+        server = ready_server(self)
+        before = len(server.transport.writes)
+        server.protocol.finish_many([msg_id(1), msg_id(2), msg_id(3)])
+        server.protocol.finish_many([])
+        server.flush()
+        self.assertEqual(len(server.transport.writes), before + 1)
+        self.assertEqual(server.lines(), [b"FIN " + msg_id(i) for i in (1, 2, 3)])
+
+    def test_finish_many_checks_first(self) -> None:
+        server = ready_server(self)
+        self.assertRaises(ValueError, server.protocol.finish_many, [msg_id(1), b"bad"])
+        server.flush()
+        self.assertEqual(server.raw(), b"")
+        fresh = Server(self)
+        self.assertRaises(NotReady, fresh.protocol.finish_many, [msg_id(1)])
+
     def test_second_answer_raises(self) -> None:
         server = ready_server(self)
         server.send(message_frame(1))

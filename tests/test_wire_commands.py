@@ -117,6 +117,24 @@ class EncoderBytesTests(SynchronousTestCase):
     def test_touch(self) -> None:
         self.assertEqual(touch(MSG_ID), b"TOUCH 0a1b2c3d4e5f6789\n")
 
+    def test_many(self) -> None:
+        ids = [MSG_ID, b"ffffffffffffffff", b"0000000000000000"]
+        self.assertEqual(commands.fin_many(ids), b"".join(fin(i) for i in ids))
+        self.assertEqual(commands.req_many(ids, 250), b"".join(req(i, 250) for i in ids))
+        self.assertEqual(commands.touch_many(ids), b"".join(touch(i) for i in ids))
+        self.assertEqual(commands.fin_many([MSG_ID]), fin(MSG_ID))
+        for many in (commands.fin_many, commands.req_many, commands.touch_many):
+            self.assertEqual(many([]), b"")
+        # str ids, as the single encoders take them
+        self.assertEqual(commands.fin_many([MSG_ID.decode(), MSG_ID]), fin(MSG_ID) * 2)
+
+    def test_many_checks_every_id(self) -> None:
+        for many in (commands.fin_many, commands.req_many, commands.touch_many):
+            self.assertRaises(ValueError, many, [MSG_ID, b"short"])
+            self.assertRaises(ValueError, many, [MSG_ID, MSG_ID + b"\n"])
+            self.assertRaises(TypeError, many, [MSG_ID, 12345])
+        self.assertRaises(ValueError, commands.req_many, [MSG_ID], -1)
+
     def test_str_message_id(self) -> None:
         self.assertEqual(fin(MSG_ID.decode()), fin(MSG_ID))
         self.assertEqual(req(MSG_ID.decode(), 5), req(MSG_ID, 5))

@@ -207,6 +207,21 @@ class MessageFrameTests(SynchronousTestCase):
         self.assertEqual(parser.feed(data), ["built", Response(b"OK")])
         self.assertEqual(calls, [(5, 2, MSG_ID, b"x")])
 
+    def test_control_frames_counts_what_is_not_a_message(self) -> None:
+        """Comparing it before and after a feed tells whether the batch holds messages
+        only (the protocol's fast path)."""
+        parser = FrameParser()
+        self.assertEqual(parser.control_frames, 0)
+        parser.feed(encode_message(1, 1, MSG_ID, b"a") + encode_message(2, 1, MSG_ID, b"b"))
+        self.assertEqual(parser.control_frames, 0)
+        heartbeat = frame(FRAME_RESPONSE, b"_heartbeat_")
+        parser.feed(encode_response(b"OK") + encode_message(3, 1, MSG_ID, b"c") + heartbeat)
+        self.assertEqual(parser.control_frames, 2)
+        parser.feed(encode_error("E_FIN_FAILED", "x")[:5])  # incomplete: not counted yet
+        self.assertEqual(parser.control_frames, 2)
+        parser.feed(encode_error("E_FIN_FAILED", "x")[5:])
+        self.assertEqual(parser.control_frames, 3)
+
     def test_value_semantics(self) -> None:
         a = MessageFrame(1, 2, MSG_ID, b"x")
         self.assertEqual(a, MessageFrame(1, 2, MSG_ID, b"x"))

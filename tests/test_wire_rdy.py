@@ -129,6 +129,29 @@ class InFlightTests(SynchronousTestCase):
         self.assertEqual(c.message_answered("a"), [])
         self.assertEqual(c.in_flight("a"), 1)
 
+    def test_batches_count_like_single_messages(self) -> None:
+        one, many = controller(10), controller(10)
+        for c in (one, many):
+            c.add_connection("a", 0.0)
+        for _ in range(7):
+            one.message_received("a", 2.0)
+        self.assertEqual(many.messages_received("a", 7, 2.0), [])
+        for _ in range(5):
+            one.message_answered("a")
+        self.assertEqual(many.messages_answered("a", 5), [])
+        self.assertEqual(many.in_flight("a"), one.in_flight("a"))
+        self.assertEqual(many.in_flight("a"), 2)
+        self.assertEqual(many.messages_answered("a", 9), [])  # never negative
+        self.assertEqual(many.in_flight("a"), 0)
+        self.assertEqual(many.messages_answered("gone", 3), [])
+
+    def test_first_batch_with_start_at_one_gets_the_full_share(self) -> None:
+        c = controller(10, start_at_one=True)
+        c.add_connection("a", 0.0)
+        self.assertEqual(c.rdy("a"), 1)
+        self.assertEqual(c.messages_received("a", 1, 1.0), [RdyUpdate("a", 10)])
+        self.assertEqual(c.messages_received("a", 4, 1.0), [])
+
     def test_answer_never_goes_negative_or_fails(self) -> None:
         c = controller(10)
         c.add_connection("a", 0.0)

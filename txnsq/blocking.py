@@ -642,35 +642,19 @@ class Connection:
 
     def fin_many(self, message_ids: Iterable[bytes]) -> None:
         """``FIN`` several messages in one write."""
-        self._send_many(commands.fin, message_ids)
+        self._send_many(commands.fin_many(_as_list(message_ids)))
 
     def req_many(self, message_ids: Iterable[bytes], delay_ms: int = 0) -> None:
         """``REQ`` several messages in one write."""
-        encode = commands.req
-        self._send_many(lambda message_id: encode(message_id, delay_ms), message_ids)
+        self._send_many(commands.req_many(_as_list(message_ids), delay_ms))
 
     def touch_many(self, message_ids: Iterable[bytes]) -> None:
         """``TOUCH`` several messages in one write."""
-        self._send_many(commands.touch, message_ids)
+        self._send_many(commands.touch_many(_as_list(message_ids)))
 
-    def _send_many(self, encode: Callable[[bytes], bytes], message_ids: Iterable[bytes]) -> None:
-        ids = message_ids if isinstance(message_ids, list) else list(message_ids)
-        if not ids:
-            return
-        # Every command is "<verb> <id><tail>": encode the first one with the wire core,
-        # then, when every id is 16 bytes, repeat that framing with one C-level join
-        # (nsqd's ids are; anything else goes through the encoder, which checks it).
-        first = ids[0]
-        head = encode(first)
-        if type(first) is bytes and set(map(len, ids)) == {16}:
-            verb, _, tail = head.partition(first)
-            try:
-                data = verb + (tail + verb).join(ids) + tail
-            except TypeError:  # not all bytes-like: let the encoder say which
-                data = b"".join([encode(message_id) for message_id in ids])
-        else:
-            data = b"".join([encode(message_id) for message_id in ids])
-        self._send(data)
+    def _send_many(self, data: bytes) -> None:
+        if data:
+            self._send(data)
 
     def nop(self) -> None:
         """Send ``NOP`` (nothing else is needed to keep a connection alive: reading does)."""
@@ -824,8 +808,10 @@ class Connection:
                 sock.close()
             except OSError:  # pragma: no cover
                 pass
-        closed = error if isinstance(error, ConnectionClosed) else ConnectionClosed(
-            f"connection to {self.address} closed", reason=error
+        closed = (
+            error
+            if isinstance(error, ConnectionClosed)
+            else ConnectionClosed(f"connection to {self.address} closed", reason=error)
         )
         while self._slots:
             slot = self._slots.popleft()
@@ -998,3 +984,11 @@ def _auth_answer(data: bytes) -> dict[str, Any]:
     if not isinstance(answer, dict):
         raise ProtocolError(f"AUTH answer is not a JSON object: {data[:80]!r}")
     return answer
+
+
+def _as_list(message_ids: Iterable[bytes]) -> Sequence[bytes]:
+    if isinstance(message_ids, list | tuple):
+        return message_ids
+    if isinstance(message_ids, bytes | str):
+        raise TypeError(f"message_ids must be an iterable of ids, not {type(message_ids).__name__}")
+    return list(message_ids)

@@ -35,7 +35,7 @@ from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_del
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq.errors import NotReady, NSQError
-from txnsq.message import Message
+from txnsq.message import ANSWERED, FRESH, Message
 from txnsq.protocol import NSQProtocol
 from txnsq.tls import TLSOptions
 
@@ -220,55 +220,97 @@ class _Session:
         self.closed = False
         self.unanswered: dict[bytes, Message] = {}
         self.touch_calls: dict[bytes, IDelayedCall] = {}
-        # Bound once: on_message and message_finished run for every message.
-        self._received = consumer._rdy.message_received
-        self._answered = consumer._rdy.message_answered
+        # Bound once: on_messages and message_finished run for every read or message.
+        self._received = consumer._rdy.messages_received
+        self._answered = consumer._rdy.messages_answered
         self._now = consumer._reactor.seconds
         self._finish = protocol.finish
 
     # -- messages in
 
-    def on_message(self, message: Message) -> None:
-        unanswered = self.unanswered
-        msg_id = message.id
+    def on_messages(self, messages: list[Message]) -> None:
+        """Handle one read's run of messages (the consumer's hot path).
+
+        What the whole run shares is done once: the in-flight accounting, the clock, the
+        counters, and the FINs of the messages the handler finished synchronously, which
+        go out as one write once the run is handled (before it, when a backoff or a
+        graceful stop needs each FIN to go at once).
+        """
         consumer = self.consumer
-        if msg_id in unanswered:
-            # Redelivered (its in-flight timeout expired while the handler held it): the
-            # earlier delivery is void on nsqd, so stop counting it and let only this one
-            # be answered.
-            self._void(unanswered[msg_id])
-        unanswered[msg_id] = message
-        self.nsqd.received += 1
-        updates = self._received(self, self._now())
+        count = len(messages)
+        self.nsqd.received += count
+        updates = self._received(self, count, self._now())
         if updates:
             consumer._send_rdy(updates)
-        max_attempts = consumer._max_attempts
-        if max_attempts and message.attempts > max_attempts:
-            consumer._give_up(message)
-            return
+        unanswered = self.unanswered
+        handler = consumer._handler
+        # attempts is a 16-bit field: without a limit, nothing is above 65535.
+        max_attempts = consumer._max_attempts or 0xFFFF
+        fins: list[bytes] = []
+        add_fin = fins.append
         try:
-            result = consumer._handler(message)
-        except Exception:
-            consumer._log.failure(
-                "Handler raised on message {id} from {nsqd}; requeueing it",
-                id=message.id,
-                nsqd=self.nsqd.address,
-            )
-            if not message._responded:
-                message.requeue()
-            return
-        if result is True or result is None:
-            if not message._responded and message._auto_response:
-                # message.finish() inlined: the handler returned, the message is ours.
-                message._responded = True
-                del unanswered[msg_id]
-                self.nsqd.finished += 1
-                self._finished(msg_id, self._answered(self))
-        elif result is False:
-            if not message._responded and message._auto_response:
-                message.requeue()
-        else:
-            consumer._handle_async_result(self, message, result)
+            for message in messages:
+                if self.closed:
+                    return  # the connection went: nsqd redelivers the rest
+                msg_id = message.id
+                if msg_id in unanswered:
+                    # Redelivered (its in-flight timeout expired while the handler held
+                    # it): the earlier delivery is void on nsqd, so stop counting it and
+                    # let only this one be answered.
+                    self._void(unanswered[msg_id])
+                unanswered[msg_id] = message
+                if message.attempts > max_attempts:
+                    consumer._give_up(message)
+                    continue
+                try:
+                    result = handler(message)
+                except Exception:
+                    consumer._log.failure(
+                        "Handler raised on message {id} from {nsqd}; requeueing it",
+                        id=msg_id,
+                        nsqd=self.nsqd.address,
+                    )
+                    if not message.has_responded:
+                        message.requeue()
+                    continue
+                if result is True or result is None:
+                    if message._state:  # answered, or auto-response disabled
+                        continue
+                    if self.closed:
+                        return  # the handler's doing: nothing can be answered on it now
+                    # message.finish() inlined: the handler returned, the message is ours.
+                    message._state = ANSWERED
+                    del unanswered[msg_id]
+                    if consumer._backoff_active or consumer._draining:
+                        # Each FIN now, in order with the backoff or the drain it ends.
+                        if fins:
+                            self._finish_batch(fins)
+                            fins.clear()
+                        self.nsqd.finished += 1
+                        self._finished(msg_id, self._answered(self, 1))
+                    else:
+                        add_fin(msg_id)
+                elif result is False:
+                    if message._state == FRESH:
+                        message.requeue()
+                else:
+                    consumer._handle_async_result(self, message, result)
+        finally:
+            if fins:
+                self._finish_batch(fins)
+
+    def _finish_batch(self, msg_ids: list[bytes]) -> None:
+        """Send the FINs of messages just taken off ``unanswered``, in one write."""
+        count = len(msg_ids)
+        self.nsqd.finished += count
+        if not self.closed:
+            try:
+                self.protocol.finish_many(msg_ids)
+            except NotReady:
+                pass  # being dropped: nsqd redelivers the messages after their timeout
+        updates = self._answered(self, count)
+        if updates:
+            self.consumer._send_rdy(updates)
 
     # -- MessageOwner: answers out
 
@@ -280,7 +322,7 @@ class _Session:
         self.nsqd.finished += 1
         if self.touch_calls:
             self._cancel_touch(msg_id)
-        self._finished(msg_id, self._answered(self))
+        self._finished(msg_id, self._answered(self, 1))
 
     def _finished(self, msg_id: bytes, updates: list[RdyUpdate[_Session]]) -> None:
         """Send the FIN of a message just taken off ``unanswered``, with what goes with it."""
@@ -314,7 +356,7 @@ class _Session:
                 consumer.options.requeue_delay,
                 consumer.options.max_requeue_delay,
             )
-        updates = self._answered(self)
+        updates = self._answered(self, 1)
         # RDY 0 goes out before the REQ, so nsqd cannot slip in another message first.
         if consumer._backoff.enabled:
             if backoff:
@@ -334,10 +376,10 @@ class _Session:
     def _void(self, message: Message) -> None:
         """Forget a delivery nsqd has already timed out (it was sent again)."""
         del self.unanswered[message.id]
-        message._responded = True  # a late answer to it raises instead of being sent
+        message._state = ANSWERED  # a late answer to it raises instead of being sent
         if self.touch_calls:
             self._cancel_touch(message.id)
-        updates = self._answered(self)
+        updates = self._answered(self, 1)
         if updates:
             self.consumer._send_rdy(updates)
 
@@ -660,7 +702,7 @@ class Consumer(Service):
         session = _Session(self, nsqd, protocol)
         nsqd.session = session
         protocol.on_close = session.connection_lost
-        protocol.on_message = session.on_message
+        protocol.on_messages = session.on_messages
         protocol.set_message_owner(session)
         return defer.ensureDeferred(self._handshake(session))
 
@@ -852,14 +894,14 @@ class Consumer(Service):
             result = defer.Deferred.fromCoroutine(_awaited(result))
         if not isinstance(result, defer.Deferred):
             # Anything else: truthy finishes, falsy requeues.
-            if not message._responded and message._auto_response:
+            if message._state == FRESH:
                 message.finish() if result else message.requeue()
             return
         if self.options.auto_touch and not result.called:
             session.schedule_touch(message)
 
         def done(value: object) -> None:
-            if message._responded or not message._auto_response:
+            if message._state != FRESH:
                 return
             if value is None or value is True:
                 message.finish()
@@ -875,7 +917,7 @@ class Consumer(Service):
                 id=message.id,
                 nsqd=session.nsqd.address,
             )
-            if not message._responded:
+            if not message.has_responded:
                 message.requeue()
 
         result.addCallbacks(done, failed)
@@ -938,7 +980,7 @@ class Consumer(Service):
         # 3. Give back what is still unanswered, so nsqd redelivers it at once.
         for session in sessions:
             for message in list(session.unanswered.values()):
-                if not message._responded:
+                if not message.has_responded:
                     try:
                         message.requeue(0, backoff=False)
                     except NSQError:

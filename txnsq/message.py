@@ -8,6 +8,15 @@ from txnsq.errors import NSQError
 
 __all__ = ["Message", "MessageAlreadyAnswered", "MessageOwner"]
 
+# Message._state: one slot for "answered?" and "answered from the handler's result?",
+# read once per message on the consumer's hot path.
+#: Not answered yet; the consumer answers it from the handler's result.
+FRESH = 0
+#: Not answered yet; :meth:`Message.disable_auto_response` was called.
+MANUAL = 1
+#: Finished or requeued.
+ANSWERED = 2
+
 
 class MessageAlreadyAnswered(NSQError):
     """``finish()`` or ``requeue()`` called on a message that was already answered."""
@@ -35,14 +44,13 @@ class Message:
     in-flight timeout on nsqd and may be called any number of times before that.
     """
 
-    __slots__ = ("_auto_response", "_owner", "_responded", "attempts", "body", "id", "timestamp")
+    __slots__ = ("_owner", "_state", "attempts", "body", "id", "timestamp")
 
     def __init__(
         self, owner: MessageOwner, timestamp: int, attempts: int, id: bytes, body: bytes
     ) -> None:
         self._owner = owner
-        self._responded = False
-        self._auto_response = True
+        self._state = FRESH
         self.timestamp = timestamp
         self.attempts = attempts
         self.id = id
@@ -51,12 +59,13 @@ class Message:
     def disable_auto_response(self) -> None:
         """Tell the consumer not to answer this message from the handler's result: the
         code that holds the message will call :meth:`finish` or :meth:`requeue` later."""
-        self._auto_response = False
+        if self._state == FRESH:
+            self._state = MANUAL
 
     @property
     def has_responded(self) -> bool:
         """Whether the message has been finished or requeued."""
-        return self._responded
+        return self._state == ANSWERED
 
     def finish(self) -> None:
         """Tell nsqd the message was handled (FIN).
@@ -64,13 +73,14 @@ class Message:
         :raises MessageAlreadyAnswered: if it was already finished or requeued.
         :raises NotReady: if the answer cannot be sent (the message stays unanswered).
         """
-        if self._responded:
+        state = self._state
+        if state == ANSWERED:
             raise MessageAlreadyAnswered(f"message {self.id!r} was already answered")
-        self._responded = True
+        self._state = ANSWERED
         try:
             self._owner.message_finished(self)
         except BaseException:
-            self._responded = False  # not answered after all (e.g. the connection is gone)
+            self._state = state  # not answered after all (e.g. the connection is gone)
             raise
 
     def requeue(self, delay: float | None = None, backoff: bool = True) -> None:
@@ -82,15 +92,16 @@ class Message:
         :raises MessageAlreadyAnswered: if it was already finished or requeued.
         :raises ValueError: on a negative delay.
         """
-        if self._responded:
+        state = self._state
+        if state == ANSWERED:
             raise MessageAlreadyAnswered(f"message {self.id!r} was already answered")
         if delay is not None and delay < 0:
             raise ValueError(f"requeue delay must not be negative, not {delay}")
-        self._responded = True
+        self._state = ANSWERED
         try:
             self._owner.message_requeued(self, delay, backoff)
         except BaseException:
-            self._responded = False
+            self._state = state
             raise
 
     def touch(self) -> None:
@@ -98,7 +109,7 @@ class Message:
 
         :raises MessageAlreadyAnswered: if it was already finished or requeued.
         """
-        if self._responded:
+        if self._state == ANSWERED:
             raise MessageAlreadyAnswered(f"message {self.id!r} was already answered")
         self._owner.message_touched(self)
 

@@ -11,8 +11,10 @@ Once ready, commands that nsqd answers (SUB, PUB, MPUB, DPUB, CLS) return Deferr
 are matched to responses in order. Non-fatal error frames (``E_FIN_FAILED``,
 ``E_REQ_FAILED``, ``E_TOUCH_FAILED``) answer no command: they go to ``on_error``.
 Heartbeats are answered with NOP. Message frames become :class:`~txnsq.message.Message`
-objects handed to ``on_message``. Writes made while a read is being processed (FIN, RDY
-from a handler) are joined into one transport write at the end of that read.
+objects handed to ``on_message``, or, when ``on_messages`` is set, to it as lists: each
+run of consecutive messages of one read in one call (a consumer's hot path). Writes made
+while a read is being processed (FIN, RDY from a handler) are joined into one transport
+write at the end of that read.
 
 A malformed frame is logged once and the connection is dropped; it never reaches the
 reactor. When the connection goes, every pending Deferred fails with
@@ -99,6 +101,8 @@ class NSQProtocol(Protocol):
     :param handshake_timeout: seconds the whole handshake may take before the connection
         is dropped and :meth:`whenReady` fails.
     :param on_message: called with each :class:`~txnsq.message.Message`.
+    :param on_messages: when set, called instead of ``on_message`` with lists of
+        messages: every run of consecutive messages within one read, in order.
     :param on_error: called with each non-fatal server error (an
         :class:`~txnsq.errors.NSQServerError`) and with fatal ones that answer no command.
     :param on_close: called with the reason (a ``Failure``) when the connection is lost.
@@ -117,6 +121,7 @@ class NSQProtocol(Protocol):
         handshake_timeout: float = 10.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         on_message: Callable[[Message], object] | None = None,
+        on_messages: Callable[[list[Message]], object] | None = None,
         on_error: Callable[[NSQServerError], object] | None = None,
         on_close: Callable[[Failure], object] | None = None,
         clock: IReactorTime | None = None,
@@ -145,6 +150,7 @@ class NSQProtocol(Protocol):
         self._auth_secret = auth_secret or None
         self._handshake_timeout = handshake_timeout
         self.on_message = on_message
+        self.on_messages = on_messages
         self.on_error = on_error
         self.on_close = on_close
 
@@ -263,6 +269,18 @@ class NSQProtocol(Protocol):
             return
         self._write_ready(commands.fin(message_id))
 
+    def finish_many(self, message_ids: list[bytes]) -> None:
+        """Send ``FIN`` for every id, as one write (joined with the read's other writes).
+
+        :raises TypeError, ValueError: on an invalid id (nothing is sent).
+        :raises NotReady: if the connection is not ready.
+        """
+        data = commands.fin_many(message_ids)
+        if self._state != _READY and self._state != _CLOSING:
+            raise NotReady(f"connection is not ready ({self._state})")
+        if data:
+            self._write(data)
+
     def requeue(self, message_id: bytes, delay_ms: int = 0) -> None:
         """Send ``REQ`` with a delay in milliseconds."""
         self._write_ready(commands.req(message_id, delay_ms))
@@ -308,9 +326,11 @@ class NSQProtocol(Protocol):
             if state == _READY or state == _CLOSING:
                 if self._decompressor is not None:
                     data = self._decompressor.decompress(data)
-                frames = self._parser.feed(data)
+                parser = self._parser
+                before = parser.control_frames
+                frames = parser.feed(data)
                 if frames:
-                    self._process(frames)
+                    self._process(frames, parser.control_frames == before)
             elif state == _HANDSHAKE:
                 if self._decompressor is not None:
                     data = self._decompressor.decompress(data)
@@ -366,13 +386,24 @@ class NSQProtocol(Protocol):
 
     # ------------------------------------------------------------------ internals
 
-    def _process(self, frames: list[Any]) -> None:
-        """Dispatch frames of a ready connection; writes are joined into one."""
+    def _process(self, frames: list[Any], messages_only: bool = False) -> None:
+        """Dispatch frames of a ready connection; writes are joined into one.
+
+        ``messages_only``: the parser says every frame is a message, so with
+        ``on_messages`` set the whole list goes to it in one call.
+        """
         if self._out is None:
             self._out = []
         self._in_read = True
-        on_message = self.on_message
         try:
+            on_messages = self.on_messages
+            if on_messages is not None:
+                if messages_only:
+                    self._deliver(on_messages, frames)
+                else:
+                    self._process_mixed(frames, on_messages)
+                return
+            on_message = self.on_message
             for frame in frames:
                 if type(frame) is Message:
                     if on_message is not None:
@@ -380,17 +411,45 @@ class NSQProtocol(Protocol):
                             on_message(frame)
                         except Exception:
                             self._log.failure("on_message raised; the message is left unanswered")
-                elif type(frame) is Response:
-                    self._response(frame.data)
-                elif type(frame) is Heartbeat:
-                    self._write(commands.NOP)
                 else:
-                    self._error_frame(frame)
+                    self._control_frame(frame)
                 if self._state != _READY and self._state != _CLOSING:
                     return  # closed or being dropped from a callback
         finally:
             self._in_read = False
             self._flush()
+
+    def _process_mixed(
+        self, frames: list[Any], on_messages: Callable[[list[Message]], object]
+    ) -> None:
+        """Frames of every kind, with runs of messages handed to ``on_messages``."""
+        run: list[Message] = []
+        for frame in frames:
+            if type(frame) is Message:
+                run.append(frame)
+                continue
+            if run:
+                self._deliver(on_messages, run)
+                run = []
+            if self._state != _READY and self._state != _CLOSING:
+                return
+            self._control_frame(frame)
+        if run and (self._state == _READY or self._state == _CLOSING):
+            self._deliver(on_messages, run)
+
+    def _deliver(self, on_messages: Callable[[list[Message]], object], run: list[Message]) -> None:
+        try:
+            on_messages(run)
+        except Exception:
+            self._log.failure("on_messages raised; messages may be left unanswered")
+
+    def _control_frame(self, frame: Any) -> None:
+        if type(frame) is Response:
+            self._response(frame.data)
+        elif type(frame) is Heartbeat:
+            self._write(commands.NOP)
+        else:
+            self._error_frame(frame)
 
     def _response(self, data: bytes) -> None:
         pending = self._pending

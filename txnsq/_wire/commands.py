@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "auth",
     "dpub",
     "fin",
+    "fin_many",
     "identify",
     "is_valid_channel_name",
     "is_valid_topic_name",
@@ -26,8 +27,10 @@ __all__ = [
     "pub",
     "rdy",
     "req",
+    "req_many",
     "sub",
     "touch",
+    "touch_many",
     "validate_channel_name",
     "validate_topic_name",
 ]
@@ -218,8 +221,10 @@ def mpub(
     append = parts.append
     total = 4
     for body in bodies:
-        if type(body) is not bytes or not body or (
-            max_msg_size is not None and len(body) > max_msg_size
+        if (
+            type(body) is not bytes
+            or not body
+            or (max_msg_size is not None and len(body) > max_msg_size)
         ):
             _body(body, max_msg_size)
         size = len(body)
@@ -256,3 +261,41 @@ def req(message_id: bytes, delay_ms: int = 0) -> bytes:
 def touch(message_id: bytes) -> bytes:
     """Return ``TOUCH <id>``: reset the message's in-flight timeout."""
     return b"TOUCH " + _message_id(message_id) + b"\n"
+
+
+def fin_many(message_ids: Sequence[bytes]) -> bytes:
+    """Return ``FIN <id>`` for every id, joined (``b""`` for none).
+
+    :raises TypeError, ValueError: as :func:`fin` does, for any id.
+    """
+    return _repeat(b"FIN ", b"\n", message_ids, fin)
+
+
+def req_many(message_ids: Sequence[bytes], delay_ms: int = 0) -> bytes:
+    """Return ``REQ <id> <delay_ms>`` for every id, joined (``b""`` for none).
+
+    :raises TypeError, ValueError: as :func:`req` does, for any id or the delay.
+    """
+    tail = b" %d\n" % _int(delay_ms, "REQ delay (ms)")
+    return _repeat(b"REQ ", tail, message_ids, lambda message_id: req(message_id, delay_ms))
+
+
+def touch_many(message_ids: Sequence[bytes]) -> bytes:
+    """Return ``TOUCH <id>`` for every id, joined (``b""`` for none).
+
+    :raises TypeError, ValueError: as :func:`touch` does, for any id.
+    """
+    return _repeat(b"TOUCH ", b"\n", message_ids, touch)
+
+
+def _repeat(
+    verb: bytes, tail: bytes, message_ids: Sequence[bytes], encode: Callable[[bytes], bytes]
+) -> bytes:
+    """``verb + id + tail`` for every id, with one C-level join when every id is a
+    16-byte ``bytes`` (nsqd's always are); otherwise each through ``encode``, which
+    checks it and raises on the first bad one."""
+    if not message_ids:
+        return b""
+    if set(map(type, message_ids)) == {bytes} and set(map(len, message_ids)) == {16}:
+        return verb + (tail + verb).join(message_ids) + tail
+    return b"".join([encode(message_id) for message_id in message_ids])

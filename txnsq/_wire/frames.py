@@ -165,6 +165,7 @@ class FrameParser:
         "_chunks",
         "_have",
         "_need",
+        "control_frames",
         "max_frame_size",
         "message_factory",
     )
@@ -183,6 +184,10 @@ class FrameParser:
         self._have = 0  # len(_buffer) + sum of len(_chunks)
         self._need = 4  # bytes needed before parsing can make progress
         self._broken: ProtocolError | None = None
+        #: How many frames other than messages (responses, heartbeats, errors) the parser
+        #: has returned: a caller comparing it before and after :meth:`feed` knows
+        #: whether a batch holds messages only.
+        self.control_frames = 0
 
     def buffered(self) -> int:
         """Return how many received bytes are not part of a returned frame yet."""
@@ -308,6 +313,7 @@ class FrameParser:
                     self._need = 4 + size
                     return frames, pos
                 payload = buf[pos + _HEADER_SIZE : frame_end]
+                self.control_frames += 1
                 if frame_type == FRAME_RESPONSE:
                     append(HEARTBEAT if payload == _HEARTBEAT_DATA else Response(payload))
                 else:

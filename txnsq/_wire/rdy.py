@@ -313,12 +313,24 @@ class RdyController(Generic[K]):
             when it gets its full share.
         :raises KeyError: for an unknown connection.
         """
+        return self.messages_received(key, 1, now)
+
+    def messages_received(self, key: K, count: int, now: float) -> list[RdyUpdate[K]]:
+        """``count`` messages arrived on ``key`` (one read's worth): as many more in flight.
+
+        The same as ``count`` calls of :meth:`message_received`, in one call.
+
+        :returns: ``[]``, except with ``start_at_one``, on a connection's first messages,
+            when it gets its full share.
+        :raises KeyError: for an unknown connection.
+        """
         conn = self._conns[key]
-        conn.in_flight += 1
-        conn.messages += 1
+        conn.in_flight += count
+        first = conn.messages == 0
+        conn.messages += count
         conn.last_message_at = now
         self._now = now
-        if self._start_at_one and conn.messages == 1:
+        if first and count and self._start_at_one:
             return self._rebalance(now)
         return []
 
@@ -329,12 +341,16 @@ class RdyController(Generic[K]):
         because lowered connections still held messages, it answers the part of it that
         now fits. Unknown keys (the connection is already gone) are ignored.
         """
+        return self.messages_answered(key, 1)
+
+    def messages_answered(self, key: K, count: int) -> list[RdyUpdate[K]]:
+        """``count`` messages from ``key`` were answered: the same as ``count`` calls of
+        :meth:`message_answered`, with at most one release of a held raise at the end."""
         conn = self._conns.get(key)
         if conn is not None:
-            if conn.in_flight > 0:
-                conn.in_flight -= 1
+            conn.in_flight = max(conn.in_flight - count, 0)
             if conn.ceiling > 0:
-                conn.ceiling -= 1
+                conn.ceiling = max(conn.ceiling - count, 0)
         if self._held:
             return self._release_held(self._now)
         return []
