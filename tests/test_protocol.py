@@ -1451,6 +1451,26 @@ class MessageTests(SynchronousTestCase):
         self.assertEqual(runs, [[msg_id(i) for i in range(4)], [msg_id(9)]])
         self.assertEqual(server.messages, [])  # on_message is not called as well
 
+    def test_a_big_read_is_handed_over_in_bounded_batches(self) -> None:
+        """However much one read holds, at most about READ_BATCH_BYTES of messages are
+        alive at once; the FINs of the whole read still go out as one write."""
+        server = ready_server(self)
+        runs: list[int] = []
+
+        def handle(run: list[Message]) -> None:
+            runs.append(len(run))
+            server.protocol.finish_many([m.id for m in run])
+
+        server.protocol.on_messages = handle
+        before = len(server.transport.writes)
+        count = 1000  # 134 bytes each: about 4 batches
+        server.send(*[message_frame(i, b"x" * 100) for i in range(count)])
+        self.assertEqual(sum(runs), count)
+        self.assertGreater(len(runs), 1)
+        self.assertLessEqual(max(runs), protocol_module.READ_BATCH_BYTES // 134 + 1)
+        self.assertEqual(len(server.transport.writes), before + 1)
+        self.assertEqual(server.lines(), [b"FIN " + msg_id(i) for i in range(count)])
+
     def test_on_messages_runs_keep_order_with_other_frames(self) -> None:
         """Messages are handed over in runs split by the other frames, each frame
         processed in stream order: the heartbeat's NOP and the publish's OK land

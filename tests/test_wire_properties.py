@@ -89,6 +89,13 @@ hostile_streams = st.one_of(
 )
 
 
+def _bytes_before_last_message(frames: list[Any]) -> int:
+    """Wire bytes of the message frames before the last one in ``frames`` (34 bytes of
+    header + body each): they all end before the last message starts."""
+    messages = [f for f in frames if isinstance(f, MessageFrame)]
+    return sum(34 + len(m.body) for m in messages[:-1])
+
+
 class FrameRoundTripProperties(SynchronousTestCase):
     """Encoded frames parse back equal, however the stream is cut."""
 
@@ -121,6 +128,32 @@ class FrameRoundTripProperties(SynchronousTestCase):
                 out.extend(got)
         self.assertEqual(out, [expected for _, expected in frames])
         self.assertEqual(parser.take_buffered(), b"")
+
+    @FAST
+    @given(frame_lists, cut_lists, st.integers(1, 400), st.booleans())
+    def test_max_bytes_returns_the_same_frames(
+        self, frames: list[tuple[bytes, Any]], cuts: list[int], max_bytes: int, tail: bool
+    ) -> None:
+        """Batches bounded by bytes: each starts no message past the budget (the first
+        frame always comes), and draining with feed(b"") gives every frame once, in
+        order; with take_buffered() mid-way, nothing is lost either."""
+        stream = b"".join(data for data, _ in frames)
+        parser = FrameParser()
+        out: list[Any] = []
+        for piece in split(stream, cuts):
+            got = parser.feed(piece, max_bytes=max_bytes)
+            while got:
+                # Every message frame of a batch starts within the budget.
+                self.assertLessEqual(_bytes_before_last_message(got), max_bytes)
+                out.extend(got)
+                got = parser.feed(b"", max_bytes=max_bytes)
+        self.assertEqual(out, [expected for _, expected in frames])
+        self.assertEqual(parser.buffered(), 0)
+        if tail and frames:
+            parser = FrameParser()
+            first = parser.feed(stream, max_bytes=max_bytes)
+            rest = parser.take_buffered()
+            self.assertEqual(first + FrameParser().feed(rest), [e for _, e in frames])
 
     @FAST
     @given(

@@ -165,6 +165,7 @@ class FrameParser:
         "_chunks",
         "_have",
         "_need",
+        "_offset",
         "control_frames",
         "max_frame_size",
         "message_factory",
@@ -179,9 +180,10 @@ class FrameParser:
             raise ValueError(f"max_frame_size must be at least {_MESSAGE_OVERHEAD}")
         self.max_frame_size = max_frame_size
         self.message_factory = message_factory
-        self._buffer = b""  # unparsed bytes, joined
+        self._buffer = b""  # unparsed bytes, joined, from _offset on
+        self._offset = 0
         self._chunks: list[bytes] = []  # unparsed bytes after _buffer, not joined yet
-        self._have = 0  # len(_buffer) + sum of len(_chunks)
+        self._have = 0  # len(_buffer) - _offset + sum of len(_chunks)
         self._need = 4  # bytes needed before parsing can make progress
         self._broken: ProtocolError | None = None
         #: How many frames other than messages (responses, heartbeats, errors) the parser
@@ -199,14 +201,17 @@ class FrameParser:
         Used when the stream changes under the parser (compression switched on): the
         bytes after the frame that switched it belong to the new stream.
         """
-        data = b"".join([self._buffer, *self._chunks])
+        data = b"".join([self._buffer[self._offset :], *self._chunks])
         self._buffer = b""
+        self._offset = 0
         self._chunks = []
         self._have = 0
         self._need = 4
         return data
 
-    def feed(self, data: bytes, max_frames: int | None = None) -> list[Any]:
+    def feed(
+        self, data: bytes, max_frames: int | None = None, max_bytes: int | None = None
+    ) -> list[Any]:
         """Add ``data`` to the stream; return the frames it completed, in order.
 
         :param max_frames: return at most this many frames and leave the bytes after them
@@ -214,6 +219,11 @@ class FrameParser:
             ``feed(b"")``). Use ``max_frames=1`` while waiting for the IDENTIFY answer:
             when it enables compression, nsqd's next bytes (often in the same read) are
             compressed and must not be parsed as frames.
+        :param max_bytes: stop starting new message frames after this many bytes (at
+            least one frame is returned when one is complete); call ``feed(b"")`` again
+            for the next ones, until it returns ``[]``. The rest is kept without being
+            copied. A reader uses it to hand messages over in batches of bounded size,
+            however much one read (or a decompressed read) holds.
         """
         if self._broken is not None:
             raise self._broken
@@ -225,48 +235,69 @@ class FrameParser:
                 self._chunks.append(bytes(data))
                 self._have = have
             return []
+        pos = self._offset
         if self._chunks:
-            buf = b"".join([self._buffer, *self._chunks, data])
+            buf = b"".join([self._buffer[pos:], *self._chunks, data])
             self._chunks = []
-        elif self._buffer:
-            buf = self._buffer + data
+            pos = 0
+        elif not data:
+            buf = self._buffer
+        elif pos < len(self._buffer):
+            buf = self._buffer[pos:] + data
+            pos = 0
         else:
             buf = bytes(data)
+            pos = 0
         try:
             if max_frames is not None:
+                if pos:
+                    buf = buf[pos:]
+                    pos = 0
                 cut = _end_of_frames(buf, max_frames, self.max_frame_size)
                 if cut < len(buf):
                     # The first max_frames frames are complete: parse only them and keep
                     # the rest, unexamined, for take_buffered() or the next feed().
-                    frames, _ = self._parse(buf[:cut])
-                    self._buffer = buf[cut:]
+                    frames, _ = self._parse(buf[:cut], 0, None)
+                    self._buffer = buf
+                    self._offset = cut
                     self._have = len(buf) - cut
                     self._need = 0
                     return frames
-            frames, pos = self._parse(buf)
+            frames, pos = self._parse(buf, pos, None if max_bytes is None else pos + max_bytes)
         except ProtocolError as e:
             self._broken = e
             self._buffer = b""
+            self._offset = 0
             self._have = 0
             raise
-        self._buffer = buf[pos:] if pos else buf
+        # Keep the whole buffer and where the unparsed part starts: no copy until more
+        # bytes arrive.
+        if pos == len(buf):
+            self._buffer = b""
+            self._offset = 0
+        else:
+            self._buffer = buf
+            self._offset = pos
         self._have = len(buf) - pos
         return frames
 
-    def _parse(self, buf: bytes) -> tuple[list[Any], int]:
-        """Parse the complete frames of ``buf``; return them and where the rest starts.
+    def _parse(self, buf: bytes, pos: int, stop: int | None) -> tuple[list[Any], int]:
+        """Parse the complete frames of ``buf`` from ``pos``; return them and where the
+        rest starts. No message frame is started at or after ``stop`` (but the first).
 
         :raises ProtocolError: with the valid frames that came before the bad one in its
             ``frames`` attribute, so a caller can still act on them.
         """
         frames: list[Any] = []
         try:
-            return self._parse_into(buf, frames)
+            return self._parse_into(buf, frames, pos, stop)
         except ProtocolError as e:
             e.frames = frames
             raise
 
-    def _parse_into(self, buf: bytes, frames: list[Any]) -> tuple[list[Any], int]:
+    def _parse_into(
+        self, buf: bytes, frames: list[Any], pos: int, stop: int | None
+    ) -> tuple[list[Any], int]:
         """The parsing loop of :meth:`_parse`, appending to ``frames``.
 
         Message frames, the bulk of a consumer's traffic, take a fast path: one
@@ -280,7 +311,9 @@ class FrameParser:
         max_size = self.max_frame_size
         end = len(buf)
         last_full = end - _MESSAGE_OVERHEAD  # last position where a message header fits
-        pos = 0
+        if stop is not None and stop < last_full:
+            # The byte budget: past it, a complete message frame ends the batch (below).
+            last_full = max(stop, pos)
         while True:
             if pos <= last_full:
                 size, frame_type, timestamp, attempts, msg_id = unpack_full(buf, pos)
@@ -325,7 +358,10 @@ class FrameParser:
             elif frame_type == FRAME_MESSAGE:
                 if size < _MIN_MESSAGE_SIZE:
                     raise ProtocolError(f"message frame of size {size} is too small")
-                # A valid, complete message frame always takes the fast path above.
+                if frame_end <= end:
+                    # Valid and complete, so past the byte budget: the batch ends here.
+                    self._need = 0
+                    return frames, pos
                 self._need = 4 + size
                 return frames, pos
             else:
