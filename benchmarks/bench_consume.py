@@ -127,14 +127,14 @@ _CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "bookkeeping (RDY, counters, backoff)",
-        ("rdy.py:", "backoff.py:", "seconds", "consumer.py:message_finished"),
+        ("rdy.py:", "backoff.py:", "seconds", "_session.py:message_finished"),
     ),
     (
         "FIN writes (finish, commands.fin, _write, flush, send)",
         (
             "message.py:finish",
             "protocol.py:finish",
-            "consumer.py:_finish_batch",
+            "_session.py:_finish_batch",
             "protocol.py:_write",
             "protocol.py:_flush",
             "commands.py:",

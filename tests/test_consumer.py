@@ -606,6 +606,7 @@ class ConnectTests(SynchronousTestCase):
         for got, want in zip(delays, [2, 4, 8, 16], strict=True):
             self.assertTrue(want * 0.75 <= got <= want, delays)
         self.assertEqual(h.consumer.connections(), [])
+        self.assertEqual(h.consumer.stats()["nsqd"][A]["connects"], 0)  # none subscribed
         # A successful handshake resets the growth: the next loss retries after ~1 s.
         h.advance(delays[-1] + 1e-6)
         conn = h.connect(A)
@@ -844,6 +845,20 @@ class HandlerResultTests(SynchronousTestCase):
         self.assertEqual(self.h.consumer.stats()["in_flight"], 0)
         # An already fired Deferred is answered at once.
         self.assertEqual(self.deliver(defer.succeed(True), 4), [fin(4)])
+
+    def test_handler_deferred_keeps_its_result(self) -> None:
+        """Code chaining on the handler's Deferred after the consumer still gets the
+        handler's result; a failure was handled (logged, requeued) and ends there."""
+        d: defer.Deferred[Any] = defer.Deferred()
+        self.deliver(d, 1)
+        d.callback("stored")  # truthy: finished
+        self.assertEqual(self.conn.new_commands(), [fin(1)])
+        self.assertEqual(self.successResultOf(d), "stored")
+        failing: defer.Deferred[Any] = defer.Deferred()
+        self.deliver(failing, 2)
+        failing.errback(RuntimeError("down"))
+        self.assertIsNone(self.successResultOf(failing))
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
     def test_coroutines(self) -> None:
         gate: defer.Deferred[None] = defer.Deferred()

@@ -980,12 +980,12 @@ class RedeliveryDuringSlowHandlerTests(FaultTestCase):
         on the same connection, with the same id. Once both handlers have answered and
         nsqd holds nothing, the consumer must not count anything in flight.
 
-        Fails on txnsq/consumer.py as of this writing: ``_Session.unanswered`` is keyed
-        by message id, so the redelivery replaces the first copy; the first handler's
-        FIN answers it, the second handler's answer is dropped, and the RDY controller,
-        which counted both deliveries, keeps one message in flight for ever:
-        ``is_starved()`` stays True with nothing in flight (and after a backoff the
-        test-the-waters RDY can never move off this connection).
+        This failed before the consumer voided the first delivery on redelivery:
+        ``Session.unanswered`` is keyed by message id, so the redelivery replaced the
+        first copy; the first handler's FIN answered it, the second handler's answer was
+        dropped, and the RDY controller, which counted both deliveries, kept one message
+        in flight for ever: ``is_starved()`` stayed True with nothing in flight (and
+        after a backoff the test-the-waters RDY could never move off this connection).
         """
         nsqd = self.prepared_nsqd()
         await deferToThread(nsqd.http_publish, self.topic, b"slow")

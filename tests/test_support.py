@@ -28,7 +28,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from tests.support.authserver import AuthServer, Grant, start_auth_server
 from tests.support.certs import CLIENT_COMMON_NAME, certs_for, nsqd_tls_args, shared_certs
-from tests.support.processes import start_nsqd
+from tests.support.processes import NSQD, ProcessGroup, start_nsqd
 from tests.support.proxy import TCPProxy, start_proxy
 from txnsq._wire.commands import MAGIC_V2, auth, identify, pub, sub
 
@@ -735,3 +735,22 @@ class ProxyWithTLSNSQDTests(TestCase):
             yield threads.deferToThread(client.start_tls, client_context(self.certs))
         yield connection.when_closed()
         self.assertTrue(connection.cut_reason and connection.cut_reason.endswith("from server"))
+
+
+class FreePortTests(SynchronousTestCase):
+    def test_a_port_taken_since_it_was_picked_is_replaced(self) -> None:
+        """A port found free can be taken before nsqd binds it (any outgoing connection
+        may get it): the first start picks new ports instead of failing."""
+        group = ProcessGroup()
+        self.addCleanup(group.stop_all)
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        nsqd = NSQD(group._subdir("nsqd"))
+        group.processes.append(nsqd)
+        nsqd.tcp_port = taken.getsockname()[1]
+        nsqd.start_on_free_ports()
+        self.assertNotEqual(nsqd.tcp_port, taken.getsockname()[1])
+        self.assertTrue(nsqd.running())
+        self.assertIn("address already in use", nsqd.log_tail())

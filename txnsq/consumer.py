@@ -9,7 +9,8 @@ RDY is allocated by :class:`~txnsq._wire.rdy.RdyController` (never a total above
 ``max_in_flight``, never above a connection's ``max_rdy_count``, redistributed on a timer
 when there are more connections than ``max_in_flight``) and backoff is decided by
 :class:`~txnsq._wire.backoff.Backoff`; this module only wires them to connections and
-timers.
+timers. What happens to each message on a connection (handler call, FIN/REQ/TOUCH, the
+per-read batching) is in :mod:`txnsq._session`.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from txnsq._session import NSQDState, Session
 from txnsq._wire import commands
-from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
-from txnsq._wire.identify import Features, IdentifyOptions
+from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep
+from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq.errors import NotReady, NSQError
-from txnsq.message import ANSWERED, FRESH, Message
+from txnsq.message import FRESH, Message
 from txnsq.protocol import NSQProtocol
 from txnsq.tls import TLSOptions
 
@@ -188,264 +190,6 @@ class _ConnectionFactory(Factory):
         )
 
 
-class _Session:
-    """One live connection (one NSQProtocol instance) of a :class:`_NSQD`.
-
-    It owns the messages received on that connection: answers to a message go to the
-    connection it came from, and answers arriving after it closed are dropped (nsqd
-    redelivers those messages once their timeout expires).
-    """
-
-    __slots__ = (
-        "_answered",
-        "_finish",
-        "_now",
-        "_received",
-        "closed",
-        "consumer",
-        "features",
-        "nsqd",
-        "protocol",
-        "subscribed",
-        "touch_calls",
-        "unanswered",
-    )
-
-    def __init__(self, consumer: Consumer, nsqd: _NSQD, protocol: NSQProtocol) -> None:
-        self.consumer = consumer
-        self.nsqd = nsqd
-        self.protocol = protocol
-        self.features: Features | None = None
-        self.subscribed = False
-        self.closed = False
-        self.unanswered: dict[bytes, Message] = {}
-        self.touch_calls: dict[bytes, IDelayedCall] = {}
-        # Bound once: on_messages and message_finished run for every read or message.
-        self._received = consumer._rdy.messages_received
-        self._answered = consumer._rdy.messages_answered
-        self._now = consumer._reactor.seconds
-        self._finish = protocol.finish
-
-    # -- messages in
-
-    def on_messages(self, messages: list[Message]) -> None:
-        """Handle one read's run of messages (the consumer's hot path).
-
-        What the whole run shares is done once: the in-flight accounting, the clock, the
-        counters, and the FINs of the messages the handler finished synchronously, which
-        go out as one write once the run is handled (before it, when a backoff or a
-        graceful stop needs each FIN to go at once).
-        """
-        consumer = self.consumer
-        count = len(messages)
-        self.nsqd.received += count
-        updates = self._received(self, count, self._now())
-        if updates:
-            consumer._send_rdy(updates)
-        unanswered = self.unanswered
-        handler = consumer._handler
-        # attempts is a 16-bit field: without a limit, nothing is above 65535.
-        max_attempts = consumer._max_attempts or 0xFFFF
-        fins: list[bytes] = []
-        add_fin = fins.append
-        try:
-            for message in messages:
-                if self.closed:
-                    return  # the connection went: nsqd redelivers the rest
-                msg_id = message.id
-                if msg_id in unanswered:
-                    # Redelivered (its in-flight timeout expired while the handler held
-                    # it): the earlier delivery is void on nsqd, so stop counting it and
-                    # let only this one be answered.
-                    self._void(unanswered[msg_id])
-                unanswered[msg_id] = message
-                if message.attempts > max_attempts:
-                    consumer._give_up(message)
-                    continue
-                try:
-                    result = handler(message)
-                except Exception:
-                    consumer._log.failure(
-                        "Handler raised on message {id} from {nsqd}; requeueing it",
-                        id=msg_id,
-                        nsqd=self.nsqd.address,
-                    )
-                    if not message.has_responded:
-                        message.requeue()
-                    continue
-                if result is True or result is None:
-                    if message._state:  # answered, or auto-response disabled
-                        continue
-                    if self.closed:
-                        return  # the handler's doing: nothing can be answered on it now
-                    # message.finish() inlined: the handler returned, the message is ours.
-                    message._state = ANSWERED
-                    del unanswered[msg_id]
-                    if consumer._backoff_active or consumer._draining:
-                        # Each FIN now, in order with the backoff or the drain it ends.
-                        if fins:
-                            self._finish_batch(fins)
-                            fins.clear()
-                        self.nsqd.finished += 1
-                        self._finished(msg_id, self._answered(self, 1))
-                    else:
-                        add_fin(msg_id)
-                elif result is False:
-                    if message._state == FRESH:
-                        message.requeue()
-                else:
-                    consumer._handle_async_result(self, message, result)
-        finally:
-            if fins:
-                self._finish_batch(fins)
-
-    def _finish_batch(self, msg_ids: list[bytes]) -> None:
-        """Send the FINs of messages just taken off ``unanswered``, in one write."""
-        count = len(msg_ids)
-        self.nsqd.finished += count
-        if not self.closed:
-            try:
-                self.protocol.finish_many(msg_ids)
-            except NotReady:
-                pass  # being dropped: nsqd redelivers the messages after their timeout
-        updates = self._answered(self, count)
-        if updates:
-            self.consumer._send_rdy(updates)
-
-    # -- MessageOwner: answers out
-
-    def message_finished(self, message: Message) -> None:
-        msg_id = message.id
-        if self.unanswered.get(msg_id) is not message:
-            return  # its connection closed since, or it was redelivered: nothing to send
-        del self.unanswered[msg_id]
-        self.nsqd.finished += 1
-        if self.touch_calls:
-            self._cancel_touch(msg_id)
-        self._finished(msg_id, self._answered(self, 1))
-
-    def _finished(self, msg_id: bytes, updates: list[RdyUpdate[_Session]]) -> None:
-        """Send the FIN of a message just taken off ``unanswered``, with what goes with it."""
-        consumer = self.consumer
-        if consumer._backoff_active:
-            # Before the FIN: a backoff RDY 0 must reach nsqd before the FIN reopens
-            # this connection's window.
-            consumer._backoff_result(consumer._backoff.success())
-        if not self.closed:
-            try:
-                self._finish(msg_id)
-            except NotReady:
-                pass  # being dropped: nsqd redelivers the message after its timeout
-        if updates:
-            consumer._send_rdy(updates)
-        if consumer._draining and consumer._in_flight() == 0:
-            consumer._drained()
-
-    def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
-        msg_id = message.id
-        if self.unanswered.get(msg_id) is not message:
-            return
-        del self.unanswered[msg_id]
-        self.nsqd.requeued += 1
-        if self.touch_calls:
-            self._cancel_touch(msg_id)
-        consumer = self.consumer
-        if delay is None:
-            delay = requeue_delay(
-                message.attempts,
-                consumer.options.requeue_delay,
-                consumer.options.max_requeue_delay,
-            )
-        updates = self._answered(self, 1)
-        # RDY 0 goes out before the REQ, so nsqd cannot slip in another message first.
-        if consumer._backoff.enabled:
-            if backoff:
-                consumer._backoff_result(consumer._backoff.failure())
-            elif consumer._backoff_active:
-                consumer._backoff_result(consumer._backoff.neutral())
-        if not self.closed:
-            try:
-                self.protocol.requeue(msg_id, int(delay * 1000))
-            except NotReady:
-                pass  # being dropped: nsqd redelivers the message after its timeout
-        if updates:
-            consumer._send_rdy(updates)
-        if consumer._draining and consumer._in_flight() == 0:
-            consumer._drained()
-
-    def _void(self, message: Message) -> None:
-        """Forget a delivery nsqd has already timed out (it was sent again)."""
-        del self.unanswered[message.id]
-        message._state = ANSWERED  # a late answer to it raises instead of being sent
-        if self.touch_calls:
-            self._cancel_touch(message.id)
-        updates = self._answered(self, 1)
-        if updates:
-            self.consumer._send_rdy(updates)
-
-    def message_touched(self, message: Message) -> None:
-        if self.unanswered.get(message.id) is message and not self.closed:
-            try:
-                self.protocol.touch(message.id)
-            except NotReady:
-                pass  # being dropped: the message will come back anyway
-
-    # -- auto touch
-
-    def schedule_touch(self, message: Message) -> None:
-        features = self.features
-        if features is None or message.id not in self.unanswered:
-            return
-        interval = max(features.msg_timeout_ms / 1000.0 * 0.5, 0.1)
-        deadline = self.consumer._reactor.seconds() + features.max_msg_timeout_ms / 1000.0
-
-        def touch() -> None:
-            self.touch_calls.pop(message.id, None)
-            if message.id not in self.unanswered or self.closed:
-                return
-            if self.consumer._reactor.seconds() + interval > deadline:
-                return  # nsqd will not extend it further: it times out and comes back
-            try:
-                self.protocol.touch(message.id)
-            except NotReady:
-                return  # being dropped
-            self.touch_calls[message.id] = self.consumer._reactor.callLater(interval, touch)
-
-        self.touch_calls[message.id] = self.consumer._reactor.callLater(interval, touch)
-
-    def _cancel_touch(self, msg_id: bytes) -> None:
-        call = self.touch_calls.pop(msg_id, None)
-        if call is not None and call.active():
-            call.cancel()
-
-    def connection_lost(self, reason: Failure) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        for call in self.touch_calls.values():
-            if call.active():
-                call.cancel()
-        self.touch_calls.clear()
-        self.consumer._session_lost(self, reason)
-
-
-class _NSQD:
-    """One nsqd address: its ClientService, its current session and its counters."""
-
-    def __init__(self, address: str, static: bool) -> None:
-        self.address = address
-        self.static = static  # from nsqd_tcp_addresses: always reconnect
-        self.wanted = True  # still listed by some lookupd (or static)
-        self.service: ClientService | None = None
-        self.session: _Session | None = None
-        self.last_protocol: NSQProtocol | None = None
-        self.handshake_failures = 0
-        self.received = 0
-        self.finished = 0
-        self.requeued = 0
-        self.connects = 0
-
-
 class Consumer(Service):
     """Consume ``topic``/``channel`` and hand every message to ``handler``.
 
@@ -511,7 +255,7 @@ class Consumer(Service):
         self._rng = rng or random.Random()
         opts = self.options
         self._max_attempts = opts.max_attempts
-        self._rdy: RdyController[_Session] = RdyController(
+        self._rdy: RdyController[Session] = RdyController(
             opts.max_in_flight,
             low_rdy_idle_timeout=opts.low_rdy_idle_timeout,
             low_rdy_timeout=opts.low_rdy_timeout,
@@ -523,7 +267,7 @@ class Consumer(Service):
         self._backoff_timer: IDelayedCall | None = None
         self._release_timer: IDelayedCall | None = None
         self._static = list(dict.fromkeys(nsqd_tcp_addresses))
-        self._nsqds: dict[str, _NSQD] = {}
+        self._nsqds: dict[str, NSQDState] = {}
         self._poller: Any = None
         if lookupd_http_addresses:
             from txnsq.lookupd import LookupdPoller
@@ -603,7 +347,8 @@ class Consumer(Service):
 
     def stats(self) -> dict[str, Any]:
         """Counters, per nsqd and in total: received, finished, requeued, in flight, RDY,
-        connections, backoff level."""
+        connections, backoff level. Per nsqd, ``connects`` counts the connections that
+        subscribed (a failed handshake is not one)."""
         per: dict[str, dict[str, Any]] = {}
         totals = {"received": 0, "finished": 0, "requeued": 0, "in_flight": 0, "rdy": 0}
         for nsqd in self._nsqds.values():
@@ -647,7 +392,7 @@ class Consumer(Service):
                 return
             # Known from before a stop (its counters kept): connect again.
         else:
-            nsqd = _NSQD(address, static)
+            nsqd = NSQDState(address, static)
             self._nsqds[address] = nsqd
         host, port = _split_address(address)
         opts = self.options
@@ -673,7 +418,7 @@ class Consumer(Service):
         service.startService()
         self._watch(nsqd)
 
-    def _watch(self, nsqd: _NSQD) -> None:
+    def _watch(self, nsqd: NSQDState) -> None:
         service = nsqd.service
         if service is None or not service.running:
             return
@@ -682,13 +427,13 @@ class Consumer(Service):
             self._connected, self._watch_failed, callbackArgs=(nsqd,), errbackArgs=(nsqd,)
         )
 
-    def _watch_failed(self, failure: Failure, nsqd: _NSQD) -> None:
+    def _watch_failed(self, failure: Failure, nsqd: NSQDState) -> None:
         if not failure.check(defer.CancelledError):  # type: ignore[no-untyped-call]
             self._log.failure(
                 "Waiting for a connection to {nsqd} failed", failure, nsqd=nsqd.address
             )
 
-    def _connected(self, protocol: NSQProtocol, nsqd: _NSQD) -> defer.Deferred[None] | None:
+    def _connected(self, protocol: NSQProtocol, nsqd: NSQDState) -> defer.Deferred[None] | None:
         if protocol is nsqd.last_protocol:
             session = nsqd.session
             if session is None or session.protocol is not protocol or session.closed:
@@ -698,15 +443,14 @@ class Consumer(Service):
             # Otherwise a second watcher of the live connection: nothing to do.
             return None
         nsqd.last_protocol = protocol
-        nsqd.connects += 1
-        session = _Session(self, nsqd, protocol)
+        session = Session(self, nsqd, protocol)
         nsqd.session = session
         protocol.on_close = session.connection_lost
         protocol.on_messages = session.on_messages
         protocol.set_message_owner(session)
         return defer.ensureDeferred(self._handshake(session))
 
-    async def _handshake(self, session: _Session) -> None:
+    async def _handshake(self, session: Session) -> None:
         protocol = session.protocol
         nsqd = session.nsqd
         try:
@@ -735,6 +479,7 @@ class Consumer(Service):
             protocol.close()
             return
         nsqd.handshake_failures = 0
+        nsqd.connects += 1
         session.subscribed = True
         self._log.info(
             "Subscribed to {topic}/{channel} on nsqd {nsqd}",
@@ -746,7 +491,7 @@ class Consumer(Service):
             self._rdy.add_connection(session, self._reactor.seconds(), features.max_rdy_count)
         )
 
-    def _session_lost(self, session: _Session, reason: Failure) -> None:
+    def _session_lost(self, session: Session, reason: Failure) -> None:
         nsqd = session.nsqd
         if nsqd.session is session:
             nsqd.session = None
@@ -774,7 +519,7 @@ class Consumer(Service):
             # until then whenConnected() would answer the connection that just closed.
             self._reactor.callLater(0, self._watch, nsqd)
 
-    def _remove_nsqd(self, nsqd: _NSQD) -> None:
+    def _remove_nsqd(self, nsqd: NSQDState) -> None:
         self._nsqds.pop(nsqd.address, None)
         service, nsqd.service = nsqd.service, None
         if service is not None and service.running:
@@ -796,7 +541,7 @@ class Consumer(Service):
 
     # --------------------------------------------------------------- RDY, backoff
 
-    def _send_rdy(self, updates: list[RdyUpdate[_Session]]) -> None:
+    def _send_rdy(self, updates: list[RdyUpdate[Session]]) -> None:
         # The controller lists lowerings first. Over several connections each command is
         # written at once, in that order: a connection's writes otherwise wait for the
         # end of its read or the next reactor turn, so a raise on the connection being
@@ -887,7 +632,7 @@ class Consumer(Service):
                 body=message.body[:200],
             )
 
-    def _handle_async_result(self, session: _Session, message: Message, result: Any) -> None:
+    def _handle_async_result(self, session: Session, message: Message, result: Any) -> None:
         if inspect.iscoroutine(result):
             result = defer.Deferred.fromCoroutine(result)
         elif inspect.isawaitable(result) and not isinstance(result, defer.Deferred):
@@ -900,15 +645,18 @@ class Consumer(Service):
         if self.options.auto_touch and not result.called:
             session.schedule_touch(message)
 
-        def done(value: object) -> None:
-            if message._state != FRESH:
-                return
-            if value is None or value is True:
-                message.finish()
-            elif value is False:
-                message.requeue()
-            else:
-                message.finish() if value else message.requeue()
+        # The handler's own Deferred: its result is passed on unchanged to anyone who
+        # adds callbacks after the consumer; a failure is consumed here (logged, and the
+        # message requeued), so it is not reported again as unhandled.
+        def done(value: object) -> object:
+            if message._state == FRESH:
+                if value is None or value is True:
+                    message.finish()
+                elif value is False:
+                    message.requeue()
+                else:
+                    message.finish() if value else message.requeue()
+            return value
 
         def failed(failure: Failure) -> None:
             self._log.failure(
@@ -993,7 +741,7 @@ class Consumer(Service):
             service, nsqd.service = nsqd.service, None
             if service is not None and service.running:
                 stops.append(service.stopService())
-        # The _NSQD records stay, so stats() still reports what was consumed.
+        # The NSQDState records stay, so stats() still reports what was consumed.
         if stops:
             await defer.DeferredList(stops, consumeErrors=True)
         self._draining = False

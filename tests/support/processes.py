@@ -80,6 +80,23 @@ class _Process:
     def args(self) -> list[str]:
         raise NotImplementedError
 
+    def pick_ports(self) -> None:
+        """Choose fresh free ports (only before anyone was told the current ones)."""
+        self.http_port = free_port()
+
+    def start_on_free_ports(self, timeout: float = 10.0, attempts: int = 5) -> None:
+        """:meth:`start` for the first time: a port found free can be taken by another
+        socket before the process binds it (any outgoing connection can get it), so on
+        "address already in use" pick new ports and try again."""
+        for attempt in range(attempts):
+            try:
+                self.start(timeout)
+                return
+            except RuntimeError as e:
+                if "address already in use" not in str(e) or attempt == attempts - 1:
+                    raise
+                self.pick_ports()
+
     @property
     def http_address(self) -> str:
         return f"{LOOPBACK}:{self.http_port}"
@@ -159,6 +176,10 @@ class NSQLookupd(_Process):
         self.tcp_port = free_port()
         self.extra_args = list(extra_args or [])
 
+    def pick_ports(self) -> None:
+        super().pick_ports()
+        self.tcp_port = free_port()
+
     @property
     def tcp_address(self) -> str:
         return f"{LOOPBACK}:{self.tcp_port}"
@@ -197,6 +218,11 @@ class NSQD(_Process):
         os.makedirs(self.data_path, exist_ok=True)
         self.extra_args = list(extra_args or [])
         self.lookupds = list(lookupds or [])
+
+    def pick_ports(self) -> None:
+        super().pick_ports()
+        self.tcp_port = free_port()
+        self.https_port = free_port()
 
     @property
     def tcp_address(self) -> str:
@@ -268,7 +294,7 @@ class ProcessGroup:
     def lookupd(self, extra_args: list[str] | None = None) -> NSQLookupd:
         p = NSQLookupd(self._subdir("nsqlookupd"), extra_args)
         self.processes.append(p)
-        p.start()
+        p.start_on_free_ports()
         return p
 
     def nsqd(
@@ -276,7 +302,7 @@ class ProcessGroup:
     ) -> NSQD:
         p = NSQD(self._subdir("nsqd"), extra_args, lookupds)
         self.processes.append(p)
-        p.start()
+        p.start_on_free_ports()
         return p
 
     def _subdir(self, name: str) -> str:
