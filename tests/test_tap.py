@@ -54,10 +54,14 @@ NOT_CALLABLE = 42
 
 
 class FakeMessage:
-    """Just what the printing handler reads."""
+    """Just what the printing handler reads (and how it gives a message back)."""
 
     def __init__(self, body: bytes) -> None:
         self.body = body
+        self.requeued: list[tuple[float | None, bool]] = []
+
+    def requeue(self, delay: float | None = None, backoff: bool = True) -> None:
+        self.requeued.append((delay, backoff))
 
 
 def temp_dir(testcase: SynchronousTestCase) -> str:
@@ -657,11 +661,39 @@ class BodyPrinterTests(SynchronousTestCase):
         self.assertEqual(out.flushes, 1)
         self.assertEqual(clock.getDelayedCalls(), [])
 
-    def test_broken_stream_ignored_on_flush(self) -> None:
+    def test_broken_stream_on_flush_stops_printing(self) -> None:
         clock = Clock()
-        printer = _tap.BodyPrinter(BrokenStream(), clock)
-        printer(FakeMessage(b"x"))  # type: ignore[arg-type]
+        closed: list[bool] = []
+        printer = _tap.BodyPrinter(BrokenStream(), clock, on_closed=lambda: closed.append(True))
+        first = FakeMessage(b"x")
+        printer(first)  # type: ignore[arg-type]
         clock.advance(0)  # does not raise
+        self.assertEqual(clock.getDelayedCalls(), [])
+        self.assertEqual(closed, [True])
+        self.assertEqual(first.requeued, [])  # written before the pipe broke
+        later = FakeMessage(b"y")
+        printer(later)  # type: ignore[arg-type]
+        self.assertEqual(later.requeued, [(0, False)])  # back to nsqd, no backoff
+        printer.flush()
+        self.assertEqual(closed, [True])  # reported once
+
+    def test_broken_pipe_on_write(self) -> None:
+        """`twistd nsq-consumer | head`: once head exits, the message that could not be
+        written and every later one go back to nsqd, and the command stops."""
+
+        class PipeToHead(io.BytesIO):
+            def write(self, data: Any) -> int:
+                raise BrokenPipeError(32, "Broken pipe")
+
+        clock = Clock()
+        closed: list[bool] = []
+        printer = _tap.BodyPrinter(PipeToHead(), clock, on_closed=lambda: closed.append(True))
+        messages = [FakeMessage(b"%d" % i) for i in range(3)]
+        for message in messages:
+            printer(message)  # type: ignore[arg-type]
+        self.assertEqual([m.requeued for m in messages], [[(0, False)]] * 3)
+        self.assertEqual(closed, [True])
+        self.assertTrue(printer.closed)
         self.assertEqual(clock.getDelayedCalls(), [])
 
 

@@ -121,11 +121,17 @@ class Twistd(ProcessProtocol):
 class TwistdTestCase(TestCase):
     timeout = 90
 
-    def spawn(self, *plugin_args: str, env: dict[str, str] | None = None) -> Twistd:
-        """Start ``twistd -n --pidfile= nsq-consumer <plugin_args>``; killed in cleanup."""
+    def spawn(
+        self,
+        *plugin_args: str,
+        env: dict[str, str] | None = None,
+        twistd_args: tuple[str, ...] = (),
+    ) -> Twistd:
+        """Start ``twistd -n --pidfile= <twistd_args> nsq-consumer <plugin_args>``;
+        killed in cleanup."""
         proto = Twistd()
         command = twistd_command()
-        args = [*command, "-n", "--pidfile=", "nsq-consumer", *plugin_args]
+        args = [*command, "-n", "--pidfile=", *twistd_args, "nsq-consumer", *plugin_args]
         transport = reactor.spawnProcess(
             proto, args[0], args, env={**child_environment(), **(env or {})}, path=str(REPO)
         )
@@ -137,6 +143,19 @@ class TwistdTestCase(TestCase):
 
         self.addCleanup(lambda: defer.ensureDeferred(cleanup()))
         return proto
+
+    def nsqd_with_channel(self, topic: str, channel: str) -> NSQD:
+        """A fresh nsqd on which ``topic`` and its ``channel`` exist."""
+        nsqd = start_nsqd(self)
+        nsqd.create_topic(topic)
+        nsqd.create_channel(topic, channel)
+        return nsqd
+
+    def temp_path(self, name: str) -> str:
+        """A path named ``name`` in a fresh directory removed in cleanup."""
+        directory = tempfile.mkdtemp(prefix="txnsq-tap-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        return os.path.join(directory, name)
 
     async def until(
         self, proto: Twistd, predicate: Callable[[], bool], what: str, timeout: float = 20.0
@@ -255,17 +274,53 @@ class ConsumeTests(TwistdTestCase):
         self.assert_channel_drained(nsqd, topic, channel, len(sent))
 
 
+class ClosedOutputTests(TwistdTestCase):
+    async def test_stops_when_stdout_is_closed(self) -> None:
+        """``twistd nsq-consumer ... | head``: once the reader of standard output is gone,
+        the command requeues what it could not print and exits by itself (as nsq_tail
+        does), instead of taking message after message it cannot print."""
+        topic, channel = "tap_head", "tail"
+        nsqd = self.nsqd_with_channel(topic, channel)
+        logfile = self.temp_path("twistd.log")
+        sent = bodies(300, "head")
+        nsqd.http_mpublish(topic, sent[:5])
+        proto = self.spawn(
+            "--topic", topic, "--channel", channel, "--nsqd-tcp-address", nsqd.tcp_address,
+            "--max-in-flight", "10",
+            twistd_args=("--logfile", logfile),
+        )
+        await self.until(proto, lambda: len(proto.lines()) >= 3, "three bodies")
+        assert proto.transport is not None
+        proto.transport.closeStdout()  # what `head -n 3` does once it has its lines
+        # The next body written finds the pipe closed.
+        await deferToThread(nsqd.http_mpublish, topic, sent[5:])
+        try:
+            reason = await proto.ended.addTimeout(20, reactor)
+        except defer.TimeoutError:
+            self.fail("twistd still runs:\n" + proto.describe() + Path(logfile).read_text())
+        log = Path(logfile).read_text()
+        self.assertIsInstance(reason, ProcessDone, proto.describe() + log)
+        self.assertIn("Standard output is closed", log)
+        self.assertIn("Stopped consuming", log)
+        self.assertNotIn("Traceback", log)
+        finished = int(log.split(" finished, ")[0].rsplit(" ", 1)[-1])
+        self.assertLess(finished, len(sent))
+        # Nothing lost: what was not finished is back in the channel.
+        stats = nsqd.channel_stats(topic, channel)
+        assert stats is not None
+        self.assertEqual(stats["depth"], len(sent) - finished, stats)
+        self.assertEqual(stats["in_flight_count"], 0, stats)
+        self.assertEqual(stats["client_count"], 0, stats)
+
+
 class GracefulStopTests(TwistdTestCase):
     """twistd's shutdown waits for the consumer's graceful stop (stopService's
     Deferred): messages being handled at SIGTERM are finished, not dropped."""
 
     async def test_sigterm_waits_for_handlers(self) -> None:
-        nsqd = start_nsqd(self)
         topic, channel = "tap_graceful", "held"
-        nsqd.create_topic(topic)
-        nsqd.create_channel(topic, channel)
-        release = os.path.join(tempfile.mkdtemp(prefix="txnsq-tap-"), "release")
-        self.addCleanup(shutil.rmtree, os.path.dirname(release), True)
+        nsqd = self.nsqd_with_channel(topic, channel)
+        release = self.temp_path("release")
         proto = self.spawn(
             "--topic", topic, "--channel", channel, "--nsqd-tcp-address", nsqd.tcp_address,
             "--max-in-flight", "3", "--handler", "tests.test_tap_integration:held_handler",

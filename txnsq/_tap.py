@@ -69,29 +69,60 @@ class BodyPrinter:
     Bodies are written to a binary stream as they come and flushed once per reactor
     turn (one read from nsqd may carry many messages), not once per message.
 
+    When the stream breaks (a pipe to ``head`` that has exited), the message being
+    written and every later one is requeued at once, without backoff, and ``on_closed``
+    is called once: like ``nsq_tail``, the command then stops instead of taking message
+    after message it can no longer print.
+
     :param stream: a binary file object, normally ``sys.stdout.buffer``.
     :param clock: schedules the flush (``callLater(0, ...)``).
+    :param on_closed: called (once) when the stream is found broken or closed.
     """
 
-    def __init__(self, stream: IO[bytes], clock: IReactorTime) -> None:
+    def __init__(
+        self,
+        stream: IO[bytes],
+        clock: IReactorTime,
+        on_closed: Callable[[], object] | None = None,
+    ) -> None:
         self._stream = stream
         self._clock = clock
+        self._on_closed = on_closed
         self._flush_call: IDelayedCall | None = None
+        self.closed = False
 
     def __call__(self, message: Message) -> None:
-        self._stream.write(message.body + b"\n")
-        if self._flush_call is None:
-            self._flush_call = self._clock.callLater(0, self.flush)
+        if not self.closed:
+            try:
+                self._stream.write(message.body + b"\n")
+            except (OSError, ValueError) as e:
+                self._stream_closed(e)
+            else:
+                if self._flush_call is None:
+                    self._flush_call = self._clock.callLater(0, self.flush)
+                return
+        # Not printed: back to nsqd for another consumer, without backoff.
+        message.requeue(0, backoff=False)
 
     def flush(self) -> None:
-        """Flush what has been written (a closed or broken stream is ignored)."""
+        """Flush what has been written (a broken stream is reported once, not raised)."""
         call, self._flush_call = self._flush_call, None
         if call is not None and call.active():
             call.cancel()
+        if self.closed:
+            return
         try:
             self._stream.flush()
-        except (OSError, ValueError):
-            pass  # stdout closed (e.g. a pipe to `head`): nothing to do about it
+        except (OSError, ValueError) as e:
+            self._stream_closed(e)
+
+    def _stream_closed(self, error: Exception) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        _log.warn("Standard output is closed ({error}): stopping", error=error)
+        if self._on_closed is not None:
+            self._on_closed()
 
 
 def resolve_handler(spec: str) -> Callable[[Message], Any]:
@@ -570,7 +601,7 @@ def makeService(
     if handler is None:
         if stdout is None:
             stdout = _standard_output()
-        printer = BodyPrinter(stdout, reactor)
+        printer = BodyPrinter(stdout, reactor, on_closed=lambda: _stop_soon(reactor))
         handler = printer
     consumer = Consumer(
         options["topic"],
@@ -587,6 +618,16 @@ def makeService(
         stats = _StatsService(StatsReporter(consumer, reactor), interval, reactor)
         stats.setServiceParent(service)  # type: ignore[no-untyped-call]
     return service
+
+
+def _stop_soon(reactor: Any) -> None:
+    """Stop the reactor on its next turn (twistd then stops the service gracefully)."""
+
+    def stop() -> None:
+        if getattr(reactor, "running", True):
+            reactor.stop()
+
+    reactor.callLater(0, stop)
 
 
 def _standard_output() -> IO[bytes]:
