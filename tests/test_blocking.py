@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from tests.support.certs import certs_for, nsqd_tls_args
+from tests.support.certs import certs_for, nsqd_tls_args, shared_certs
 from tests.support.processes import start_nsqd, wait_for
 from txnsq._wire.compression import SnappyCompressor
 from txnsq._wire.frames import encode_error, encode_message, encode_response
@@ -64,11 +64,38 @@ class ParseAddressTests(SynchronousTestCase):
             parse_address(4150)  # type: ignore[arg-type]
 
     def test_tls_options_checked(self) -> None:
+        """The blocking client takes the same TLSOptions as the Twisted one."""
+        import txnsq.tls_options
+
+        self.assertIs(TLSOptions, txnsq.tls_options.TLSOptions)
         with self.assertRaises(ValueError):
             TLSOptions(client_key="k.pem")
-        with self.assertRaises(TypeError):
+        with self.assertRaises(ValueError):
             TLSOptions(hostname="")
-        self.assertNotIn("BEGIN", repr(TLSOptions(ca_certs=b"-----BEGIN CERTIFICATE-----")))
+        with self.assertRaises(TypeError):
+            TLSOptions(hostname=5)  # type: ignore[arg-type]
+        certs = shared_certs()
+        options = TLSOptions(ca_certs=certs.ca_pem)
+        self.assertNotIn("BEGIN", repr(options))
+        self.assertEqual(options.name_to_verify("[::1]"), "::1")
+
+    def test_ssl_context_with_pem_bytes(self) -> None:
+        """Client certificate and key given as PEM bytes reach the stdlib context (it
+        loads them only from a file: a private temporary one, removed at once)."""
+        import ssl
+
+        certs = shared_certs()
+        options = TLSOptions(
+            ca_certs=certs.ca_pem,
+            client_cert=certs.client.cert_pem,
+            client_key=certs.client.key_pem,
+        )
+        ctx = options.ssl_context()
+        self.assertEqual(ctx.verify_mode, ssl.CERT_REQUIRED)
+        self.assertTrue(ctx.check_hostname)
+        self.assertEqual(len(ctx.get_ca_certs()), 1)
+        insecure = TLSOptions(insecure_skip_verify=True).ssl_context()
+        self.assertEqual(insecure.verify_mode, ssl.CERT_NONE)
 
 
 class NoTwistedTests(SynchronousTestCase):

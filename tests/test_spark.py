@@ -22,6 +22,7 @@ from unittest import SkipTest
 import pytest
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from tests.support.certs import shared_certs
 from tests.support.processes import NSQD, in_ci, start_lookupd, start_nsqd, wait_for
 from txnsq.blocking import Connection
 
@@ -420,12 +421,13 @@ class OptionsTests(SynchronousTestCase):
     def test_write_options(self) -> None:
         from txnsq.spark.options import OptionError, parse_write_options
 
+        ca_path = shared_certs().ca_path
         opts = parse_write_options(
             {
                 "NSQD": "127.0.0.1:4150, 127.0.0.1:4151",
                 "topic": "t",
                 "compression": "Snappy",
-                "tlsCaCerts": "/etc/ca.pem",
+                "tlsCaCerts": ca_path,
                 "tlsHostname": "nsqd.internal",
                 "authSecret": "s3cret",
                 "batchSize": "100",
@@ -437,7 +439,9 @@ class OptionsTests(SynchronousTestCase):
         self.assertTrue(conn.snappy and not conn.deflate)
         self.assertEqual((opts.batch_size, opts.max_pending), (100, 4))
         assert conn.tls is not None
-        self.assertEqual((conn.tls.ca_certs, conn.tls.hostname), ("/etc/ca.pem", "nsqd.internal"))
+        self.assertEqual((conn.tls.ca_certs, conn.tls.hostname), (ca_path, "nsqd.internal"))
+        # Read on the driver: the CA travels with the options, not the path.
+        self.assertEqual(conn.tls._ca_pem, shared_certs().ca_pem)
         identify = conn.identify_options()
         self.assertTrue(identify.tls_v1 and identify.snappy)
         self.assertNotIn("s3cret", repr(opts))

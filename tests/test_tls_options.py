@@ -145,8 +145,8 @@ class TLSOptionsTests(SynchronousTestCase):
         options = TLSOptions()
         self.assertIsNone(options.ca_certs)
         self.assertFalse(options.insecure_skip_verify)
-        self.assertIsNone(options._trust_root)
-        self.assertIsNone(options._client_certificate)
+        self.assertIsNone(options._ca_pem)
+        self.assertIsNone(options._client_pem)
         self.assertIn("system trust store", repr(options))
 
     def test_ca_from_path_bytes_and_pathlike(self) -> None:
@@ -154,7 +154,7 @@ class TLSOptionsTests(SynchronousTestCase):
 
         for source in (self.certs.ca_path, self.certs.ca_pem, Path(self.certs.ca_path)):
             options = TLSOptions(ca_certs=source)
-            self.assertIsNotNone(options._trust_root)
+            self.assertEqual(options._ca_pem, self.certs.ca_pem)
 
     def test_arguments_are_keyword_only(self) -> None:
         with self.assertRaises(TypeError):
@@ -221,7 +221,7 @@ class TLSOptionsTests(SynchronousTestCase):
                 TLSOptions(**kwargs)
             self.assertIn("both or neither", str(e.exception))
         options = TLSOptions(client_cert=client.cert_path, client_key=client.key_pem)
-        self.assertIsNotNone(options._client_certificate)
+        self.assertIsNotNone(options._client_pem)
 
     def test_key_not_matching_certificate(self) -> None:
         with self.assertRaises(ValueError) as e:

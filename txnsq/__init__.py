@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from txnsq.message import Message
     from txnsq.producer import Producer
     from txnsq.protocol import NSQProtocol
-    from txnsq.tls import TLSOptions
+    from txnsq.tls_options import TLSOptions
 
 _LAZY = {
     "Consumer": "txnsq.consumer",
@@ -27,7 +27,7 @@ _LAZY = {
     "Message": "txnsq.message",
     "NSQProtocol": "txnsq.protocol",
     "Producer": "txnsq.producer",
-    "TLSOptions": "txnsq.tls",
+    "TLSOptions": "txnsq.tls_options",
 }
 
 __all__ = [

@@ -62,6 +62,7 @@ from txnsq.errors import (
     NSQServerError,
     ProtocolError,
 )
+from txnsq.tls_options import TLSOptions
 
 __all__ = [
     "DEFAULT_PORT",
@@ -140,70 +141,6 @@ def _port(value: object, address: object) -> int:
     if not 1 <= port <= 65535:
         raise ValueError(f"invalid port in address {address!r}")
     return port
-
-
-@dataclasses.dataclass(frozen=True, slots=True, repr=False)
-class TLSOptions:
-    """How a :class:`Connection` checks nsqd's certificate and presents its own.
-
-    The field names follow :class:`txnsq.tls.TLSOptions` (the Twisted client's); this one
-    builds a stdlib :class:`ssl.SSLContext` instead. By default nsqd's certificate must
-    chain to the system's trusted CAs and name the host dialled.
-
-    :ivar ca_certs: the CAs to trust instead of the system's: a path to a PEM bundle, or
-        the PEM bytes.
-    :ivar client_cert: a path to a PEM client certificate to present (for nsqd's
-        ``--tls-client-auth-policy``); ``client_key`` is the path of its key, when it is
-        not in the same file.
-    :ivar hostname: the name nsqd's certificate must carry, when it differs from the
-        address dialled (an IP broadcast by nsqlookupd, a tunnel).
-    :ivar insecure_skip_verify: accept any certificate. It gives up all protection
-        against an attacker in the middle; never the default.
-    """
-
-    ca_certs: str | bytes | None = None
-    client_cert: str | None = None
-    client_key: str | None = None
-    hostname: str | None = None
-    insecure_skip_verify: bool = False
-
-    def __post_init__(self) -> None:
-        if self.client_key is not None and self.client_cert is None:
-            raise ValueError("TLS client_key given without client_cert")
-        if self.ca_certs is not None and not (
-            isinstance(self.ca_certs, bytes) or (isinstance(self.ca_certs, str) and self.ca_certs)
-        ):
-            raise TypeError("TLS ca_certs must be a file path (str) or PEM bytes")
-        for name in ("client_cert", "client_key", "hostname"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise TypeError(f"TLS {name} must be a non-empty str")
-        if not isinstance(self.insecure_skip_verify, bool):
-            raise TypeError("TLS insecure_skip_verify must be a bool")
-
-    def context(self) -> ssl.SSLContext:
-        """Return a client :class:`ssl.SSLContext` for these options.
-
-        :raises OSError, ssl.SSLError: if a file cannot be read or holds no valid PEM.
-        """
-        ca = self.ca_certs
-        if isinstance(ca, bytes):
-            ctx = ssl.create_default_context(cadata=ca.decode("ascii", "replace"))
-        else:
-            ctx = ssl.create_default_context(cafile=ca)
-        if self.client_cert is not None:
-            ctx.load_cert_chain(self.client_cert, self.client_key)
-        if self.insecure_skip_verify:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        return ctx
-
-    def __repr__(self) -> str:
-        ca = "<PEM bytes>" if isinstance(self.ca_certs, bytes) else repr(self.ca_certs)
-        return (
-            f"TLSOptions(ca_certs={ca}, client_cert={self.client_cert!r}, "
-            f"hostname={self.hostname!r}, insecure_skip_verify={self.insecure_skip_verify})"
-        )
 
 
 class _Slot:
@@ -438,10 +375,10 @@ class Connection:
         tls = self.tls_options
         assert tls is not None and self._sock is not None
         try:
-            ctx = tls.context()
+            ctx = tls.ssl_context()
             sock = ctx.wrap_socket(
                 self._sock,
-                server_hostname=tls.hostname or self.host,
+                server_hostname=tls.name_to_verify(self.host),
                 do_handshake_on_connect=False,
             )
         except (OSError, ValueError) as e:

@@ -61,6 +61,8 @@ Both directions:
   ``tlsClientCert``/``tlsClientKey``  client certificate and key files
   ``tlsHostname``           name nsqd's certificate must carry, if not the address's host
   ``tlsInsecureSkipVerify`` ``true`` accepts any certificate (tests only)
+                            (TLS files are read where the options are parsed, on the
+                            driver; their contents travel with the job to the executors)
   ``compression``           ``none`` (default), ``snappy`` or ``deflate``; ``deflateLevel``
   ``authSecret``            sent with AUTH when nsqd requires it
   ``timeout``               seconds any network wait may take (default 30)
