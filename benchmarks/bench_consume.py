@@ -12,7 +12,9 @@ that nothing spills to disk, and for each run prefills a fresh topic with ``--co
   CPU time (``time.process_time``, from connecting to the last message) is divided by
   the message count.
 - ``bench_reader``: nsq's Go benchmark reader, RDY 2500, for a fixed time short enough
-  that it never empties the queue; its own ops/s figure.
+  that it never empties the queue; its own ops/s figure. It opens one connection per
+  GOMAXPROCS: it runs with ``GOMAXPROCS=1``, one connection like the txnsq consumer here
+  (``benchmarks.compare`` also measures two connections each).
 - ``pynsq``: ``nsq.Reader`` with ``max_in_flight`` 2500 (when pynsq and tornado are
   installed), on ``--pynsq-count`` messages since it is much slower; same steady rate.
 
@@ -228,7 +230,14 @@ def run_bench_reader(address: str, topic: str, count: int) -> dict[str, Any]:
         f"--size={len(BODY)}",
         f"--rdy={MAX_IN_FLIGHT}",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={**os.environ, "GOMAXPROCS": "1"},  # one connection, like the txnsq consumer
+    )
     out = proc.stdout + proc.stderr
     match = re.search(r"([\d.]+)ops/s - ([\d.]+)us/op", out)
     if not match:
