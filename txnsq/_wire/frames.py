@@ -270,20 +270,24 @@ class FrameParser:
             self._offset = 0
             self._have = 0
             raise
-        # Keep the whole buffer and where the unparsed part starts: no copy until more
-        # bytes arrive.
         if pos == len(buf):
             self._buffer = b""
             self._offset = 0
-        else:
+        elif self._need == 0:
+            # Stopped by max_bytes with complete frames left: keep the whole buffer and
+            # where they start, so draining a big read copies nothing.
             self._buffer = buf
             self._offset = pos
+        else:
+            # An incomplete frame is left: keep only it, not the whole read.
+            self._buffer = buf[pos:] if pos else buf
+            self._offset = 0
         self._have = len(buf) - pos
         return frames
 
     def _parse(self, buf: bytes, pos: int, stop: int | None) -> tuple[list[Any], int]:
         """Parse the complete frames of ``buf`` from ``pos``; return them and where the
-        rest starts. No message frame is started at or after ``stop`` (but the first).
+        rest starts. No message frame is started after ``stop``.
 
         :raises ProtocolError: with the valid frames that came before the bad one in its
             ``frames`` attribute, so a caller can still act on them.
