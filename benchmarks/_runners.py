@@ -683,22 +683,31 @@ RUNNERS = {
 }
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    spec = json.loads(args[0])
+def run(spec: dict[str, Any], profiler: Any = None) -> dict[str, Any]:
+    """Run the measurement ``spec`` describes in this process (under ``profiler``, a
+    ``cProfile.Profile``, when given) and return its results."""
     global _NSQD_PID
     _NSQD_PID = int(spec.get("nsqd_pid", 0))
     runner = RUNNERS[(spec["client"], spec["role"])]
+    if profiler is not None:
+        out: dict[str, Any] = profiler.runcall(runner, spec)
+        return out
+    return runner(spec)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    spec = json.loads(args[0])
     if spec.get("profile"):
         import cProfile
         import pstats
 
         profiler = cProfile.Profile()
-        out = profiler.runcall(runner, spec)
+        out = run(spec, profiler)
         stats = pstats.Stats(profiler, stream=sys.stderr)
         stats.sort_stats("tottime").print_stats(int(spec["profile"]))
     else:
-        out = runner(spec)
+        out = run(spec)
     print(json.dumps(out), flush=True)
 
 

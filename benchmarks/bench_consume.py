@@ -9,8 +9,7 @@ that nothing spills to disk, and for each run prefills a fresh topic with ``--co
   returns ``True``. The rate printed is the *steady* one, from the first message to
   message ``count - 1000``: nsqd keeps the last few messages in its output buffer until
   its 250 ms flush timer fires, which would otherwise dominate short runs. The client's
-  CPU time (``time.process_time``, from connecting to the last message) is divided by
-  the message count.
+  CPU time (``time.process_time``) over that same window is divided by its messages.
 - ``bench_reader``: nsq's Go benchmark reader, RDY 2500, for a fixed time short enough
   that it never empties the queue; its own ops/s figure. It opens one connection per
   GOMAXPROCS: it runs with ``GOMAXPROCS=1``, one connection like the txnsq consumer here
@@ -18,15 +17,17 @@ that nothing spills to disk, and for each run prefills a fresh topic with ``--co
 - ``pynsq``: ``nsq.Reader`` with ``max_in_flight`` 2500 (when pynsq and tornado are
   installed), on ``--pynsq-count`` messages since it is much slower; same steady rate.
 
-Each client runs in its own subprocess, runs alternate between clients, and the median
-of ``--repeat`` runs is printed with the runs, the client's CPU and nsqd's CPU. Nothing
-is asserted: these are numbers to read. ``--profile`` runs txnsq once in this process
-under cProfile and prints where the time goes.
+The Python clients' code is :mod:`benchmarks._runners`, shared with
+``benchmarks.compare``. Each client runs in its own subprocess, runs alternate between
+clients, and the median of ``--repeat`` runs is printed with the runs, the client's CPU
+and nsqd's CPU. Nothing is asserted: these are numbers to read. ``--profile`` runs
+txnsq once in this process under cProfile and prints where the time goes.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import re
@@ -38,6 +39,8 @@ import time
 import urllib.parse
 from typing import Any
 
+from benchmarks import _runners
+
 BODY = b"b" * 100
 CHANNEL = "bench"
 MAX_IN_FLIGHT = 2500
@@ -47,70 +50,18 @@ TAIL = 1000
 PREFILL_BATCH = 20_000
 
 
-def _steady(times: dict[str, float], count: int) -> dict[str, Any]:
-    steady_n = max(count - TAIL, 1)
-    steady = times["steady"] - times["first"]
-    whole = times["last"] - times["first"]
+def _spec(client: str, address: str, topic: str, count: int) -> dict[str, Any]:
+    """The :mod:`benchmarks._runners` measurement for one consuming client."""
     return {
-        "messages": count,
-        "rate": (steady_n - 1) / steady if steady > 0 else 0.0,
-        "rate_all": (count - 1) / whole if whole > 0 else 0.0,
-        "seconds": whole,
-        "cpu_us": (times["cpu_last"] - times["cpu_start"]) / count * 1e6,
-        "cpu": (times["cpu_last"] - times["cpu_first"]) / whole if whole > 0 else 0.0,
+        "client": client,
+        "role": "consume",
+        "address": address,
+        "topic": topic,
+        "channel": CHANNEL,
+        "count": count,
+        "tail": TAIL,
+        "max_in_flight": MAX_IN_FLIGHT,
     }
-
-
-# --------------------------------------------------------------------------- txnsq
-
-
-def run_txnsq(address: str, topic: str, count: int, profile: bool = False) -> dict[str, Any]:
-    from twisted.internet import reactor
-
-    from txnsq.consumer import Consumer
-    from txnsq.message import Message
-
-    times: dict[str, float] = {"cpu_start": time.process_time()}
-    steady_at = max(count - TAIL, 1)
-    seen = 0
-
-    def handler(message: Message) -> bool:
-        nonlocal seen
-        seen += 1
-        if seen == 1:
-            times["first"] = time.perf_counter()
-            times["cpu_first"] = time.process_time()
-        if seen == steady_at:
-            times["steady"] = time.perf_counter()
-        if seen == count:
-            times["last"] = time.perf_counter()
-            times["cpu_last"] = time.process_time()
-            reactor.callLater(0, stop)
-        return True
-
-    def stop() -> None:
-        consumer.stopService().addBoth(lambda _: reactor.stop())
-
-    consumer = Consumer(
-        topic,
-        CHANNEL,
-        handler,
-        nsqd_tcp_addresses=[address],
-        max_in_flight=MAX_IN_FLIGHT,
-        reactor=reactor,
-    )
-    consumer.startService()
-    if profile:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        profiler.enable()
-        reactor.run()
-        profiler.disable()
-        _print_profile(profiler)
-    else:
-        reactor.run()
-    return _steady(times, count)
 
 
 #: Where a function's own time is counted in the profile summary: by function name
@@ -124,7 +75,7 @@ _CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
             "protocol.py:_process",
             "protocol.py:_deliver",
             "on_messages",
-            "bench_consume",
+            "_runners.py:handle",
         ),
     ),
     (
@@ -173,44 +124,6 @@ def _print_profile(profiler: Any) -> None:
 
 
 # --------------------------------------------------------------------------- pynsq
-
-
-def run_pynsq(address: str, topic: str, count: int) -> dict[str, Any]:
-    import logging
-
-    import nsq  # type: ignore[import-untyped]
-    import tornado.ioloop
-
-    logging.getLogger("nsq").setLevel(logging.WARNING)
-    loop = tornado.ioloop.IOLoop.current()
-    times: dict[str, float] = {"cpu_start": time.process_time()}
-    steady_at = max(count - TAIL, 1)
-    seen = 0
-
-    def handler(message: Any) -> bool:
-        nonlocal seen
-        seen += 1
-        if seen == 1:
-            times["first"] = time.perf_counter()
-            times["cpu_first"] = time.process_time()
-        if seen == steady_at:
-            times["steady"] = time.perf_counter()
-        if seen == count:
-            times["last"] = time.perf_counter()
-            times["cpu_last"] = time.process_time()
-            loop.add_callback(loop.stop)
-        return True
-
-    reader = nsq.Reader(
-        topic=topic,
-        channel=CHANNEL,
-        message_handler=handler,
-        nsqd_tcp_addresses=[address],
-        max_in_flight=MAX_IN_FLIGHT,
-    )
-    loop.start()
-    reader.close()
-    return _steady(times, count)
 
 
 # --------------------------------------------------------------------------- bench_reader
@@ -286,12 +199,10 @@ def _have_pynsq() -> bool:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    if args.worker == "txnsq":
-        out = run_txnsq(args.address, args.topic, args.count)
-    elif args.worker == "pynsq":
-        out = run_pynsq(args.address, args.topic, args.count)
-    else:
+    if args.worker == "bench_reader":
         out = run_bench_reader(args.address, args.topic, args.count)
+    else:
+        out = _runners.run(_spec(args.worker, args.address, args.topic, args.count))
     print(json.dumps(out))
 
 
@@ -366,7 +277,14 @@ def main(argv: list[str] | None = None) -> None:
         if args.profile:
             topic = "bench_profile"
             _prefill(nsqd.http_url, topic, args.count)
-            out = run_txnsq(address, topic, args.count, profile=True)
+            # Imported first, so that the profile holds the consuming, not the imports.
+            import twisted.internet.reactor  # noqa: F401
+
+            import txnsq.consumer  # noqa: F401
+
+            profiler = cProfile.Profile()
+            out = _runners.run(_spec("txnsq", address, topic, args.count), profiler)
+            _print_profile(profiler)
             print(f"txnsq under cProfile: {out['rate']:,.0f} msgs/s steady")
             return
         results: dict[str, list[dict[str, Any]]] = {c: [] for c in clients}

@@ -9,6 +9,7 @@ enough that nothing spills to disk, then measures, with 100-byte messages:
 - ``mpub-sync``: MPUB of 100 messages, one at a time;
 - ``mpub-window``: MPUB of 100 messages, 100 in flight.
 
+The clients' code is :mod:`benchmarks._runners`, shared with ``benchmarks.compare``.
 Each measurement runs in a fresh subprocess (so Twisted's and Tornado's loops never
 share a process), from the moment the connection is ready to the last OK, and
 alternates between the clients; the median of ``--repeat`` runs is printed with the
@@ -20,16 +21,18 @@ is not installed. Nothing is asserted: these are numbers to read, not a test.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
-import resource
+import pstats
 import statistics
 import subprocess
 import sys
-import time
 from typing import Any
 
-BODY = b"m" * 100
+from benchmarks import _runners
+
+SIZE = 100
 BATCH = 100
 WINDOW = 100
 
@@ -42,148 +45,27 @@ MODES: dict[str, tuple[int, int, int, int]] = {
 }
 
 
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _result(messages: float, elapsed: float, cpu: float, errors: float) -> dict[str, Any]:
+def _spec(client: str, address: str, topic: str, mode: str, messages: int) -> dict[str, Any]:
+    """The :mod:`benchmarks._runners` measurement for one client and mode."""
+    per_command, window, _, _ = MODES[mode]
     return {
-        "messages": messages,
-        "seconds": elapsed,
-        "rate": messages / elapsed if elapsed else 0.0,
-        "cpu": cpu / elapsed if elapsed else 0.0,
-        "errors": errors,
+        "client": client,
+        "role": "publish",
+        "address": address,
+        "topic": topic,
+        "batch": per_command,
+        "window": window,
+        "count": messages,
+        "size": SIZE,
     }
-
-
-# --------------------------------------------------------------------------- txnsq
-
-
-def run_txnsq(address: str, topic: str, mode: str, messages: int, profile: bool) -> dict[str, Any]:
-    from twisted.internet import reactor
-
-    from txnsq.producer import Producer
-
-    per_command, window, _, _ = MODES[mode]
-    commands_total = messages // per_command
-    producer = Producer(address, reactor=reactor)
-    batch = [BODY] * per_command
-    if per_command == 1:
-
-        def send() -> Any:
-            return producer.publish(topic, BODY)
-    else:
-
-        def send() -> Any:
-            return producer.multi_publish(topic, batch)
-
-    state: dict[str, float] = {"issued": 0, "done": 0, "errors": 0}
-    out: dict[str, Any] = {}
-
-    def finish() -> None:
-        elapsed = time.perf_counter() - state["start"]
-        out.update(_result(state["done"] * per_command, elapsed, _cpu() - state["cpu"],
-                           state["errors"]))
-        producer.stopService().addBoth(lambda _: reactor.stop())
-
-    def answered(result: Any) -> None:
-        state["done"] += 1
-        if not isinstance(result, bytes):
-            state["errors"] += 1
-        if state["issued"] < commands_total:
-            issue()
-        elif state["done"] == commands_total:
-            finish()
-
-    def issue() -> None:
-        state["issued"] += 1
-        send().addBoth(answered)
-
-    def go(_: object) -> None:
-        state["start"] = time.perf_counter()
-        state["cpu"] = _cpu()
-        for _ in range(min(window, commands_total)):
-            issue()
-
-    producer.startService()
-    producer.when_ready().addCallback(go)
-    if profile:
-        import cProfile
-        import pstats
-
-        profiler = cProfile.Profile()
-        profiler.enable()
-        reactor.run()
-        profiler.disable()
-        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
-    else:
-        reactor.run()
-    return out
-
-
-# --------------------------------------------------------------------------- pynsq
-
-
-def run_pynsq(address: str, topic: str, mode: str, messages: int) -> dict[str, Any]:
-    import logging
-
-    import nsq  # type: ignore[import-untyped]
-    import tornado.ioloop
-
-    logging.getLogger("nsq").setLevel(logging.WARNING)
-    per_command, window, _, _ = MODES[mode]
-    commands_total = messages // per_command
-    loop = tornado.ioloop.IOLoop.current()
-    writer = nsq.Writer([address])
-    batch = [BODY] * per_command
-    state: dict[str, float] = {"issued": 0, "done": 0, "errors": 0}
-    out: dict[str, Any] = {}
-
-    def answered(conn: Any, data: Any) -> None:
-        state["done"] += 1
-        if isinstance(data, nsq.Error):
-            state["errors"] += 1
-        if state["issued"] < commands_total:
-            issue()
-        elif state["done"] == commands_total:
-            elapsed = time.perf_counter() - state["start"]
-            out.update(_result(state["done"] * per_command, elapsed, _cpu() - state["cpu"],
-                               state["errors"]))
-            loop.stop()
-
-    def issue() -> None:
-        state["issued"] += 1
-        if per_command == 1:
-            writer.pub(topic, BODY, callback=answered)
-        else:
-            writer.mpub(topic, batch, callback=answered)
-
-    def wait_ready() -> None:
-        if not any(conn.connected() for conn in writer.conns.values()):
-            loop.call_later(0.01, wait_ready)
-            return
-        state["start"] = time.perf_counter()
-        state["cpu"] = _cpu()
-        for _ in range(min(window, commands_total)):
-            issue()
-
-    loop.add_callback(wait_ready)
-    loop.start()
-    for conn in list(writer.conns.values()):
-        conn.close()
-    return out
 
 
 # --------------------------------------------------------------------------- driver
 
 
 def _worker(args: argparse.Namespace) -> None:
-    if args.worker == "txnsq":
-        out = run_txnsq(args.address, args.topic, args.mode, args.messages, args.profile)
-    else:
-        out = run_pynsq(args.address, args.topic, args.mode, args.messages)
-    print(json.dumps(out))
+    spec = _spec(args.worker, args.address, args.topic, args.mode, args.messages)
+    print(json.dumps(_runners.run(spec)))
 
 
 def _have_pynsq() -> bool:
@@ -249,7 +131,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.profile:
             mode = modes[0]
             count = int(MODES[mode][2] * args.scale)
-            out = run_txnsq(address, "bench_profile", mode, count, True)
+            profiler = cProfile.Profile()
+            out = _runners.run(_spec("txnsq", address, "bench_profile", mode, count), profiler)
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
             print(f"txnsq {mode} under cProfile: {out['rate']:,.0f} msgs/s")
             return
         results: dict[tuple[str, str], list[dict[str, Any]]] = {}
