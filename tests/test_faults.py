@@ -122,9 +122,25 @@ def number(body: bytes) -> int:
 class FaultTestCase(TestCase):
     timeout = 60
 
+    def finish_later(self, seconds: float, then: Callable[[], object]) -> defer.Deferred[bool]:
+        """A slow handler's result: after ``seconds``, call ``then`` and finish the
+        message. Calls still pending when the test ends (handlers of redeliveries) are
+        abandoned, not fired."""
+        d: defer.Deferred[bool] = defer.Deferred()
+
+        def done() -> None:
+            then()
+            d.callback(True)
+
+        self._later.append(reactor.callLater(seconds, done))
+        return d
+
     def setUp(self) -> None:
         self.topic = "fault-" + uuid.uuid4().hex[:10]
         self.started = time.monotonic()
+        # Registered first, so it runs last: after the consumers have stopped.
+        self._later: list[Any] = []
+        self.addCleanup(lambda: [c.cancel() for c in self._later if c.active()])
 
     async def eventually(
         self, predicate: Callable[[], object], timeout: float = 20.0, what: str = ""
@@ -602,21 +618,10 @@ class AutoTouchTests(FaultTestCase):
         deliveries: Counter[bytes] = Counter()
         finished: list[bytes] = []
 
-        calls: list[Any] = []
-        # Handlers of redeliveries still running at the end are abandoned, not fired.
-        self.addCleanup(lambda: [c.cancel() for c in calls if c.active()])
-
         def handler(message: Message) -> defer.Deferred[bool]:
             attempts[message.attempts] += 1
             deliveries[message.body] += 1
-            d: defer.Deferred[bool] = defer.Deferred()
-
-            def done() -> None:
-                finished.append(message.body)
-                d.callback(True)
-
-            calls.append(reactor.callLater(2.5, done))
-            return d
+            return self.finish_later(2.5, lambda: finished.append(message.body))
 
         consumer = self.consumer(
             handler,
@@ -991,19 +996,10 @@ class RedeliveryDuringSlowHandlerTests(FaultTestCase):
         await deferToThread(nsqd.http_publish, self.topic, b"slow")
         attempts: list[int] = []
         answered: list[int] = []
-        calls: list[Any] = []
-        self.addCleanup(lambda: [c.cancel() for c in calls if c.active()])
 
         def handler(message: Message) -> defer.Deferred[bool]:
             attempts.append(message.attempts)
-            d: defer.Deferred[bool] = defer.Deferred()
-
-            def done() -> None:
-                answered.append(message.attempts)
-                d.callback(True)
-
-            calls.append(reactor.callLater(1.5, done))
-            return d
+            return self.finish_later(1.5, lambda: answered.append(message.attempts))
 
         consumer = self.consumer(
             handler,

@@ -71,9 +71,10 @@ class _Process:
 
     name = ""
 
-    def __init__(self, workdir: str, http_port: int) -> None:
+    def __init__(self, workdir: str) -> None:
         self.workdir = workdir
-        self.http_port = http_port
+        self.http_port = free_port()
+        self.tcp_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(workdir, f"{self.name}.log")
 
@@ -83,6 +84,7 @@ class _Process:
     def pick_ports(self) -> None:
         """Choose fresh free ports (only before anyone was told the current ones)."""
         self.http_port = free_port()
+        self.tcp_port = free_port()
 
     def start_on_free_ports(self, timeout: float = 10.0, attempts: int = 5) -> None:
         """:meth:`start` for the first time: a port found free can be taken by another
@@ -96,6 +98,11 @@ class _Process:
                 if "address already in use" not in str(e) or attempt == attempts - 1:
                     raise
                 self.pick_ports()
+
+    @property
+    def tcp_address(self) -> str:
+        """``"127.0.0.1:<port>"``: what txnsq's clients (nsqd) or nsqd (nsqlookupd) dial."""
+        return f"{LOOPBACK}:{self.tcp_port}"
 
     @property
     def http_address(self) -> str:
@@ -172,17 +179,8 @@ class NSQLookupd(_Process):
     name = "nsqlookupd"
 
     def __init__(self, workdir: str, extra_args: list[str] | None = None) -> None:
-        super().__init__(workdir, free_port())
-        self.tcp_port = free_port()
+        super().__init__(workdir)
         self.extra_args = list(extra_args or [])
-
-    def pick_ports(self) -> None:
-        super().pick_ports()
-        self.tcp_port = free_port()
-
-    @property
-    def tcp_address(self) -> str:
-        return f"{LOOPBACK}:{self.tcp_port}"
 
     def args(self) -> list[str]:
         return [
@@ -211,8 +209,7 @@ class NSQD(_Process):
         extra_args: list[str] | None = None,
         lookupds: list[NSQLookupd] | None = None,
     ) -> None:
-        super().__init__(workdir, free_port())
-        self.tcp_port = free_port()
+        super().__init__(workdir)
         self.https_port = free_port()
         self.data_path = os.path.join(workdir, "data")
         os.makedirs(self.data_path, exist_ok=True)
@@ -221,13 +218,7 @@ class NSQD(_Process):
 
     def pick_ports(self) -> None:
         super().pick_ports()
-        self.tcp_port = free_port()
         self.https_port = free_port()
-
-    @property
-    def tcp_address(self) -> str:
-        """``"127.0.0.1:<port>"``, what txnsq's clients take."""
-        return f"{LOOPBACK}:{self.tcp_port}"
 
     def args(self) -> list[str]:
         return [
