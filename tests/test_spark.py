@@ -114,6 +114,13 @@ def seq(offset: Any) -> int:
     return 0 if offset is None else int(offset["seq"])
 
 
+def last_batch(directory: str) -> int:
+    """The highest batch id in a streaming checkpoint's ``offsets`` or ``commits`` log
+    (-1 when empty)."""
+    ids = [int(name) for name in os.listdir(directory) if name.isdigit()]
+    return max(ids, default=-1)
+
+
 def source_runner_pids(spark: Any) -> list[int]:
     """Pids of the stream-source Python processes our Spark driver JVM started."""
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
@@ -388,23 +395,34 @@ class SparkReadTests(TestCase):
             timeout=30,
             what="in-flight messages timed out",
         )
+        # Whether the crash left a batch planned (in the offsets log) but not committed:
+        # the kill may also land between two batches.
+        planned = last_batch(os.path.join(checkpoint, "offsets"))
+        committed = last_batch(os.path.join(checkpoint, "commits"))
         second = start(availableNow=True)
         second.awaitTermination(120)
         self.assertIsNone(second.exception())
 
-        # Offsets continue from the checkpoint. The first batch replays the one planned
-        # before the crash: it is empty (its messages come back from nsqd); then each
+        # Offsets continue from the checkpoint. A batch planned before the crash is
+        # replayed first, and empty (its messages come back from nsqd); every other
         # batch's offsets count its rows.
         progress = second.recentProgress
-        replay = progress[0]["sources"][0]
-        self.assertGreater(seq(replay["startOffset"]), 0)
-        self.assertEqual(progress[0]["numInputRows"], 0)
-        self.assertGreater(seq(replay["endOffset"]), seq(replay["startOffset"]))
-        for p in progress[1:]:
+        first_source = progress[0]["sources"][0]
+        self.assertGreater(seq(first_source["startOffset"]), 0)
+        new_batches = progress
+        previous_end = seq(first_source["startOffset"])
+        if planned > committed:
+            self.assertEqual(progress[0]["batchId"], planned)
+            self.assertEqual(progress[0]["numInputRows"], 0)
+            self.assertGreater(seq(first_source["endOffset"]), seq(first_source["startOffset"]))
+            new_batches = progress[1:]
+            previous_end = seq(first_source["endOffset"])
+        for p in new_batches:
             source = p["sources"][0]
             seqs = seq(source["endOffset"]) - seq(source["startOffset"])
             self.assertEqual(seqs, p["numInputRows"], p)
-            self.assertGreaterEqual(seq(source["startOffset"]), seq(replay["endOffset"]))
+            self.assertGreaterEqual(seq(source["startOffset"]), previous_end)
+            previous_end = seq(source["endOffset"])
 
         rows = self.spark.read.parquet(out).select("value", "attempts").collect()
         bodies = [bytes(r.value) for r in rows]
