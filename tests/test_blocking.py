@@ -101,7 +101,7 @@ class ParseAddressTests(SynchronousTestCase):
 class NoTwistedTests(SynchronousTestCase):
     def test_blocking_client_imports_no_twisted(self) -> None:
         code = (
-            "import sys, txnsq.blocking, txnsq.spark.options, txnsq.spark._subscriber; "
+            "import sys, txnsq.blocking, txnsq.spark.options, txnsq.blocking._subscriber; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('twisted', 'pyspark', 'pyarrow')))"
         )

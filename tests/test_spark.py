@@ -516,7 +516,7 @@ class SubscriberTests(TestCase):
         return parse_read_options(opts)
 
     def subscriber(self, options: Any) -> Any:
-        from txnsq.spark._subscriber import Subscriber
+        from txnsq.blocking._subscriber import Subscriber
 
         sub = Subscriber(options)
         sub.start()
@@ -566,7 +566,7 @@ class SubscriberTests(TestCase):
         cutoff = time.time_ns()
         time.sleep(0.05)
         publish(nsqd, "cut", [b"new"] * 10)
-        from txnsq.spark._subscriber import Subscriber
+        from txnsq.blocking._subscriber import Subscriber
 
         sub = Subscriber(self.options(nsqd, "cut"))
         self.addCleanup(sub.shutdown)

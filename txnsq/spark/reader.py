@@ -2,7 +2,7 @@
 
 How a message travels:
 
-1. nsqd pushes it to one of the reader's connections (:mod:`txnsq.spark._subscriber`),
+1. nsqd pushes it to one of the reader's connections (:mod:`txnsq.blocking._subscriber`),
    in the long-lived Python process where Spark runs the reader's driver-side calls.
 2. ``read(start)`` (Spark's ``latestOffset``) moves up to ``maxMessagesPerTrigger``
    buffered messages into a new batch and returns them as one Arrow record batch; the
@@ -45,7 +45,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txnsq.spark._subscriber import Chunk, Subscriber
+from txnsq.blocking._subscriber import Chunk, Subscriber
 from txnsq.spark.options import ReadOptions
 
 try:  # PySpark >= 4.2

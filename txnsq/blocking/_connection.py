@@ -1,30 +1,4 @@
-"""A small synchronous NSQ client on txnsq's wire core: plain sockets, no reactor.
-
-:class:`Connection` speaks to one nsqd over TCP (optionally TLS, snappy or deflate, and
-AUTH), for code that cannot run a Twisted reactor: scripts, and the worker processes of
-the PySpark data source. It publishes (``PUB``, pipelined ``MPUB``, ``DPUB``) and it
-consumes (``SUB``, ``RDY``, ``FIN``/``REQ``/``TOUCH``); heartbeats are answered with
-``NOP`` whenever it reads.
-
-Every wait is bounded by the connection's ``timeout``. Errors are txnsq's own
-exceptions: a named :class:`~txnsq.errors.NSQServerError` subclass for an error frame,
-:class:`~txnsq.errors.HandshakeError` when negotiation fails,
-:class:`~txnsq.errors.ConnectionClosed` (and its subclass :class:`NSQTimeoutError`)
-when the connection is lost or times out, :class:`~txnsq.errors.ProtocolError` for bytes
-that break the protocol. Arguments are checked before anything is sent.
-
-A :class:`Connection` is not thread-safe: use it from one thread at a time.
-
-Example::
-
-    from txnsq.blocking import Connection
-
-    with Connection("127.0.0.1:4150") as conn:
-        conn.publish("events", b"hello")
-        conn.multi_publish("events", bodies, batch_size=500)
-
-This module imports nothing from Twisted.
-"""
+"""The blocking :class:`Connection` to one nsqd (see :mod:`txnsq.blocking`)."""
 
 from __future__ import annotations
 

@@ -60,8 +60,12 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
 from twisted.internet.task import Clock
 
-from txnsq._fake_net import LookupAgent, MemoryEndpoint, MemoryTransport, connect_in_memory
-from txnsq._fake_nsqd import (
+from txnsq._wire.commands import validate_channel_name, validate_topic_name
+from txnsq._wire.frames import encode_error
+from txnsq.errors import NON_FATAL_CODES
+from txnsq.testing._net import LookupAgent, MemoryEndpoint, MemoryTransport, connect_in_memory
+from txnsq.testing._server import ServerProtocol
+from txnsq.testing._state import (
     ChannelStats,
     ClientInfo,
     FakeMessage,
@@ -70,10 +74,6 @@ from txnsq._fake_nsqd import (
     NSQDState,
     PublishRecord,
 )
-from txnsq._fake_server import ServerProtocol
-from txnsq._wire.commands import validate_channel_name, validate_topic_name
-from txnsq._wire.frames import encode_error
-from txnsq.errors import NON_FATAL_CODES
 
 __all__ = [
     "MALFORMED_FRAME",

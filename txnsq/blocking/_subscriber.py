@@ -28,17 +28,15 @@ import urllib.error
 import urllib.request
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from txnsq._wire.frames import MessageFrame
 from txnsq._wire.lookup import LOOKUP_ACCEPT, lookup_url, parse_lookup_response
-from txnsq.blocking import Connection
+from txnsq.blocking._connection import Connection
 from txnsq.errors import NSQError
-from txnsq.spark.options import (
-    READER_OUTPUT_BUFFER_SIZE,
-    READER_OUTPUT_BUFFER_TIMEOUT_MS,
-    ReadOptions,
-)
+
+if TYPE_CHECKING:  # the Subscriber gets its own options in the redesign (issue 11)
+    from txnsq.spark.options import ReadOptions
 
 __all__ = ["Chunk", "ConnectionState", "Subscriber"]
 
@@ -504,8 +502,8 @@ class Subscriber:
     def _open(self, address: str) -> ConnectionState:
         settings = self.options.connection
         identify: dict[str, object] = {
-            "output_buffer_timeout_ms": READER_OUTPUT_BUFFER_TIMEOUT_MS,
-            "output_buffer_size": READER_OUTPUT_BUFFER_SIZE,
+            "output_buffer_timeout_ms": 25,
+            "output_buffer_size": 64 * 1024,
         }
         if self.options.msg_timeout_ms is not None:
             identify["msg_timeout_ms"] = self.options.msg_timeout_ms

@@ -1,6 +1,6 @@
 """The state of :mod:`txnsq.testing`'s fake nsqd: topics, channels, in-flight messages,
 and the records tests inspect. The protocol a client connection speaks is in
-:mod:`txnsq._fake_server`.
+:mod:`txnsq.testing._server`.
 
 Everything here follows what nsqd v1.3 does, checked against the real one by
 ``tests/test_testing_vs_nsqd.py``: the same commands are accepted in the same states, the
@@ -28,7 +28,7 @@ from twisted.internet.task import Clock
 from txnsq._wire.frames import encode_message
 
 if TYPE_CHECKING:
-    from txnsq._fake_server import ServerProtocol
+    from txnsq.testing._server import ServerProtocol
 
 __all__ = [
     "ChannelStats",

@@ -2,7 +2,7 @@
 
 It parses the client's commands as they arrive (any fragmentation), checks them in the
 order and with the texts nsqd v1.3 uses, and works on the state in
-:mod:`txnsq._fake_nsqd`. Fatal errors are sent, then the connection is closed.
+:mod:`txnsq.testing._state`. Fatal errors are sent, then the connection is closed.
 
 Private: the public face is :mod:`txnsq.testing`.
 """
@@ -19,11 +19,11 @@ from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from txnsq._fake_nsqd import Channel, ClientInfo, NSQDState, PublishRecord
 from txnsq._wire.commands import MAGIC_V2, is_valid_channel_name, is_valid_topic_name
 from txnsq._wire.compression import Compressor, Decompressor, codecs_for
 from txnsq._wire.frames import encode_error, encode_response
 from txnsq.errors import NON_FATAL_CODES, ProtocolError
+from txnsq.testing._state import Channel, ClientInfo, NSQDState, PublishRecord
 
 __all__ = ["ServerProtocol"]
 
