@@ -1,0 +1,131 @@
+"""The one parser of nsqd and nsqlookupd addresses.
+
+Every client (Producer, Consumer, the blocking Connection and Subscriber, ``twistd
+nsq-consumer``, ``txnsq.testing`` and the Spark options) reads addresses with
+:func:`parse_address`, so ``"::1:4151"`` means the same (an error) everywhere.
+
+Accepted forms:
+
+- ``"host:port"`` (a name or an IPv4 address);
+- ``"[v6addr]:port"`` (an IPv6 address must be bracketed when a port follows);
+- ``"host"``, ``"v6addr"`` or ``"[v6addr]"`` alone: the default port;
+- a ``(host, port)`` pair.
+
+Anything else raises :class:`ValueError` (or :class:`TypeError` for a value that is
+not a string or a pair), with the same wording whichever client was given it. In
+particular an unbracketed IPv6 address followed by what looks like a port
+(``"::1:4151"``) is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Final
+
+__all__ = [
+    "NSQD_HTTP_PORT",
+    "NSQD_TCP_PORT",
+    "NSQLOOKUPD_HTTP_PORT",
+    "format_address",
+    "parse_address",
+]
+
+#: nsqd's default TCP port.
+NSQD_TCP_PORT: Final = 4150
+#: nsqd's default HTTP port.
+NSQD_HTTP_PORT: Final = 4151
+#: nsqlookupd's default HTTP port.
+NSQLOOKUPD_HTTP_PORT: Final = 4161
+
+_HOST_FORBIDDEN: Final = frozenset(" \t\r\n/[]@?#")
+
+
+def parse_address(
+    address: str | tuple[str, int], default_port: int | None = NSQD_TCP_PORT
+) -> tuple[str, int]:
+    """Return ``(host, port)`` for one address (see the module docstring for the forms).
+
+    ``host`` comes back without brackets. ``default_port=None`` makes the port
+    mandatory.
+
+    :raises TypeError: for anything but a ``str`` or a ``(str, int)`` pair.
+    :raises ValueError: for an empty or malformed host, a missing port where one is
+        required, a port that is not 1..65535, or an unbracketed IPv6 address with a port.
+    """
+    if isinstance(address, tuple):
+        if len(address) != 2 or not isinstance(address[0], str):
+            raise TypeError(f"address must be 'host:port' or (host, port), not {address!r}")
+        host, port_value = address
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        _check_host(host, address)
+        return host, _port(port_value, address)
+    if not isinstance(address, str):
+        raise TypeError(
+            f"address must be a str or a (host, port) pair, not {type(address).__name__}"
+        )
+    text = address.strip()
+    port: int | None
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"invalid address {address!r}: expected '[v6addr]:port'")
+        if not _is_ipv6(host):
+            raise ValueError(f"invalid address {address!r}: {host!r} is not an IPv6 address")
+        port = _port(rest[1:], address) if rest else None
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+        port = _port(port_text, address)
+    elif ":" in text:
+        # Several colons and no brackets: an IPv6 address alone, never one with a port.
+        if not _is_ipv6(text):
+            raise ValueError(
+                f"invalid address {address!r}: put an IPv6 address in brackets when a port "
+                "follows ('[::1]:4150')"
+            )
+        head, _, last = text.rpartition(":")
+        if last.isdigit() and _is_ipv6(head):
+            # "::1:4151" is an IPv6 address too, but most likely meant "[::1]:4151".
+            raise ValueError(
+                f"invalid address {address!r}: ambiguous; write '[{head}]:{last}' for a "
+                f"port, or '[{text}]' for the address alone"
+            )
+        host, port = text, None
+    else:
+        host, port = text, None
+    _check_host(host, address)
+    if port is None:
+        if default_port is None:
+            raise ValueError(f"invalid address {address!r}: a port is required ('host:port')")
+        port = default_port
+    return host, port
+
+
+def format_address(host: str, port: int) -> str:
+    """``"host:port"``, with an IPv6 host in brackets: what :func:`parse_address` reads."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text.split("%", 1)[0]), ipaddress.IPv6Address)
+    except ValueError:
+        return False
+
+
+def _check_host(host: str, address: object) -> None:
+    if not host:
+        raise ValueError(f"invalid address {address!r}: empty host")
+    if any(c in _HOST_FORBIDDEN for c in host):
+        raise ValueError(f"invalid address {address!r}: bad character in host {host!r}")
+
+
+def _port(value: object, address: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"invalid port in address {address!r}")
+    if isinstance(value, str) and not value.isdigit():
+        raise ValueError(f"invalid port in address {address!r}")
+    port = int(value)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"invalid port in address {address!r}: must be 1..65535")
+    return port

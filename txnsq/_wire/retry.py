@@ -1,0 +1,68 @@
+"""The one reconnect policy: how long to wait before dialling again.
+
+The Consumer, the Producer and the blocking Subscriber all wait
+:meth:`RetryPolicy.delay` seconds before their ``attempt``-th reconnect. The shape is
+Twisted's ``backoffPolicy`` (initial delay, factor, cap) with two differences: jitter
+only ever *shortens* a delay (by up to ``jitter`` of it, so ``max_delay`` is a real
+bound), and the random source is injected, so the same seed gives the same delays in
+every client.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from txnsq._wire.numbers import check_number
+
+__all__ = ["DEFAULT_RETRY", "RetryPolicy"]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential reconnect delays with downward jitter.
+
+    :param initial: seconds before the first reconnect (``attempt`` 1).
+    :param factor: each further attempt waits this many times longer.
+    :param max_delay: no delay exceeds this many seconds.
+    :param jitter: each delay is shortened by a random fraction in ``[0, jitter)`` of
+        itself, so clients restarted together do not all dial at the same moment.
+    :raises ValueError, TypeError: for a non-positive ``initial`` or ``max_delay``, a
+        ``factor`` below 1, ``jitter`` outside ``[0, 1)``, or ``max_delay < initial``.
+    """
+
+    initial: float = 1.0
+    factor: float = 2.0
+    max_delay: float = 60.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        check_number(self.initial, "initial", positive=True)
+        check_number(self.factor, "factor", minimum=1.0)
+        check_number(self.max_delay, "max_delay", positive=True)
+        check_number(self.jitter, "jitter", minimum=0.0, below=1.0)
+        if self.max_delay < self.initial:
+            raise ValueError(
+                f"max_delay ({self.max_delay}) must not be below initial ({self.initial})"
+            )
+
+    def delay(self, attempt: int, random: Callable[[], float]) -> float:
+        """Seconds to wait before reconnect number ``attempt`` (counted from 1).
+
+        ``random`` returns a float in ``[0, 1)`` (``random.Random(seed).random``).
+        """
+        exponent = min(max(attempt, 1) - 1, 64)
+        delay = min(self.initial * self.factor**exponent, self.max_delay)
+        return delay * (1.0 - self.jitter * random())
+
+    def policy(self, rng: random.Random | None = None) -> Callable[[int], float]:
+        """A ``retryPolicy`` for Twisted's ``ClientService``: attempt -> seconds."""
+        source = (rng or random.Random()).random
+        return lambda attempt: self.delay(attempt, source)
+
+
+#: The delays every client uses unless told otherwise: 1 s, doubling up to 60 s, each
+#: shortened by up to 20% at random.
+DEFAULT_RETRY: Final = RetryPolicy()
