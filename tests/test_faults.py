@@ -924,7 +924,7 @@ class BadInputTests(FaultTestCase):
             ),
             (
                 ValueError,
-                lambda: Consumer(self.topic, CHANNEL, handler, nsqd_tcp_addresses=["no-port"]),
+                lambda: Consumer(self.topic, CHANNEL, handler, nsqd_tcp_addresses=["h:port"]),
             ),
             (
                 TypeError,

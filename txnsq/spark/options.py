@@ -282,7 +282,7 @@ def _int(
 
 
 def _float(opts: Mapping[str, str], key: str, name: str, default: float) -> float:
-    return _number(opts, key, name, default, positive=True)
+    return float(_number(opts, key, name, default, positive=True))
 
 
 def _number(
