@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -43,7 +44,7 @@ def consume(conn: Connection, count: int, timeout: float = 10.0) -> list[Any]:
         if remaining <= 0:
             raise AssertionError(f"got {len(got)} of {count} messages")
         messages = conn.receive(remaining)
-        conn.fin_many([m.id for m in messages])
+        conn.finish_many([m.id for m in messages])
         got.extend(messages)
     return got
 
@@ -134,7 +135,7 @@ class PublishConsumeTests(TestCase):
             sub.subscribe("bt", "ch")
             sub.rdy(100)
             bodies = sorted(m.body for m in consume(sub, 10))
-            sub.cls()
+            sub.close_cleanly()
         self.assertEqual(
             bodies, sorted([b"one", b"two", b"three"] + [b"m%d" % i for i in range(7)])
         )
@@ -144,13 +145,22 @@ class PublishConsumeTests(TestCase):
         self.nsqd.create_topic("dt")
         self.nsqd.create_channel("dt", "ch")
         with Connection(self.nsqd.tcp_address) as conn:
-            conn.deferred_publish("dt", 60_000, b"later")
+            conn.deferred_publish("dt", b"later", 60.0)  # seconds, as Producer's
             with self.assertRaises(ValueError):
-                conn.deferred_publish("dt", -1, b"x")
+                conn.deferred_publish("dt", b"x", -1)
+            with self.assertRaises(TypeError):
+                conn.deferred_publish("dt", b"x", "1")  # type: ignore[arg-type]
+            # The old (topic, delay_ms, body) form still works, with a warning.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                conn.deferred_publish("dt", 60_000, b"old")  # type: ignore[arg-type]
+                conn.deferred_publish("dt", delay_ms=60_000, body=b"old")
+            self.assertEqual([w.category for w in caught], [DeprecationWarning] * 2)
+            self.assertIn("deferred_publish(topic, body, delay_seconds)", str(caught[0].message))
         # (nsqd delivers it from its deferred queue, which it scans for a new channel only
         # after --queue-scan-refresh-interval, 5 s: the count is enough here.)
         stats = self.nsqd.channel_stats("dt", "ch") or {}
-        self.assertEqual((stats.get("deferred_count"), stats.get("depth")), (1, 0))
+        self.assertEqual((stats.get("deferred_count"), stats.get("depth")), (3, 0))
 
     def test_req_touch_and_heartbeats(self) -> None:
         self.nsqd.http_publish("rt", b"x")
@@ -160,7 +170,7 @@ class PublishConsumeTests(TestCase):
             conn.rdy(1)
             (first,) = conn.receive(5)
             self.assertEqual(first.attempts, 1)
-            conn.req(first.id)
+            conn.requeue(first.id, 0.0)
             (again,) = conn.receive(5)
             self.assertEqual((again.id, again.attempts), (first.id, 2))
             # TOUCH keeps it in flight past its 1 s timeout; reading answers the 1 s
@@ -168,19 +178,62 @@ class PublishConsumeTests(TestCase):
             for _ in range(5):
                 self.assertEqual(conn.receive(0.4), [])
                 conn.touch(again.id)
-            conn.fin(again.id)
+            conn.finish(again.id)
             self.assertEqual(conn.receive(0.3), [])
             self.assertEqual(conn.nonfatal_errors, 0)
             # A FIN for a message no longer in flight is a non-fatal error.
             seen: list[Exception] = []
             conn.on_nonfatal_error = seen.append
-            conn.fin(again.id)
+            conn.finish(again.id)
             wait_for(lambda: conn.receive(0.05) == [] and seen, what="E_FIN_FAILED")
             self.assertEqual(seen[0].code, "E_FIN_FAILED")  # type: ignore[attr-defined]
             self.assertTrue(conn.connected)
         stats = self.nsqd.channel_stats("rt", "ch") or {}
         self.assertEqual(stats.get("timeout_count"), 0)
         self.assertEqual(stats.get("requeue_count"), 1)
+
+    def test_old_names_still_work(self) -> None:
+        """fin/req/fin_many/req_many (delays in ms) are deprecated aliases of finish,
+        requeue, finish_many and requeue_many (delays in seconds)."""
+        self.nsqd.http_publish("old", b"a")
+        self.nsqd.http_publish("old", b"b")
+
+        def take(conn: Connection, count: int) -> list[Any]:
+            got: list[Any] = []
+            deadline = time.monotonic() + 10
+            while len(got) < count and time.monotonic() < deadline:
+                got.extend(conn.receive(0.5))
+            self.assertEqual(len(got), count)
+            return got
+
+        with Connection(self.nsqd.tcp_address) as conn, warnings.catch_warnings(
+            record=True
+        ) as caught:
+            warnings.simplefilter("always")
+            conn.subscribe("old", "ch")
+            conn.rdy(2)
+            first, second = take(conn, 2)
+            conn.req(first.id, 0)
+            conn.fin(second.id)
+            (again,) = take(conn, 1)
+            conn.req_many([again.id], 0)
+            (third,) = take(conn, 1)
+            self.assertEqual((third.id, third.attempts), (first.id, 3))
+            conn.fin_many([third.id])
+            conn.cls()  # kept: the same call as close_cleanly()
+        self.assertEqual(
+            [str(w.message).split(" is ")[0] for w in caught],
+            [
+                "Connection.req(message_id, delay_ms)",
+                "Connection.fin()",
+                "Connection.req_many(message_ids, delay_ms)",
+                "Connection.fin_many()",
+            ],
+        )
+        self.assertEqual({w.category for w in caught}, {DeprecationWarning})
+        wait_for(lambda: (self.nsqd.channel_stats("old", "ch") or {}).get("in_flight_count") == 0)
+        stats = self.nsqd.channel_stats("old", "ch") or {}
+        self.assertEqual((stats.get("requeue_count"), stats.get("depth")), (2, 0))
 
     def test_compression(self) -> None:
         big = bytes(range(256)) * 7

@@ -33,6 +33,7 @@ from twisted.web.iweb import IAgent, IResponse
 from zope.interface import implementer
 
 from tests.support.wire import identify_answer
+from txnsq._wire.address import parse_address
 from txnsq._wire.frames import encode_error, encode_message, encode_response
 from txnsq._wire.identify import IdentifyOptions
 from txnsq.consumer import Consumer, ConsumerOptions
@@ -54,11 +55,6 @@ def msg_id(n: int) -> bytes:
     return b"%016x" % n
 
 
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host, int(port)
-
-
 # -- the nsqd side of one connection ----------------------------------------------------------
 
 
@@ -68,7 +64,7 @@ class ClientTransport(StringTransport):
     by all connections of a test, to check the order of RDY over connections."""
 
     def __init__(self, clock: MemoryReactorClock, address: str, wire: list[Any]) -> None:
-        host, port = split_address(address)
+        host, port = parse_address(address)
         super().__init__(peerAddress=IPv4Address("TCP", host, port))
         self._clock = clock
         self._wire = wire
@@ -256,7 +252,7 @@ class FakeLookupd:
             return defer.succeed(LookupResponse(answer, b'{"message":"TOPIC_NOT_FOUND"}'))
         producers = []
         for address in answer:
-            host, port = split_address(address)
+            host, port = parse_address(address)
             producers.append({"broadcast_address": host, "tcp_port": port, "http_port": 4151})
         body = json.dumps({"channels": [CHANNEL], "producers": producers}).encode()
         return defer.succeed(LookupResponse(200, body))
@@ -470,7 +466,9 @@ class OptionsTests(SynchronousTestCase):
 
         self.assertRaises(ValueError, make, nsqd_tcp_addresses=[])
         self.assertRaises(TypeError, make, nsqd_tcp_addresses=A)
-        self.assertRaises(ValueError, make, nsqd_tcp_addresses=["no-port"])
+        self.assertRaises(ValueError, make, nsqd_tcp_addresses=["no-port:x"])
+        self.assertRaises(ValueError, make, nsqd_tcp_addresses=["::1:4150"])
+        self.assertRaises(TypeError, make, nsqd_tcp_addresses=[4150])
         self.assertRaises(ValueError, make, topic="bad topic")
         self.assertRaises(TypeError, make, max_in_flight="3")
 

@@ -36,6 +36,7 @@ from zope.interface import implementer
 from tests.support.certs import certs_for, nsqd_tls_args
 from tests.support.processes import NSQD, NSQLookupd, ProcessGroup, start_nsqd
 from tests.support.proxy import start_proxy
+from txnsq._wire.address import parse_address
 from txnsq._wire.identify import IdentifyOptions
 from txnsq.consumer import Consumer
 from txnsq.errors import BadMessageError, ConnectionClosed, HandshakeError
@@ -191,7 +192,7 @@ class FaultTestCase(TestCase):
     async def connect(self, address: str, **kwargs: Any) -> NSQProtocol:
         """An NSQProtocol connected to ``address`` (handshake not awaited); it is dropped
         and its end awaited in cleanup."""
-        host, _, port = address.rpartition(":")
+        host, port = parse_address(address)
         lost: defer.Deferred[None] = defer.Deferred()
         protocol = NSQProtocol(
             IdentifyOptions(client_id="fault", hostname="fault"),
@@ -199,7 +200,7 @@ class FaultTestCase(TestCase):
             clock=reactor,
             **kwargs,
         )
-        await connectProtocol(TCP4ClientEndpoint(reactor, host, int(port), timeout=5), protocol)
+        await connectProtocol(TCP4ClientEndpoint(reactor, host, port, timeout=5), protocol)
 
         def shut() -> defer.Deferred[None]:
             if not lost.called and protocol.transport is not None:
@@ -923,7 +924,7 @@ class BadInputTests(FaultTestCase):
             ),
             (
                 ValueError,
-                lambda: Consumer(self.topic, CHANNEL, handler, nsqd_tcp_addresses=["no-port"]),
+                lambda: Consumer(self.topic, CHANNEL, handler, nsqd_tcp_addresses=["h:port"]),
             ),
             (
                 TypeError,

@@ -26,6 +26,7 @@ from zope.interface import implementer
 
 from tests.support.processes import free_port, start_lookupd, start_nsqd, wait_for
 from txnsq import lookupd as lookupd_module
+from txnsq._wire.address import parse_address
 from txnsq.lookupd import LookupdHTTPError, LookupdPoller
 
 TOPIC = "clicks"
@@ -72,8 +73,8 @@ class FakeResponse:
 def answer(*producers: str, code: int = 200) -> FakeResponse:
     entries = []
     for address in producers:
-        host, _, port = address.rpartition(":")
-        entries.append({"broadcast_address": host, "tcp_port": int(port), "http_port": 1})
+        host, port = parse_address(address)
+        entries.append({"broadcast_address": host, "tcp_port": port, "http_port": 1})
     return FakeResponse(code, json.dumps({"channels": [], "producers": entries}).encode())
 
 

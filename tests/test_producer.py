@@ -271,7 +271,8 @@ class ValidationTests(ProducerTestCase):
         for exc, kwargs in [
             (ValueError, {"addresses": []}),
             (TypeError, {"addresses": 4150}),
-            (ValueError, {"addresses": "localhost"}),
+            (ValueError, {"addresses": "localhost:x"}),
+            (ValueError, {"addresses": "::1:4150"}),
             (ValueError, {"addresses": "127.0.0.1:99999"}),
             (ValueError, {"addresses": "[nothost]:4150"}),
             (ValueError, {"timeout": 0}),
@@ -296,6 +297,11 @@ class ValidationTests(ProducerTestCase):
         _, ep, host = endpoint("nsqd.example:4150")
         self.assertIsInstance(ep, HostnameEndpoint)
         self.assertEqual(host, "nsqd.example")
+        label, ep, host = endpoint(("nsqd.example", 4151))
+        self.assertIsInstance(ep, HostnameEndpoint)
+        self.assertEqual((label, host), ("nsqd.example:4151", "nsqd.example"))
+        label, _, host = endpoint("nsqd.example")
+        self.assertEqual((label, host), ("nsqd.example:4150", "nsqd.example"))
         _, ep, host = endpoint("tcp:host=nsqd.example:port=4150")
         self.assertIsInstance(ep, TCP4ClientEndpoint)
         self.assertEqual(host, "nsqd.example")

@@ -19,6 +19,7 @@ from twisted.trial.unittest import TestCase
 
 from tests.support.processes import NSQD, start_nsqd
 from txnsq._wire import commands
+from txnsq._wire.address import parse_address
 from txnsq._wire.frames import ErrorFrame, FrameParser, Heartbeat, MessageFrame, Response
 from txnsq._wire.identify import IdentifyOptions, identify_body
 from txnsq.errors import BadMessageError, ConnectionClosed, NotReady
@@ -34,10 +35,10 @@ def read_messages(
     nsqd: NSQD, topic: str, count: int, channel: str = "check", timeout: float = 20.0
 ) -> list[bytes]:
     """Subscribe with a plain socket, take ``count`` messages (FIN each), return bodies."""
-    host, port = nsqd.tcp_address.rsplit(":", 1)
+    host, port = parse_address(nsqd.tcp_address)
     parser = FrameParser()
     bodies: list[bytes] = []
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+    with socket.create_connection((host, port), timeout=timeout) as s:
         options = IdentifyOptions(client_id="check", hostname="check")
         s.sendall(commands.MAGIC_V2 + commands.identify(identify_body(options)))
 

@@ -87,9 +87,9 @@ def read_bodies(nsqd: NSQD, topic: str, channel: str, count: int) -> list[bytes]
         deadline = time.monotonic() + 30
         while len(bodies) < count and time.monotonic() < deadline:
             messages = conn.receive(1.0)
-            conn.fin_many([m.id for m in messages])
+            conn.finish_many([m.id for m in messages])
             bodies.extend(m.body for m in messages)
-        conn.cls()
+        conn.close_cleanly()
     return bodies
 
 

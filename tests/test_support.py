@@ -30,6 +30,7 @@ from tests.support.authserver import AuthServer, Grant, start_auth_server
 from tests.support.certs import CLIENT_COMMON_NAME, certs_for, nsqd_tls_args, shared_certs
 from tests.support.processes import NSQD, ProcessGroup, start_nsqd
 from tests.support.proxy import TCPProxy, start_proxy
+from txnsq._wire.address import parse_address
 from txnsq._wire.commands import MAGIC_V2, auth, identify, pub, sub
 
 _HEADER = struct.Struct(">ll")
@@ -49,8 +50,7 @@ class BareClient:
 
     @classmethod
     def to(cls, address: str) -> BareClient:
-        host, _, port = address.rpartition(":")
-        return cls(host, int(port))
+        return cls(*parse_address(address))
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)

@@ -311,11 +311,21 @@ class OptionErrorTests(SynchronousTestCase):
         )
 
     def test_bad_nsqd_address(self) -> None:
-        for address in ("localhost", "host:port", "host:0", "host:70000", ":4150"):
+        """Read as every client reads an nsqd address (tests/test_addresses.py)."""
+        for address, why in (
+            ("host:port", f"invalid port in address {'host:port'!r}"),
+            ("host:0", f"invalid port in address {'host:0'!r}: must be 1..65535"),
+            ("host:70000", f"invalid port in address {'host:70000'!r}: must be 1..65535"),
+            (":4150", f"invalid address {':4150'!r}: empty host"),
+        ):
             self.assertUsageError(
                 ["--topic", "t", "--channel", "c", "--nsqd-tcp-address", address],
-                f"--nsqd-tcp-address must be 'host:port' (like 127.0.0.1:4150), not {address!r}",
+                f"--nsqd-tcp-address: {why}",
             )
+
+    def test_nsqd_address_default_port(self) -> None:
+        options = parse("--topic", "t", "--channel", "c", "--nsqd-tcp-address", "h")
+        self.assertEqual(options["nsqd_tcp_addresses"], ["h:4150"])
 
     def test_bad_lookupd_address(self) -> None:
         self.assertUsageError(
@@ -333,10 +343,12 @@ class OptionErrorTests(SynchronousTestCase):
 
     def test_deflate_level_range(self) -> None:
         self.assertUsageError(
-            [*BASE, "--deflate", "--deflate-level", "10"], "--deflate-level must be at most 9"
+            [*BASE, "--deflate", "--deflate-level", "10"],
+            "--deflate-level must be an int >= 1 and <= 9, not 10",
         )
         self.assertUsageError(
-            [*BASE, "--deflate", "--deflate-level", "0"], "--deflate-level must be at least 1"
+            [*BASE, "--deflate", "--deflate-level", "0"],
+            "--deflate-level must be an int >= 1 and <= 9, not 0",
         )
 
     def test_non_numeric(self) -> None:
@@ -370,25 +382,26 @@ class OptionErrorTests(SynchronousTestCase):
 
     def test_negative(self) -> None:
         self.assertUsageError(
-            [*BASE, "--max-in-flight", "-1"], "--max-in-flight must be at least 0, not -1"
+            [*BASE, "--max-in-flight", "-1"], "--max-in-flight must be an int >= 0, not -1"
         )
         self.assertUsageError(
-            [*BASE, "--stats-interval", "-5"], "--stats-interval must be at least 0, not -5"
+            [*BASE, "--stats-interval", "-5"], "--stats-interval must be a number >= 0, not -5"
         )
 
     def test_out_of_range(self) -> None:
         self.assertUsageError(
-            [*BASE, "--max-attempts", "70000"], "--max-attempts must be at most 65535"
+            [*BASE, "--max-attempts", "70000"],
+            "--max-attempts must be an int >= 0 and <= 65535, not 70000",
         )
         self.assertUsageError(
             [*BASE, "--lookupd-poll-interval", "0"],
-            "--lookupd-poll-interval must be greater than 0",
+            "--lookupd-poll-interval must be a number > 0, not 0",
         )
         self.assertUsageError(
-            [*BASE, "--msg-timeout", "0.5"], "--msg-timeout must be at least 1, not 0.5"
+            [*BASE, "--msg-timeout", "0.5"], "--msg-timeout must be a number >= 1, not 0.5"
         )
         self.assertUsageError(
-            [*BASE, "--backoff-multiplier", "0"], "--backoff-multiplier must be greater than 0"
+            [*BASE, "--backoff-multiplier", "0"], "--backoff-multiplier must be a number > 0"
         )
 
     def test_requeue_delays_inverted(self) -> None:

@@ -13,8 +13,9 @@ from txnsq._version import __version__
 
 if TYPE_CHECKING:
     from txnsq._wire.identify import Features, IdentifyOptions
-    from txnsq.consumer import Consumer, ConsumerOptions
-    from txnsq.message import Message
+    from txnsq.consumer import Consumer, ConsumerOptions, Handler
+    from txnsq.errors import ProducerStopped, PublishQueueFull
+    from txnsq.message import Message, MessageAlreadyAnswered
     from txnsq.producer import Producer
     from txnsq.protocol import NSQProtocol
     from txnsq.tls_options import TLSOptions
@@ -23,10 +24,14 @@ _LAZY = {
     "Consumer": "txnsq.consumer",
     "ConsumerOptions": "txnsq.consumer",
     "Features": "txnsq._wire.identify",
+    "Handler": "txnsq.consumer",
     "IdentifyOptions": "txnsq._wire.identify",
     "Message": "txnsq.message",
+    "MessageAlreadyAnswered": "txnsq.message",
     "NSQProtocol": "txnsq.protocol",
     "Producer": "txnsq.producer",
+    "ProducerStopped": "txnsq.errors",
+    "PublishQueueFull": "txnsq.errors",
     "TLSOptions": "txnsq.tls_options",
 }
 
@@ -34,10 +39,14 @@ __all__ = [
     "Consumer",
     "ConsumerOptions",
     "Features",
+    "Handler",
     "IdentifyOptions",
     "Message",
+    "MessageAlreadyAnswered",
     "NSQProtocol",
     "Producer",
+    "ProducerStopped",
+    "PublishQueueFull",
     "TLSOptions",
     "__version__",
 ]

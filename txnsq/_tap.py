@@ -17,7 +17,6 @@ like ``nsq_tail``. twistd's own log also goes to standard output with ``-n``; us
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import sys
 from collections.abc import Callable
@@ -31,8 +30,10 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from txnsq._wire import commands
+from txnsq._wire.address import format_address, parse_address
 from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
 from txnsq._wire.lookup import lookup_url
+from txnsq._wire.numbers import parse_number
 from txnsq.consumer import Consumer, ConsumerOptions
 from txnsq.message import Message
 from txnsq.tls import TLSOptions
@@ -172,34 +173,42 @@ def resolve_handler(spec: str) -> Callable[[Message], Any]:
 # -------------------------------------------------------------------- options
 
 
-def _number(option: str, text: str, *, integer: bool = False, minimum: float = 0,
-            exclusive: bool = False, maximum: float | None = None) -> Any:
-    """Parse ``text`` given to ``--option`` as an int or float within bounds."""
+def _number(
+    option: str,
+    text: str,
+    *,
+    integer: bool = False,
+    positive: bool = False,
+    minimum: float | None = 0,
+    maximum: float | None = None,
+) -> Any:
+    """Parse ``text`` given to ``--option`` (:func:`~txnsq._wire.numbers.parse_number`).
+
+    :raises usage.UsageError: naming ``--option``.
+    """
     try:
-        value: float = int(text, 10) if integer else float(text)
-    except ValueError:
-        kind = "a whole number" if integer else "a number"
-        raise usage.UsageError(f"--{option} must be {kind}, not {text!r}") from None
-    if not math.isfinite(value):
-        raise usage.UsageError(f"--{option} must be a finite number, not {text!r}")
-    low = int(minimum) if integer else minimum
-    if exclusive and value <= minimum:
-        raise usage.UsageError(f"--{option} must be greater than {low}, not {text}")
-    if not exclusive and value < minimum:
-        raise usage.UsageError(f"--{option} must be at least {low}, not {text}")
-    if maximum is not None and value > maximum:
-        high = int(maximum) if integer else maximum
-        raise usage.UsageError(f"--{option} must be at most {high}, not {text}")
-    return value
-
-
-def _check_nsqd_address(address: str) -> str:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-        raise usage.UsageError(
-            f"--nsqd-tcp-address must be 'host:port' (like 127.0.0.1:4150), not {address!r}"
+        return parse_number(
+            text,
+            f"--{option}",
+            integer=integer,
+            positive=positive,
+            minimum=None if positive else minimum,
+            maximum=maximum,
         )
-    return address
+    except ValueError as e:
+        raise usage.UsageError(str(e)) from None
+
+
+def _nsqd_address(text: str) -> str:
+    """``--nsqd-tcp-address``, read as every client reads an nsqd address, as
+    ``"host:port"`` (IPv6 in brackets).
+
+    :raises usage.UsageError: naming the option.
+    """
+    try:
+        return format_address(*parse_address(text))
+    except ValueError as e:
+        raise usage.UsageError(f"--nsqd-tcp-address: {e}") from None
 
 
 class Options(usage.Options):
@@ -281,7 +290,8 @@ class Options(usage.Options):
         self["lookupd_http_addresses"] = []
 
     def opt_nsqd_tcp_address(self, address: str) -> None:
-        """An nsqd TCP address, HOST:PORT, to connect to directly (repeatable)."""
+        """An nsqd TCP address, HOST:PORT ([V6ADDR]:PORT for IPv6; a bare HOST means
+        port 4150), to connect to directly (repeatable)."""
         self["nsqd_tcp_addresses"].append(address)
 
     def opt_lookupd_http_address(self, address: str) -> None:
@@ -306,7 +316,8 @@ class Options(usage.Options):
             commands.validate_channel_name(channel)
         except ValueError as e:
             raise usage.UsageError(str(e)) from None
-        nsqds = [_check_nsqd_address(a) for a in self["nsqd_tcp_addresses"]]
+        nsqds = [_nsqd_address(a) for a in self["nsqd_tcp_addresses"]]
+        self["nsqd_tcp_addresses"] = nsqds
         lookupds = self["lookupd_http_addresses"]
         if not nsqds and not lookupds:
             raise usage.UsageError(
@@ -353,14 +364,14 @@ class Options(usage.Options):
             "stats-interval": _number("stats-interval", self["stats-interval"]),
             "stop-timeout": _number("stop-timeout", self["stop-timeout"]),
             "lookupd-poll-interval": _number(
-                "lookupd-poll-interval", self["lookupd-poll-interval"], exclusive=True
+                "lookupd-poll-interval", self["lookupd-poll-interval"], positive=True
             ),
         }
         for name in ("requeue-delay", "max-requeue-delay", "max-backoff-duration"):
             n[name] = _number(name, self[name])
         n["backoff-multiplier"] = _number(
             "backoff-multiplier", self["backoff-multiplier"],
-            exclusive=n["max-backoff-duration"] > 0,
+            positive=n["max-backoff-duration"] > 0,
         )
         if n["max-requeue-delay"] < n["requeue-delay"]:
             raise usage.UsageError("--max-requeue-delay must not be below --requeue-delay")

@@ -24,17 +24,18 @@ from typing import Any, Final
 from twisted.application.internet import ClientService
 from twisted.application.service import Service
 from twisted.internet import defer
-from twisted.internet.endpoints import HostnameEndpoint
-from twisted.internet.interfaces import IDelayedCall, IStreamClientEndpoint
+from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import Factory
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._session import NSQDState, Session
 from txnsq._wire import commands
 from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep
 from txnsq._wire.identify import IdentifyOptions
+from txnsq._wire.numbers import check_number
 from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq.errors import NotReady, NSQError
 from txnsq.message import FRESH, Message
@@ -46,8 +47,6 @@ __all__ = ["Consumer", "ConsumerOptions", "Handler"]
 #: A message handler: returns ``True``/``None`` (finish), ``False`` (requeue), a Deferred
 #: or coroutine of those, or raises (requeue with backoff).
 Handler = Callable[[Message], Any]
-
-EndpointFactory = Callable[[Any, str, int], IStreamClientEndpoint]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,27 +96,16 @@ class ConsumerOptions:
     auth_secret: str | bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("max_in_flight", "max_attempts"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-            if value < 0:
-                raise ValueError(f"{name} must not be negative, not {value}")
-        if self.max_attempts > 65535:
-            raise ValueError("max_attempts must be at most 65535")
+        check_number(self.max_in_flight, "max_in_flight", integer=True, minimum=0)
+        check_number(self.max_attempts, "max_attempts", integer=True, minimum=0, maximum=65535)
         for name in (
             "requeue_delay",
             "max_requeue_delay",
-            "backoff_multiplier",
             "max_backoff_duration",
             "stop_timeout",
             "rdy_settle_time",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-            if value < 0:
-                raise ValueError(f"{name} must not be negative, not {value}")
+            check_number(getattr(self, name), name, minimum=0)
         for name in (
             "lookupd_poll_interval",
             "lookupd_request_timeout",
@@ -128,15 +116,15 @@ class ConsumerOptions:
             "max_reconnect_delay",
             "handshake_timeout",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, not {value}")
-        if not 0 <= self.lookupd_poll_jitter <= 1:
-            raise ValueError("lookupd_poll_jitter must be between 0 and 1")
-        if self.max_backoff_duration > 0 and self.backoff_multiplier <= 0:
-            raise ValueError("backoff_multiplier must be positive when backoff is enabled")
+            check_number(getattr(self, name), name, positive=True)
+        check_number(self.lookupd_poll_jitter, "lookupd_poll_jitter", minimum=0, maximum=1)
+        # Only needed when backoff is on (max_backoff_duration > 0).
+        check_number(
+            self.backoff_multiplier,
+            "backoff_multiplier",
+            positive=self.max_backoff_duration > 0,
+            minimum=None if self.max_backoff_duration > 0 else 0,
+        )
         if self.max_reconnect_delay < self.reconnect_delay:
             raise ValueError("max_reconnect_delay must not be below reconnect_delay")
         if not isinstance(self.identify, IdentifyOptions):
@@ -152,21 +140,8 @@ class ConsumerOptions:
 _RECONNECT_JITTER: Final = 0.2
 
 
-def _split_address(address: str) -> tuple[str, int]:
-    if not isinstance(address, str):
-        raise TypeError(f"nsqd address must be a str, not {type(address).__name__}")
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"nsqd address must be 'host:port', not {address!r}")
-    return host.strip("[]"), int(port)
-
-
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
-
-
-def _default_endpoint(reactor: Any, host: str, port: int) -> IStreamClientEndpoint:
-    return HostnameEndpoint(reactor, host, port)
 
 
 class _ConnectionFactory(Factory):
@@ -174,7 +149,7 @@ class _ConnectionFactory(Factory):
 
     noisy = False  # no "Starting factory" log line per connection
 
-    def __init__(self, consumer: Consumer, host: str) -> None:
+    def __init__(self, consumer: Consumer, host: str | None) -> None:
         self.consumer = consumer
         self.host = host
 
@@ -199,8 +174,14 @@ class Consumer(Service):
         handler may also answer the message itself (``message.finish()``,
         ``message.requeue(delay, backoff=False)``); call
         ``message.disable_auto_response()`` to answer it later, outside the handler.
-    :param nsqd_tcp_addresses: nsqds to connect to directly (``"host:port"``); they are
-        reconnected with exponential backoff for as long as the consumer runs.
+    :param nsqd_tcp_addresses: nsqds to connect to directly, each as ``"host:port"``
+        (``"[::1]:4150"`` for IPv6; a bare host means port 4150), a ``(host, port)``
+        pair, an endpoint string for
+        :func:`~twisted.internet.endpoints.clientFromString` (``"unix:/run/nsqd.sock"``)
+        or an :class:`~twisted.internet.interfaces.IStreamClientEndpoint`, as
+        :class:`~txnsq.Producer` takes them; they are reconnected with exponential
+        backoff for as long as the consumer runs. Each is named in :meth:`stats` and
+        :meth:`connections` as ``"host:port"`` (or the endpoint string or endpoint).
     :param lookupd_http_addresses: nsqlookupds to poll for the topic's producers.
     :param options: a :class:`ConsumerOptions`; keyword arguments override its fields
         (``Consumer(..., max_in_flight=100)``).
@@ -208,7 +189,9 @@ class Consumer(Service):
         finished already); the default logs it.
     :param reactor: the reactor (time, TCP); the global one by default.
     :param endpoint_factory: ``(reactor, host, port) -> IStreamClientEndpoint`` to connect
-        with (default: ``HostnameEndpoint``); lets tests and users plug in their own.
+        to a ``host:port`` address with (nsqds given as endpoints or endpoint strings
+        use those); by default ``TCP4ClientEndpoint``/``TCP6ClientEndpoint`` for an IP
+        address, else ``HostnameEndpoint``. Lets tests and users plug in their own.
     :param agent: the ``IAgent`` used to poll nsqlookupd.
     :raises ValueError, TypeError: on an invalid name, address or option.
     """
@@ -221,7 +204,7 @@ class Consumer(Service):
         channel: str,
         handler: Handler,
         *,
-        nsqd_tcp_addresses: Sequence[str] = (),
+        nsqd_tcp_addresses: Sequence[NSQDAddress] = (),
         lookupd_http_addresses: Sequence[str] = (),
         options: ConsumerOptions | None = None,
         giving_up: Callable[[Message], object] | None = None,
@@ -236,22 +219,25 @@ class Consumer(Service):
         if not callable(handler):
             raise TypeError("handler must be callable")
         if isinstance(nsqd_tcp_addresses, str) or isinstance(lookupd_http_addresses, str):
-            raise TypeError("addresses must be given as a list of strings")
+            raise TypeError("addresses must be given as a list")
         if not nsqd_tcp_addresses and not lookupd_http_addresses:
             raise ValueError("give nsqd_tcp_addresses or lookupd_http_addresses (or both)")
+        if reactor is None:
+            from twisted.internet import reactor as global_reactor
+
+            reactor = global_reactor
+        self._endpoint_factory = endpoint_factory
+        # The static nsqds, by label (duplicates dropped); lookupd's are read when listed.
+        self._targets: dict[str, NSQDTarget] = {}
         for address in nsqd_tcp_addresses:
-            _split_address(address)
+            target = nsqd_target(address, reactor, endpoint_factory=endpoint_factory)
+            self._targets.setdefault(target.label, target)
         self.options = replace(options or ConsumerOptions(), **overrides)
         self.topic = topic
         self.channel = channel
         self._handler = handler
         self._giving_up = giving_up
-        if reactor is None:
-            from twisted.internet import reactor as global_reactor
-
-            reactor = global_reactor
         self._reactor = reactor
-        self._endpoint_factory = endpoint_factory or _default_endpoint
         self._rng = rng or random.Random()
         opts = self.options
         self._max_attempts = opts.max_attempts
@@ -266,7 +252,7 @@ class Consumer(Service):
         self._backoff_active = False
         self._backoff_timer: IDelayedCall | None = None
         self._release_timer: IDelayedCall | None = None
-        self._static = list(dict.fromkeys(nsqd_tcp_addresses))
+        self._static = list(self._targets)
         self._nsqds: dict[str, NSQDState] = {}
         self._poller: Any = None
         if lookupd_http_addresses:
@@ -384,6 +370,15 @@ class Consumer(Service):
     # ------------------------------------------------------------ connections
 
     def _add_nsqd(self, address: str, static: bool) -> None:
+        target = self._targets.get(address)
+        if target is None:  # listed by nsqlookupd
+            try:
+                target = nsqd_target(
+                    address, self._reactor, endpoint_factory=self._endpoint_factory
+                )
+            except ValueError as e:
+                self._log.error("Ignoring nsqd {nsqd}: {error}", nsqd=address, error=e)
+                return
         nsqd = self._nsqds.get(address)
         if nsqd is not None:
             nsqd.wanted = True
@@ -394,7 +389,6 @@ class Consumer(Service):
         else:
             nsqd = NSQDState(address, static)
             self._nsqds[address] = nsqd
-        host, port = _split_address(address)
         opts = self.options
         first, longest, rng = opts.reconnect_delay, opts.max_reconnect_delay, self._rng
 
@@ -407,10 +401,9 @@ class Consumer(Service):
             delay = min(first * 2.0**exponent, longest)
             return delay * (1.0 - _RECONNECT_JITTER * rng.random())
 
-        endpoint = self._endpoint_factory(self._reactor, host, port)
         service = ClientService(
-            endpoint,
-            _ConnectionFactory(self, host),
+            target.endpoint,
+            _ConnectionFactory(self, target.tls_hostname),
             retryPolicy=policy,
             clock=self._reactor,
         )

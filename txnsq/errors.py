@@ -5,8 +5,9 @@ Every error frame nsqd can send maps to a named subclass of :class:`NSQServerErr
 a frame's code and text. Client-side failures have their own classes:
 :class:`ProtocolError` (the peer broke the wire protocol), :class:`ConnectionClosed` (a
 command could not complete because its connection went away), :class:`NotReady` (no
-usable connection in time) and :class:`HandshakeError` (IDENTIFY, TLS, compression or AUTH
-negotiation failed).
+usable connection in time; a producer's :class:`ProducerStopped` and
+:class:`PublishQueueFull` are kinds of it) and :class:`HandshakeError` (IDENTIFY, TLS,
+compression or AUTH negotiation failed).
 
 This module is pure Python: it imports nothing from Twisted.
 """
@@ -33,8 +34,10 @@ __all__ = [
     "NSQError",
     "NSQServerError",
     "NotReady",
+    "ProducerStopped",
     "ProtocolError",
     "PubFailedError",
+    "PublishQueueFull",
     "ReqFailedError",
     "SubFailedError",
     "TooManyChannelConsumersError",
@@ -260,3 +263,11 @@ class ConnectionClosed(NSQError):
 
 class NotReady(NSQError):
     """No ready connection was available in time (or the client is stopping)."""
+
+
+class ProducerStopped(NotReady):
+    """The producer is stopped or stopping: the publish was not (and will not be) sent."""
+
+
+class PublishQueueFull(NotReady):
+    """No connection was ready and the queue of waiting publishes was full."""

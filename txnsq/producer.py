@@ -25,9 +25,7 @@ Example::
 
 from __future__ import annotations
 
-import ipaddress
 import random
-import re
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -36,12 +34,6 @@ from twisted.application.internet import ClientService
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.endpoints import (
-    HostnameEndpoint,
-    TCP4ClientEndpoint,
-    TCP6ClientEndpoint,
-    clientFromString,
-)
 from twisted.internet.interfaces import (
     IAddress,
     IDelayedCall,
@@ -51,9 +43,17 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from txnsq._endpoints import NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._wire import commands
 from txnsq._wire.identify import Features, IdentifyOptions
-from txnsq.errors import ConnectionClosed, NotReady, NSQServerError
+from txnsq._wire.numbers import check_number, seconds_to_ms
+from txnsq.errors import (
+    ConnectionClosed,
+    NotReady,
+    NSQServerError,
+    ProducerStopped,
+    PublishQueueFull,
+)
 from txnsq.protocol import NSQProtocol
 from txnsq.tls import TLSOptions
 
@@ -61,23 +61,13 @@ __all__ = ["Producer", "ProducerStopped", "PublishQueueFull", "default_retry_pol
 
 _log: Final = Logger(namespace="txnsq.producer")
 
-#: What a Producer accepts as one nsqd: ``"host:port"``, an endpoint string such as
-#: ``"tcp:host=127.0.0.1:port=4150"``, or any client endpoint.
-Address = str | IStreamClientEndpoint
-
-_HOST_PORT: Final = re.compile(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]+)):(?P<port>\d+)$")
+#: What a Producer accepts as one nsqd: ``"host:port"``, ``(host, port)``, an endpoint
+#: string such as ``"tcp:host=127.0.0.1:port=4150"``, or any client endpoint.
+Address = NSQDAddress
 
 _pub = commands.pub
 _mpub = commands.mpub
 _dpub = commands.dpub
-
-
-class ProducerStopped(NotReady):
-    """The producer is stopped or stopping: the publish was not (and will not be) sent."""
-
-
-class PublishQueueFull(NotReady):
-    """No connection was ready and the queue of waiting publishes was full."""
 
 
 def default_retry_policy() -> Callable[[int], float]:
@@ -271,82 +261,30 @@ class _ProtocolFactory(Factory):
         return self._connection.build_protocol()
 
 
-def _parse_address(
-    address: object, reactor: Any, connect_timeout: float
-) -> tuple[str, IStreamClientEndpoint, str | None]:
-    """Return ``(label for logs, endpoint, host for TLS verification)``."""
-    if IStreamClientEndpoint.providedBy(address):
-        return repr(address), address, None
-    if not isinstance(address, str):
-        raise TypeError(
-            "an nsqd address must be 'host:port', an endpoint string or an "
-            f"IStreamClientEndpoint, not {type(address).__name__}"
-        )
-    match = _HOST_PORT.match(address.strip())
-    if match is not None:
-        port = int(match["port"])
-        if not 0 < port < 65536:
-            raise ValueError(f"invalid port in nsqd address {address!r}")
-        host = match["v6"] or match["host"]
-        try:
-            ip = ipaddress.ip_address(host)
-        except ValueError:
-            ip = None
-        if match["v6"] is not None and not isinstance(ip, ipaddress.IPv6Address):
-            raise ValueError(f"invalid IPv6 address in nsqd address {address!r}")
-        endpoint: IStreamClientEndpoint
-        if isinstance(ip, ipaddress.IPv4Address):
-            endpoint = TCP4ClientEndpoint(reactor, host, port, timeout=connect_timeout)
-        elif isinstance(ip, ipaddress.IPv6Address):
-            endpoint = TCP6ClientEndpoint(  # type: ignore[no-untyped-call]
-                reactor, host, port, timeout=connect_timeout
-            )
-        else:
-            endpoint = HostnameEndpoint(reactor, host, port, timeout=connect_timeout)
-        return address, endpoint, host
-    if ":" not in address:
-        raise ValueError(
-            f"invalid nsqd address {address!r}: expected 'host:port' or an endpoint "
-            "string such as 'tcp:host=127.0.0.1:port=4150'"
-        )
-    try:
-        endpoint = clientFromString(reactor, address)  # type: ignore[no-untyped-call]
-    except (ValueError, TypeError, KeyError) as e:
-        raise ValueError(f"invalid nsqd endpoint string {address!r}: {e}") from None
-    return address, endpoint, _endpoint_string_host(address)
-
-
-def _endpoint_string_host(description: str) -> str | None:
-    """The host an endpoint string dials (``host=...`` or tcp/tls's first argument)."""
-    parts = re.split(r"(?<!\\):", description)
-    for part in parts[1:]:
-        if part.startswith("host="):
-            return part[5:].replace("\\:", ":") or None
-    if parts[0] in ("tcp", "tls", "tcp6") and len(parts) > 1 and "=" not in parts[1]:
-        return parts[1].replace("\\:", ":") or None
-    return None
-
-
-def _check_float(value: object, what: str, *, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{what} must be a number, not {type(value).__name__}")
-    value = float(value)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"{what} must be finite, not {value}")
-    if value < 0 or (positive and value == 0):
-        raise ValueError(f"{what} must be {'positive' if positive else 'at least 0'}, not {value}")
-    return value
+def _is_pair(value: object) -> bool:
+    """Whether ``value`` is one ``(host, port)`` pair rather than a sequence of nsqds (a
+    port is never an nsqd, so the two cannot be confused)."""
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+        and not isinstance(value[1], bool)
+    )
 
 
 class Producer(Service):
     """Publishes to one nsqd, or to several with failover.
 
-    :param addresses: an nsqd as ``"host:port"`` (``"[::1]:4150"`` for IPv6), an endpoint
-        string for :func:`~twisted.internet.endpoints.clientFromString` (for example
+    :param addresses: an nsqd as ``"host:port"`` (``"[::1]:4150"`` for IPv6; a bare
+        host means port 4150) or a ``(host, port)`` pair, an endpoint string for
+        :func:`~twisted.internet.endpoints.clientFromString` (for example
         ``"tcp:host=nsqd.example:port=4150"`` or ``"unix:/run/nsqd.sock"``), or any
         :class:`~twisted.internet.interfaces.IStreamClientEndpoint`; or a sequence of
-        those. With several, a connection is kept to each and publishes go to the ready
-        ones in turn; when one fails its new publishes go to the others.
+        those (addresses are read as every txnsq client reads them, see
+        :func:`txnsq.blocking.parse_address`). With several, a connection is kept to
+        each and publishes go to the ready ones in turn; when one fails its new
+        publishes go to the others.
     :param identify: IDENTIFY options (snappy/deflate compression, heartbeats, client id,
         ...). ``tls_v1`` is set from ``tls``.
     :param tls: TLS settings; when given, every connection upgrades to TLS and checks the
@@ -405,22 +343,23 @@ class Producer(Service):
         self._identify = identify
         self._tls = tls
         self._auth_secret = auth_secret
-        self._timeout = _check_float(timeout, "timeout")
-        self._handshake_timeout = _check_float(handshake_timeout, "handshake_timeout")
-        self._stop_timeout = _check_float(stop_timeout, "stop_timeout", positive=False)
-        connect_timeout = _check_float(connect_timeout, "connect_timeout")
-        for value, what in ((max_queued, "max_queued"), (retry, "retry")):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-            if value < 0:
-                raise ValueError(f"{what} must be at least 0, not {value}")
-        self._max_queued = max_queued
-        self._retry = retry
+        self._timeout = float(check_number(timeout, "timeout", positive=True))
+        self._handshake_timeout = float(
+            check_number(handshake_timeout, "handshake_timeout", positive=True)
+        )
+        self._stop_timeout = float(check_number(stop_timeout, "stop_timeout", minimum=0))
+        connect_timeout = float(check_number(connect_timeout, "connect_timeout", positive=True))
+        self._max_queued = int(check_number(max_queued, "max_queued", integer=True, minimum=0))
+        self._retry = int(check_number(retry, "retry", integer=True, minimum=0))
         if retry_policy is not None and not callable(retry_policy):
             raise TypeError("retry_policy must be callable")
         self._retry_policy = retry_policy or default_retry_policy()
 
-        if isinstance(addresses, str) or IStreamClientEndpoint.providedBy(addresses):
+        if (
+            isinstance(addresses, str)
+            or IStreamClientEndpoint.providedBy(addresses)
+            or _is_pair(addresses)
+        ):
             address_list: list[object] = [addresses]
         elif isinstance(addresses, Sequence):
             address_list = list(addresses)
@@ -431,7 +370,9 @@ class Producer(Service):
             )
         if not address_list:
             raise ValueError("at least one nsqd address is needed")
-        self._addresses = [_parse_address(a, reactor, connect_timeout) for a in address_list]
+        self._addresses: list[NSQDTarget] = [
+            nsqd_target(a, reactor, connect_timeout=connect_timeout) for a in address_list
+        ]
 
         self._connections: list[_Connection] = []
         self._ready: list[_Connection] = []
@@ -567,9 +508,7 @@ class Producer(Service):
         :raises TypeError: if ``delay`` is not a number (or topic/body as for publish).
         :raises ValueError: if ``delay`` is negative or not finite.
         """
-        if isinstance(delay, bool) or not isinstance(delay, int | float):
-            raise TypeError(f"delay must be a number of seconds, not {type(delay).__name__}")
-        delay_ms = round(_check_float(delay, "delay", positive=False) * 1000)
+        delay_ms = seconds_to_ms(delay, "delay")
         return self._submit(_dpub(topic, delay_ms, body))
 
     @property
@@ -596,7 +535,8 @@ class Producer(Service):
 
     @property
     def ready_addresses(self) -> list[str]:
-        """The nsqds (as given) whose connection is ready, for health checks and logs."""
+        """The nsqds whose connection is ready, for health checks and logs: each as
+        ``"host:port"`` (IPv6 in brackets), or the endpoint string or endpoint given."""
         return [connection.label for connection in self._ready]
 
     @property

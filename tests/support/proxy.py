@@ -31,6 +31,8 @@ from twisted.internet.interfaces import IConnector, IListeningPort
 from twisted.internet.protocol import ClientFactory, Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
+from txnsq._wire.address import parse_address
+
 __all__ = [
     "Direction",
     "ProxyConnection",
@@ -505,8 +507,7 @@ def start_proxy(testcase: Any, target: str | tuple[str, int], reactor: Any = Non
     """Start a :class:`TCPProxy` to ``target`` (``"host:port"`` or a tuple) for a trial
     ``testcase``; it is stopped, and every connection closed, in cleanup."""
     if isinstance(target, str):
-        host, _, port = target.rpartition(":")
-        target = (host.strip("[]"), int(port))
+        target = parse_address(target)
     proxy = TCPProxy(target[0], target[1], reactor)
     proxy.start()
     testcase.addCleanup(proxy.stop)

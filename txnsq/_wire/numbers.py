@@ -3,7 +3,8 @@
 ``ConsumerOptions``, ``Producer``, the blocking ``Connection``, ``twistd nsq-consumer``
 and the Spark options all check numbers with :func:`check_number` (values from code) or
 :func:`parse_number` (text from a command line or a Spark option), so the same bad value
-gets the same message everywhere.
+gets the same message everywhere. Delays are seconds in the public API and whole
+milliseconds on the wire: :func:`seconds_to_ms` converts them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import overload
 
-__all__ = ["check_number", "parse_number"]
+__all__ = ["check_number", "parse_number", "seconds_to_ms"]
 
 
 def _describe(
@@ -136,3 +137,13 @@ def parse_number(
         maximum=maximum,
         below=below,
     )
+
+
+def seconds_to_ms(seconds: object, what: str) -> int:
+    """Check a delay given in seconds (a number >= 0, like :func:`check_number`) and
+    return it in whole milliseconds, rounded, as REQ and DPUB carry it.
+
+    :raises TypeError: for a value that is not a number.
+    :raises ValueError: for a negative or non-finite delay.
+    """
+    return round(check_number(seconds, what, minimum=0) * 1000)

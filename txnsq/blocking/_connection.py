@@ -7,12 +7,14 @@ import select
 import socket
 import ssl
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Final
 
 from txnsq._wire import commands
+from txnsq._wire.address import NSQD_TCP_PORT, format_address, parse_address
 from txnsq._wire.compression import Compressor, Decompressor, codecs_for
 from txnsq._wire.frames import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -29,6 +31,7 @@ from txnsq._wire.identify import (
     parse_identify_response,
     upgrade_steps,
 )
+from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq.errors import (
     ConnectionClosed,
     HandshakeError,
@@ -48,7 +51,7 @@ __all__ = [
 ]
 
 #: nsqd's default TCP port.
-DEFAULT_PORT: Final = 4150
+DEFAULT_PORT: Final = NSQD_TCP_PORT
 #: Seconds any single wait (connect, handshake, a response, a write) may take.
 DEFAULT_TIMEOUT: Final = 10.0
 #: When :meth:`Connection.multi_publish` splits bodies, no MPUB body exceeds this many
@@ -59,6 +62,7 @@ _RECV_SIZE: Final = 256 * 1024
 _MAX_RECV_ROUNDS: Final = 8
 _SEND_CHUNK: Final = 1024 * 1024
 _CLOSE_WAIT: Final = b"CLOSE_WAIT"
+_DPUB: Final = "deferred_publish(topic, body, delay_seconds)"
 _OK: Final = b"OK"
 
 
@@ -68,53 +72,6 @@ class NSQTimeoutError(ConnectionClosed, TimeoutError):
     The connection is closed when this is raised: whether nsqd executed the last command
     is unknown (a publish may or may not have been stored).
     """
-
-
-def parse_address(
-    address: str | tuple[str, int], default_port: int = DEFAULT_PORT
-) -> tuple[str, int]:
-    """Return ``(host, port)`` for ``"host:port"``, ``"[v6addr]:port"``, ``"host"`` or a pair.
-
-    :raises ValueError: for an empty host or a port that is not 1..65535.
-    :raises TypeError: for anything but a str or a (str, int) pair.
-    """
-    if isinstance(address, tuple):
-        if len(address) != 2 or not isinstance(address[0], str):
-            raise TypeError(f"address must be 'host:port' or (host, port), not {address!r}")
-        host, port_value = address
-        port = _port(port_value, address)
-    elif isinstance(address, str):
-        text = address.strip()
-        if text.startswith("["):
-            host, sep, rest = text[1:].partition("]")
-            if not sep or (rest and not rest.startswith(":")):
-                raise ValueError(f"invalid address {address!r}")
-            port = _port(rest[1:], address) if rest else default_port
-        elif text.count(":") == 1:
-            host, _, port_text = text.partition(":")
-            port = _port(port_text, address)
-        else:
-            # a bare host name, IPv4 address or unbracketed IPv6 address
-            host, port = text, default_port
-    else:
-        raise TypeError(
-            f"address must be a str or a (host, port) pair, not {type(address).__name__}"
-        )
-    if not host:
-        raise ValueError(f"invalid address {address!r}: empty host")
-    return host, port
-
-
-def _port(value: object, address: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"invalid port in address {address!r}")
-    try:
-        port = int(value)
-    except ValueError:
-        raise ValueError(f"invalid port in address {address!r}") from None
-    if not 1 <= port <= 65535:
-        raise ValueError(f"invalid port in address {address!r}")
-    return port
 
 
 class _Slot:
@@ -136,7 +93,8 @@ class Connection:
     whole handshake: magic, IDENTIFY, then TLS, snappy or deflate, and AUTH as nsqd's
     answer asks for.
 
-    :param address: ``"host:port"`` or ``(host, port)`` of nsqd's TCP interface.
+    :param address: ``"host:port"`` (``"[::1]:4150"`` for IPv6; a bare host means port
+        4150) or ``(host, port)`` of nsqd's TCP interface, read by :func:`parse_address`.
     :param identify: what to ask for in IDENTIFY. ``client_id`` and ``hostname`` default
         to this machine's names. ``snappy=True`` or ``deflate=True`` asks for compression.
     :param tls: TLS options; giving them asks for TLS (``tls_v1``). When ``identify``
@@ -190,11 +148,9 @@ class Connection:
         if auth_secret is not None:
             commands.auth(auth_secret)  # validates type and emptiness
         for what, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
-            if value is not None and (isinstance(value, bool) or not value > 0):
-                raise ValueError(f"{what} must be positive or None, not {value!r}")
+            check_number(value, what, positive=True, allow_none=True)
         for what, limit in (("max_body_size", max_body_size), ("max_msg_size", max_msg_size)):
-            if limit is not None and (type(limit) is not int or limit < 1):
-                raise ValueError(f"{what} must be a positive int or None, not {limit!r}")
+            check_number(limit, what, integer=True, positive=True, allow_none=True)
         self.identify_options: IdentifyOptions = options
         self.tls_options: TLSOptions | None = tls
         self._auth_secret = auth_secret
@@ -230,9 +186,8 @@ class Connection:
 
     @property
     def address(self) -> str:
-        """``"host:port"`` of the nsqd this connection is for."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        """``"host:port"`` of the nsqd this connection is for (IPv6 in brackets)."""
+        return format_address(self.host, self.port)
 
     @property
     def features(self) -> Features:
@@ -406,9 +361,38 @@ class Connection:
         """
         self._check_ok(self._request(commands.pub(topic, body, self.max_msg_size)))
 
-    def deferred_publish(self, topic: str, delay_ms: int, body: bytes) -> None:
-        """Publish one message that nsqd delivers after ``delay_ms``; wait for the OK."""
-        self._check_ok(self._request(commands.dpub(topic, delay_ms, body, self.max_msg_size)))
+    def deferred_publish(
+        self,
+        topic: str,
+        body: bytes,
+        delay: float | None = None,
+        *,
+        delay_ms: int | None = None,
+    ) -> None:
+        """Publish one message that nsqd delivers after ``delay`` seconds (``DPUB``), and
+        wait for the OK: the same call as :meth:`txnsq.Producer.deferred_publish`.
+
+        ``delay`` is in **seconds** (a float; sent to nsqd in whole milliseconds,
+        rounded). The old form ``deferred_publish(topic, delay_ms, body)`` (or
+        ``delay_ms=``) still works, with a :class:`DeprecationWarning`.
+
+        :raises TypeError: if ``delay`` is not a number (or topic/body as for publish).
+        :raises ValueError: if ``delay`` is negative or not finite, or for an invalid
+            topic or body (nothing is sent).
+        """
+        if delay_ms is not None:
+            if delay is not None:
+                raise TypeError("give delay (seconds) or delay_ms, not both")
+            _deprecated("deferred_publish(topic, delay_ms=..., body=...)", _DPUB)
+            ms = delay_ms
+        elif _is_old_dpub(body, delay):
+            _deprecated("deferred_publish(topic, delay_ms, body)", _DPUB)
+            ms, body = body, delay  # type: ignore[assignment]
+        elif delay is None:
+            raise TypeError("deferred_publish() needs a delay, in seconds")
+        else:
+            ms = seconds_to_ms(delay, "delay")
+        self._check_ok(self._request(commands.dpub(topic, ms, body, self.max_msg_size)))
 
     def multi_publish(
         self,
@@ -434,8 +418,8 @@ class Connection:
             items = bodies if isinstance(bodies, Sequence) else list(bodies)
             self._check_ok(self._request(self._encode_mpub(topic, items)))
             return len(items)
-        _positive(batch_size, "batch_size")
-        _positive(max_pending, "max_pending")
+        check_number(batch_size, "batch_size", integer=True, positive=True)
+        check_number(max_pending, "max_pending", integer=True, positive=True)
         limit = (self.max_body_size or DEFAULT_MPUB_BYTES) - 4
         total = 0
         chunk: list[bytes] = []
@@ -467,7 +451,7 @@ class Connection:
 
         :raises NSQServerError: the error of an earlier pipelined MPUB, when it failed.
         """
-        _positive(max_pending, "max_pending")
+        check_number(max_pending, "max_pending", integer=True, positive=True)
         data = self._encode_mpub(topic, bodies)
         self._raise_pipeline_error()
         if self._pipelined >= max_pending:
@@ -539,24 +523,28 @@ class Connection:
             if deadline is not None and time.monotonic() >= deadline:
                 return []
 
-    def fin(self, message_id: bytes) -> None:
+    def finish(self, message_id: bytes) -> None:
         """``FIN`` a message: it was handled. (A failure arrives as a non-fatal error.)"""
         self._send(commands.fin(message_id))
 
-    def req(self, message_id: bytes, delay_ms: int = 0) -> None:
-        """``REQ`` a message: nsqd delivers it again after ``delay_ms``."""
-        self._send(commands.req(message_id, delay_ms))
+    def requeue(self, message_id: bytes, delay: float = 0.0) -> None:
+        """``REQ`` a message: nsqd delivers it again after ``delay`` seconds.
+
+        :raises TypeError, ValueError: for a bad id or a delay that is not a number >= 0.
+        """
+        self._send(commands.req(message_id, seconds_to_ms(delay, "delay")))
 
     def touch(self, message_id: bytes) -> None:
         """``TOUCH`` a message: restart its in-flight timeout."""
         self._send(commands.touch(message_id))
 
-    def fin_many(self, message_ids: Iterable[bytes]) -> None:
+    def finish_many(self, message_ids: Iterable[bytes]) -> None:
         """``FIN`` several messages in one write."""
         self._send_many(commands.fin_many(_as_list(message_ids)))
 
-    def req_many(self, message_ids: Iterable[bytes], delay_ms: int = 0) -> None:
-        """``REQ`` several messages in one write."""
+    def requeue_many(self, message_ids: Iterable[bytes], delay: float = 0.0) -> None:
+        """``REQ`` several messages in one write, each after ``delay`` seconds."""
+        delay_ms = seconds_to_ms(delay, "delay")
         self._send_many(commands.req_many(_as_list(message_ids), delay_ms))
 
     def touch_many(self, message_ids: Iterable[bytes]) -> None:
@@ -567,18 +555,40 @@ class Connection:
         if data:
             self._send(data)
 
-    def nop(self) -> None:
-        """Send ``NOP`` (nothing else is needed to keep a connection alive: reading does)."""
-        self._send(commands.NOP)
-
-    def cls(self) -> None:
-        """Send ``CLS`` and wait for ``CLOSE_WAIT``: nsqd sends no more messages.
+    def close_cleanly(self) -> None:
+        """Send ``CLS`` and wait for ``CLOSE_WAIT``: nsqd sends no more messages (as
+        :meth:`txnsq.NSQProtocol.close_cleanly`; :meth:`cls` is the same call).
 
         Messages that arrived before the answer stay available from :meth:`receive`.
         """
         answer = self._request(commands.CLS)
         if answer != _CLOSE_WAIT:
             raise ProtocolError(f"unexpected answer to CLS: {answer[:40]!r}")
+
+    cls = close_cleanly
+
+    # -- deprecated names (the Twisted client's vocabulary is the one above) ----------
+
+    def fin(self, message_id: bytes) -> None:
+        """Deprecated: :meth:`finish`."""
+        _deprecated("fin()", "finish()")
+        self.finish(message_id)
+
+    def req(self, message_id: bytes, delay_ms: int = 0) -> None:
+        """Deprecated: :meth:`requeue`, whose delay is in seconds (this one's is in ms)."""
+        _deprecated("req(message_id, delay_ms)", "requeue(message_id, delay_seconds)")
+        self._send(commands.req(message_id, delay_ms))
+
+    def fin_many(self, message_ids: Iterable[bytes]) -> None:
+        """Deprecated: :meth:`finish_many`."""
+        _deprecated("fin_many()", "finish_many()")
+        self.finish_many(message_ids)
+
+    def req_many(self, message_ids: Iterable[bytes], delay_ms: int = 0) -> None:
+        """Deprecated: :meth:`requeue_many`, whose delay is in seconds (this one's is in
+        ms)."""
+        _deprecated("req_many(message_ids, delay_ms)", "requeue_many(message_ids, delay_seconds)")
+        self._send_many(commands.req_many(_as_list(message_ids), delay_ms))
 
     def poll(self) -> bool:
         """Process whatever is readable now (answering heartbeats); return whether the
@@ -597,7 +607,7 @@ class Connection:
     def close(self) -> None:
         """Close the socket at once. Pending commands fail with ConnectionClosed.
 
-        Safe to call more than once. For a subscriber, :meth:`cls` first lets nsqd stop
+        Safe to call more than once. For a subscriber, :meth:`close_cleanly` first lets nsqd stop
         sending cleanly; messages in flight and not FINished are redelivered by nsqd after
         their timeout.
         """
@@ -880,9 +890,23 @@ def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
 
-def _positive(value: object, what: str) -> None:
-    if type(value) is not int or value < 1:
-        raise ValueError(f"{what} must be a positive int, not {value!r}")
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"Connection.{old} is deprecated; use Connection.{new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+def _is_old_dpub(body: object, delay: object) -> bool:
+    """Whether ``deferred_publish(topic, body, delay)`` was called the old way,
+    ``(topic, delay_ms, body)``: an int where the body goes and bytes where the delay
+    goes."""
+    return (
+        isinstance(body, int)
+        and not isinstance(body, bool)
+        and isinstance(delay, bytes | bytearray | memoryview)
+    )
 
 
 def _auth_answer(data: bytes) -> dict[str, Any]:

@@ -385,9 +385,9 @@ class Subscriber:
                 inflight.pop(message_id, None)
             try:
                 if name == "fin":
-                    state.conn.fin_many(ids)
+                    state.conn.finish_many(ids)
                 else:
-                    state.conn.req_many(ids, 0)
+                    state.conn.requeue_many(ids, 0)
             except (NSQError, OSError) as e:
                 self._lost(state, e, selector)
         self.last_activity = self._clock()
@@ -454,7 +454,7 @@ class Subscriber:
                 if state.rdy:
                     conn.rdy(0)
                 if state.inflight:
-                    conn.req_many(list(state.inflight), 0)
+                    conn.requeue_many(list(state.inflight), 0)
                     state.inflight.clear()
             except (NSQError, OSError):
                 state.alive = False
@@ -467,7 +467,7 @@ class Subscriber:
                 conn.cls()
                 late = conn.receive(0)
                 if late:
-                    conn.req_many([m.id for m in late], 0)
+                    conn.requeue_many([m.id for m in late], 0)
             except (NSQError, OSError):
                 pass
             state.alive = False

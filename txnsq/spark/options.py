@@ -15,10 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from txnsq._wire.address import format_address, parse_address
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.lookup import lookup_url
-from txnsq.blocking import TLSOptions, parse_address
+from txnsq._wire.numbers import parse_number
+from txnsq.blocking import TLSOptions
 
 __all__ = [
     "ConnectionSettings",
@@ -217,8 +219,10 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         )
     conns = _int(opts, "connectionspernsqd", "connectionsPerNsqd", 0, low=0)
     msg_timeout = _int(opts, "msgtimeoutms", "msgTimeoutMs", 0, low=0)
-    if msg_timeout and msg_timeout < 1000:
-        raise OptionError(f"option 'msgTimeoutMs' must be at least 1000, not {msg_timeout}")
+    if 0 < msg_timeout < 1000:  # nsqd's minimum; 0 leaves nsqd's default
+        raise OptionError(
+            f"option 'msgTimeoutMs' must be 0 (nsqd's default) or >= 1000, not {msg_timeout}"
+        )
     return ReadOptions(
         connection=connection,
         topic=topic,
@@ -271,30 +275,46 @@ def _bool(opts: Mapping[str, str], key: str, name: str, default: bool) -> bool:
     raise OptionError(f"option '{name}' must be true or false, not {text!r}")
 
 
-def _int(opts: Mapping[str, str], key: str, name: str, default: int, low: int) -> int:
-    text = opts.get(key)
-    if text is None or not text.strip():
-        return default
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise OptionError(f"option '{name}' must be an integer, not {text!r}") from None
-    if value < low:
-        raise OptionError(f"option '{name}' must be at least {low}, not {value}")
-    return value
+def _int(
+    opts: Mapping[str, str], key: str, name: str, default: int, low: int, high: int | None = None
+) -> int:
+    return int(_number(opts, key, name, default, integer=True, minimum=low, maximum=high))
 
 
 def _float(opts: Mapping[str, str], key: str, name: str, default: float) -> float:
+    return float(_number(opts, key, name, default, positive=True))
+
+
+def _number(
+    opts: Mapping[str, str],
+    key: str,
+    name: str,
+    default: float,
+    *,
+    integer: bool = False,
+    positive: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> float:
+    """Option ``name`` as a number (:func:`~txnsq._wire.numbers.parse_number`), or
+    ``default`` when it is not given.
+
+    :raises OptionError: naming the option.
+    """
     text = opts.get(key)
     if text is None or not text.strip():
         return default
     try:
-        value = float(text.strip())
-    except ValueError:
-        raise OptionError(f"option '{name}' must be a number, not {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise OptionError(f"option '{name}' must be a positive number, not {text!r}")
-    return value
+        return parse_number(
+            text,
+            f"option '{name}'",
+            integer=integer,
+            positive=positive,
+            minimum=minimum,
+            maximum=maximum,
+        )
+    except ValueError as e:
+        raise OptionError(str(e)) from None
 
 
 def _topic(opts: Mapping[str, str], required: bool) -> str | None:
@@ -310,12 +330,11 @@ def _topic(opts: Mapping[str, str], required: bool) -> str | None:
 
 
 def _connection(opts: Mapping[str, str]) -> ConnectionSettings:
-    nsqd = tuple(_split(opts.get("nsqd", "")))
-    for address in nsqd:
-        try:
-            parse_address(address)
-        except (TypeError, ValueError) as e:
-            raise OptionError(f"option 'nsqd': {e}") from None
+    try:
+        # Read as every client reads an nsqd address; kept as "host:port".
+        nsqd = tuple(format_address(*parse_address(a)) for a in _split(opts.get("nsqd", "")))
+    except ValueError as e:
+        raise OptionError(f"option 'nsqd': {e}") from None
     tls_keys = ("tlscacerts", "tlsclientcert", "tlsclientkey", "tlshostname")
     use_tls = _bool(opts, "tls", "tls", any(opts.get(k) for k in tls_keys))
     insecure = _bool(opts, "tlsinsecureskipverify", "tlsInsecureSkipVerify", False)
@@ -336,9 +355,7 @@ def _connection(opts: Mapping[str, str]) -> ConnectionSettings:
         raise OptionError(
             f"option 'compression' must be none, snappy or deflate, not {compression!r}"
         )
-    level = _int(opts, "deflatelevel", "deflateLevel", 6, low=1)
-    if level > 9:
-        raise OptionError(f"option 'deflateLevel' must be 1 to 9, not {level}")
+    level = _int(opts, "deflatelevel", "deflateLevel", 6, low=1, high=9)
     timeout = _float(opts, "timeout", "timeout", DEFAULT_TIMEOUT_S)
     return ConnectionSettings(
         nsqd=nsqd,

@@ -60,6 +60,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
 from twisted.internet.task import Clock
 
+from txnsq._wire.address import NSQLOOKUPD_HTTP_PORT, format_address, parse_address
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.frames import encode_error
 from txnsq.errors import NON_FATAL_CODES
@@ -96,13 +97,6 @@ MALFORMED_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x09"
 _MAX_STEPS = 1_000_000
 
 
-def _split(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"address must be 'host:port', not {address!r}")
-    return host.strip("[]"), int(port)
-
-
 class FakeNSQD:
     """An nsqd in memory, for tests.
 
@@ -110,9 +104,10 @@ class FakeNSQD:
         your :class:`~txnsq.Producer` / :class:`~txnsq.Consumer` (a
         :class:`~twisted.internet.task.Clock` or
         :class:`~twisted.internet.testing.MemoryReactorClock`).
-    :param address: the ``"host:port"`` it pretends to listen on; give it to a Consumer
-        as ``nsqd_tcp_addresses=[fake.address]`` (connections to other addresses through
-        :meth:`endpoint_factory` are refused).
+    :param address: the ``"host:port"`` it pretends to listen on (read as every client
+        reads an nsqd address: ``"[::1]:4150"`` for IPv6, a bare host means port 4150);
+        give :attr:`address` to a Consumer as ``nsqd_tcp_addresses=[fake.address]``
+        (connections to other addresses through :meth:`endpoint_factory` are refused).
     :param config: settings (:class:`NSQDConfig`, nsqd's defaults); keyword arguments
         override its fields, e.g. ``FakeNSQD(clock, msg_timeout=5.0, max_rdy_count=10)``,
         ``snappy=False``, ``heartbeats=False``, ``auth_secret=b"s3cret"``,
@@ -134,7 +129,7 @@ class FakeNSQD:
         if isinstance(secret, str):
             options["auth_secret"] = secret.encode("utf-8")
         self.clock = clock
-        self.host, self.port = _split(address)
+        self.host, self.port = parse_address(address)
         self.http_port = http_port if http_port is not None else self.port + 1
         self.config = dataclasses.replace(config or NSQDConfig(), **options)
         self._state = NSQDState(clock, self.config, self.host, self.port)
@@ -146,8 +141,8 @@ class FakeNSQD:
 
     @property
     def address(self) -> str:
-        """``"host:port"``: what to list in ``nsqd_tcp_addresses``."""
-        return f"{self.host}:{self.port}"
+        """``"host:port"`` (IPv6 in brackets): what to list in ``nsqd_tcp_addresses``."""
+        return format_address(self.host, self.port)
 
     def endpoint(self) -> IStreamClientEndpoint:
         """Return a client endpoint connected to this fake (for ``Producer(endpoint)``).
@@ -501,7 +496,7 @@ class FakeLookupd(LookupAgent):
         *,
         address: str = "127.0.0.1:4161",
     ) -> None:
-        _split(address)
+        address = format_address(*parse_address(address, NSQLOOKUPD_HTTP_PORT))
         super().__init__(clock, address, self._answer, lambda: self.available)
         self.address = address
         self.nsqds: list[FakeNSQD] = list(nsqds)

@@ -44,6 +44,8 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent, IBodyProducer, IResponse
 from zope.interface import implementer
 
+from txnsq._wire.address import NSQLOOKUPD_HTTP_PORT, parse_address
+
 __all__ = [
     "JSONResponse",
     "Link",
@@ -391,8 +393,8 @@ class LookupAgent:
     ) -> Deferred[IResponse]:
         url = uri.decode("ascii", "replace")
         parts = urlsplit(url)
-        host, _, port = self._address.rpartition(":")
-        if parts.hostname != host or (parts.port or 80) != int(port):
+        host, port = parse_address(self._address, NSQLOOKUPD_HTTP_PORT)
+        if parts.hostname != host or (parts.port or 80) != port:
             return fail(ConnectionRefusedError(parts.hostname, parts.port))  # type: ignore[no-untyped-call]
         self.requests.append(url)
         if not self._available():
