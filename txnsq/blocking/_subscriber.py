@@ -316,6 +316,7 @@ class Subscriber:
     :param rng: the random source of reconnect jitter and RDY redistribution (a seeded
         :class:`random.Random` gives the same reconnect delays as a Consumer or a
         Producer seeded alike).
+    :raises TypeError: when ``options`` is not a :class:`SubscriberOptions`.
 
     Thread use: :meth:`start`, :meth:`take`, :meth:`finish`, :meth:`requeue`,
     :meth:`set_cutoff` and :meth:`shutdown` are called from the caller's thread; the I/O
