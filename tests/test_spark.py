@@ -482,13 +482,16 @@ class OptionsTests(SynchronousTestCase):
             {"lookupd": "http://127.0.0.1:4161", "topic": "t", "channel": "c"}
         )
         self.assertEqual((opts.max_messages_per_trigger, opts.max_in_flight), (50_000, 100_000))
-        self.assertEqual(opts.connections_for(2500), 40)
-        self.assertEqual(opts.connections_for(200_000), 1)
+        self.assertEqual(opts.subscriber_options().connections_for(2500), 40)
+        self.assertEqual(opts.subscriber_options().connections_for(200_000), 1)
         opts = parse_read_options(
             {"nsqd": "h:1", "topic": "t", "channel": "c", "maxMessagesPerTrigger": "10",
              "connectionsPerNsqd": "3", "msgTimeoutMs": "5000"}
         )
-        self.assertEqual((opts.max_in_flight, opts.connections_for(2500)), (20, 3))
+        sub = opts.subscriber_options()
+        self.assertEqual((sub.max_in_flight, sub.connections_for(2500)), (20, 3))
+        self.assertEqual((sub.nsqd, sub.identify.msg_timeout_ms), (("h:1",), 5000))
+        self.assertEqual(sub.identify.output_buffer_timeout_ms, 25)
         self.assertEqual(opts.msg_timeout_ms, 5000)
         bad = [
             {"nsqd": "h:1", "topic": "t"},  # no channel
@@ -513,10 +516,10 @@ class SubscriberTests(TestCase):
         if nsqd is not None:
             opts["nsqd"] = nsqd.tcp_address
         opts.update(overrides)
-        return parse_read_options(opts)
+        return parse_read_options(opts).subscriber_options()
 
     def subscriber(self, options: Any) -> Any:
-        from txnsq.blocking._subscriber import Subscriber
+        from txnsq.blocking import Subscriber
 
         sub = Subscriber(options)
         sub.start()
@@ -566,7 +569,7 @@ class SubscriberTests(TestCase):
         cutoff = time.time_ns()
         time.sleep(0.05)
         publish(nsqd, "cut", [b"new"] * 10)
-        from txnsq.blocking._subscriber import Subscriber
+        from txnsq.blocking import Subscriber
 
         sub = Subscriber(self.options(nsqd, "cut"))
         self.addCleanup(sub.shutdown)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from txnsq._wire.lookup import (
+    LookupAnswers,
     LookupResponseError,
     lookup_url,
     parse_lookup_response,
@@ -184,11 +185,53 @@ class LookupURLTests(SynchronousTestCase):
                 self.assertRaises(ValueError, lookup_url, address, "t")
 
 
+class LookupAnswersTests(SynchronousTestCase):
+    def test_union_of_answers(self) -> None:
+        a = LookupAnswers(["l1", "l2", "l1"], stale_after=180)
+        self.assertEqual(a.lookupds, ("l1", "l2"))
+        self.assertEqual(a.producers(0.0), frozenset())
+        self.assertFalse(a.answered("l1", frozenset({"n1", "n2"}), 0.0))
+        a.answered("l2", frozenset({"n2", "n3"}), 0.0)
+        self.assertEqual(a.producers(0.0), {"n1", "n2", "n3"})
+
+    def test_a_failing_lookupd_counts_for_stale_after(self) -> None:
+        a = LookupAnswers(["l1", "l2"], stale_after=180)
+        a.answered("l1", frozenset({"n1"}), 0.0)
+        a.answered("l2", frozenset({"n2"}), 0.0)
+        for t in (60.0, 120.0, 180.0):
+            a.answered("l1", frozenset({"n1"}), t)
+            a.failed("l2")
+            self.assertEqual(a.producers(t), {"n1", "n2"})
+        self.assertTrue(a.failing("l2"))
+        self.assertEqual(a.producers(180.5), {"n1"})
+        self.assertTrue(a.answered("l2", frozenset(), 240.0))  # answers again: nothing
+        self.assertFalse(a.failing("l2"))
+        self.assertEqual(a.producers(240.0), {"n1"})
+
+    def test_an_answer_replaces_the_previous_one_at_once(self) -> None:
+        a = LookupAnswers(["l1"], stale_after=0)
+        a.answered("l1", frozenset({"n1"}), 0.0)
+        a.answered("l1", frozenset({"n2"}), 1.0)
+        self.assertEqual(a.producers(1.0), {"n2"})
+        a.failed("l1")
+        self.assertEqual(a.producers(1.0), {"n2"})
+        self.assertEqual(a.producers(1.1), frozenset())
+
+    def test_never_answered_contributes_nothing_and_unknown_refused(self) -> None:
+        a = LookupAnswers(["l1"], stale_after=60)
+        a.failed("l1")
+        self.assertEqual(a.producers(0.0), frozenset())
+        self.assertRaises(KeyError, a.failed, "l9")
+        self.assertRaises(KeyError, a.answered, "l9", frozenset(), 0.0)
+        self.assertRaises(ValueError, LookupAnswers, ["l1"], -1)
+        self.assertRaises(ValueError, LookupAnswers, ["l1"], float("nan"))
+
+
 class PurityTests(SynchronousTestCase):
     def test_no_twisted_import(self) -> None:
         code = (
             "import sys\n"
-            "import txnsq._wire.rdy, txnsq._wire.backoff, txnsq._wire.lookup\n"
+            "import txnsq._wire.rdy, txnsq._wire.backoff, txnsq._wire.lookup, txnsq._wire.touch\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('twisted', 'zope'))\n"
             "print(bad)\n"
             "sys.exit(1 if bad else 0)\n"

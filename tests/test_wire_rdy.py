@@ -108,6 +108,24 @@ class ShareTests(SynchronousTestCase):
             c.set_max_in_flight(6, 2.0), [RdyUpdate("a", 2), RdyUpdate("b", 2), RdyUpdate("c", 2)]
         )
 
+    def test_several_added_at_once_share_once(self) -> None:
+        c = controller(10, settle_time=1.0)
+        updates = c.add_connections([("a", 2500), ("b", 2500), ("c", 2)], 0.0)
+        self.assertEqual(updates, [RdyUpdate("a", 3), RdyUpdate("b", 3), RdyUpdate("c", 2)])
+        # One at a time, the first would get 10, then be lowered (and its room held back).
+        one = controller(10, settle_time=1.0)
+        one.add_connection("a", 0.0)
+        self.assertEqual(one.add_connection("b", 0.0), [RdyUpdate("a", 5)])
+        self.assertEqual(c.add_connections([], 0.0), [])
+
+    def test_several_added_at_once_checked_first(self) -> None:
+        c = controller(10)
+        c.add_connection("a", 0.0)
+        self.assertRaises(ValueError, c.add_connections, [("b", 10), ("a", 10)], 0.0)
+        self.assertRaises(ValueError, c.add_connections, [("b", 10), ("b", 10)], 0.0)
+        self.assertRaises(ValueError, c.add_connections, [("b", 10), ("c", -1)], 0.0)
+        self.assertEqual(list(c), ["a"])
+
     def test_start_at_one(self) -> None:
         c = controller(10, start_at_one=True)
         self.assertEqual(c.add_connection("a", 0.0), [RdyUpdate("a", 1)])
@@ -456,6 +474,23 @@ class RdyMachine(RuleBasedStateMachine):
         self.in_flight[key] = 0
         self.apply(self.ctl.add_connection(key, self.now, limit))
 
+    @rule(
+        keys=st.lists(st.integers(min_value=8, max_value=11), min_size=1, max_size=3, unique=True),
+        limit=MAX_RDY_COUNTS,
+    )
+    def add_several(self, keys: list[int], limit: int) -> None:
+        if any(k in self.sent for k in keys):
+            try:
+                self.ctl.add_connections([(k, limit) for k in keys], self.now)
+            except ValueError:
+                return
+            raise AssertionError("a connection was added twice")
+        for key in keys:
+            self.sent[key] = 0
+            self.limit[key] = limit
+            self.in_flight[key] = 0
+        self.apply(self.ctl.add_connections([(k, limit) for k in keys], self.now))
+
     @precondition(lambda self: self.sent)
     @rule(data=st.data())
     def remove(self, data: st.DataObject) -> None:
@@ -470,7 +505,7 @@ class RdyMachine(RuleBasedStateMachine):
         self.in_flight[key] += 1
         self.apply(self.ctl.message_received(key, self.now))
 
-    @rule(key=st.integers(min_value=0, max_value=7))
+    @rule(key=st.integers(min_value=0, max_value=11))
     def answer(self, key: int) -> None:
         if self.in_flight.get(key, 0) > 0:
             self.in_flight[key] -= 1

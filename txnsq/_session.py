@@ -17,6 +17,7 @@ from twisted.python.failure import Failure
 from txnsq._wire.backoff import requeue_delay
 from txnsq._wire.identify import Features
 from txnsq._wire.rdy import RdyUpdate
+from txnsq._wire.touch import touch_schedule
 from txnsq.errors import NotReady
 from txnsq.message import ANSWERED, FRESH, Message
 from txnsq.protocol import NSQProtocol
@@ -237,22 +238,28 @@ class Session:
         features = self.features
         if features is None or message.id not in self.unanswered:
             return
-        interval = max(features.msg_timeout_ms / 1000.0 * 0.5, 0.1)
-        deadline = self.consumer._reactor.seconds() + features.max_msg_timeout_ms / 1000.0
+        clock = self.consumer._reactor
+        timeout = features.msg_timeout_ms / 1000.0
+        max_timeout = features.max_msg_timeout_ms / 1000.0
+        delivered_at = clock.seconds()
+
+        def schedule() -> None:
+            now = clock.seconds()
+            at = touch_schedule(timeout, max_timeout, delivered_at, now)
+            if at is not None:  # else nsqd extends it no further: it times out, comes back
+                self.touch_calls[message.id] = clock.callLater(at - now, touch)
 
         def touch() -> None:
             self.touch_calls.pop(message.id, None)
             if message.id not in self.unanswered or self.closed:
                 return
-            if self.consumer._reactor.seconds() + interval > deadline:
-                return  # nsqd will not extend it further: it times out and comes back
             try:
                 self.protocol.touch(message.id)
             except NotReady:
                 return  # being dropped
-            self.touch_calls[message.id] = self.consumer._reactor.callLater(interval, touch)
+            schedule()
 
-        self.touch_calls[message.id] = self.consumer._reactor.callLater(interval, touch)
+        schedule()
 
     def _cancel_touch(self, msg_id: bytes) -> None:
         call = self.touch_calls.pop(msg_id, None)

@@ -37,6 +37,7 @@ from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep
 from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.numbers import check_number
 from txnsq._wire.rdy import RdyController, RdyUpdate
+from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.errors import NotReady, NSQError
 from txnsq.message import FRESH, Message
 from txnsq.protocol import NSQProtocol
@@ -83,8 +84,11 @@ class ConsumerOptions:
     rdy_settle_time: float = 1.0
     #: first reconnect delay; it doubles per failed attempt or handshake up to
     #: ``max_reconnect_delay`` (each delay shortened by up to 20% at random)
-    reconnect_delay: float = 1.0
-    max_reconnect_delay: float = 60.0
+    reconnect_delay: float = DEFAULT_RETRY.initial
+    max_reconnect_delay: float = DEFAULT_RETRY.max_delay
+    #: the whole reconnect policy (factor and jitter too); when given, it replaces
+    #: ``reconnect_delay`` and ``max_reconnect_delay`` (leave those at their defaults)
+    retry: RetryPolicy | None = None
     #: seconds the IDENTIFY/TLS/compression/AUTH handshake and SUB may take
     handshake_timeout: float = 10.0
     #: TOUCH messages whose handler has not answered yet, before nsqd's timeout runs out
@@ -127,6 +131,14 @@ class ConsumerOptions:
         )
         if self.max_reconnect_delay < self.reconnect_delay:
             raise ValueError("max_reconnect_delay must not be below reconnect_delay")
+        if self.retry is not None:
+            if not isinstance(self.retry, RetryPolicy):
+                raise TypeError("retry must be a RetryPolicy or None")
+            if (self.reconnect_delay, self.max_reconnect_delay) != (
+                DEFAULT_RETRY.initial,
+                DEFAULT_RETRY.max_delay,
+            ):
+                raise ValueError("give retry or reconnect_delay/max_reconnect_delay, not both")
         if not isinstance(self.identify, IdentifyOptions):
             raise TypeError("identify must be an IdentifyOptions")
         if self.tls is not None and not isinstance(self.tls, TLSOptions):
@@ -134,10 +146,15 @@ class ConsumerOptions:
         if self.auth_secret is not None and not isinstance(self.auth_secret, str | bytes):
             raise TypeError("auth_secret must be str or bytes")
 
-
-#: A reconnect delay is shortened by up to this fraction, at random, so that consumers
-#: restarted together do not all dial a recovering nsqd at the same moment.
-_RECONNECT_JITTER: Final = 0.2
+    @property
+    def reconnect_policy(self) -> RetryPolicy:
+        """The reconnect policy: ``retry``, or ``DEFAULT_RETRY`` with ``reconnect_delay``
+        and ``max_reconnect_delay``."""
+        if self.retry is not None:
+            return self.retry
+        return replace(
+            DEFAULT_RETRY, initial=self.reconnect_delay, max_delay=self.max_reconnect_delay
+        )
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -390,16 +407,12 @@ class Consumer(Service):
             nsqd = NSQDState(address, static)
             self._nsqds[address] = nsqd
         opts = self.options
-        first, longest, rng = opts.reconnect_delay, opts.max_reconnect_delay, self._rng
+        retry, random = opts.reconnect_policy, self._rng.random
 
         def policy(attempt: int) -> float:
             # ClientService counts failed attempts from 1 and resets its count whenever
             # TCP connects, so handshake failures are added to keep the delay growing.
-            # The first retry waits reconnect_delay (backoffPolicy would wait twice
-            # that, plus up to a second of jitter from the global random module).
-            exponent = min(attempt - 1 + nsqd.handshake_failures, 64)
-            delay = min(first * 2.0**exponent, longest)
-            return delay * (1.0 - _RECONNECT_JITTER * rng.random())
+            return retry.delay(attempt + nsqd.handshake_failures, random)
 
         service = ClientService(
             target.endpoint,

@@ -6,12 +6,11 @@ then every ``poll_interval`` seconds (with jitter), and hands the union of all p
 to a callback after each round. A failing nsqlookupd is logged and asked again next
 round; it is never fatal.
 
-Producers do not vanish because a lookupd is briefly down: a lookupd whose request fails
-keeps contributing its last good answer for ``stale_after`` seconds (default: three poll
-intervals) after that answer. A consumer uses the set to connect to new producers and to
-decide whether a lost connection is worth re-establishing, so a stale entry costs at
-worst some failed connection attempts, while a missing one would leave a live nsqd
-unread. A lookupd that answers (404 included) replaces its previous answer at once.
+Producers do not vanish because a lookupd is briefly down: the answers merge by
+:class:`txnsq._wire.lookup.LookupAnswers` (the rule the blocking Subscriber follows too),
+so a lookupd whose request fails keeps contributing its last good answer for
+``stale_after`` seconds (default: three poll intervals) after that answer. A lookupd that
+answers (404 included) replaces its previous answer at once.
 """
 
 from __future__ import annotations
@@ -36,9 +35,11 @@ from twisted.web.client import (
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent, IResponse
 
-from txnsq._version import __version__
 from txnsq._wire.lookup import (
-    LOOKUP_ACCEPT,
+    LOOKUP_HEADERS,
+    MAX_LOOKUP_RESPONSE_SIZE,
+    STALE_POLLS,
+    LookupAnswers,
     LookupResponseError,
     lookup_url,
     parse_lookup_response,
@@ -61,17 +62,11 @@ DEFAULT_LOOKUPD_POLL_INTERVAL: Final = 60.0
 DEFAULT_LOOKUPD_POLL_JITTER: Final = 0.3
 #: Seconds one ``/lookup`` request (connect, answer and body) may take.
 DEFAULT_LOOKUPD_REQUEST_TIMEOUT: Final = 10.0
-#: The largest ``/lookup`` answer read, in bytes (about 20,000 producers); a larger one is
-#: an error, so that a confused server cannot make the client buffer without limit.
-MAX_LOOKUP_RESPONSE_SIZE: Final = 4 * 1024 * 1024
 #: The shortest time between the starts of two rounds asked for by
 #: :meth:`LookupdPoller.poll_now`.
 DEFAULT_MIN_REPOLL_INTERVAL: Final = 5.0
 
-_HEADERS: Final = {
-    b"Accept": [LOOKUP_ACCEPT.encode("ascii")],
-    b"User-Agent": [f"txnsq/{__version__}".encode("ascii")],
-}
+_HEADERS: Final = {k.encode("ascii"): [v.encode("ascii")] for k, v in LOOKUP_HEADERS.items()}
 
 # Failures that are part of life with a network: logged as one line, no traceback.
 _EXPECTED_FAILURES: Final = (
@@ -146,9 +141,6 @@ def _read_body(response: IResponse, limit: int) -> Deferred[bytes]:
 class _Lookupd:
     address: str
     url: bytes
-    answer: frozenset[str] | None = None  # the last good answer, while it counts
-    answered_at: float = 0.0
-    failing: bool = False
     pending: Deferred[None] | None = None
 
 
@@ -209,13 +201,12 @@ class LookupdPoller:
         if min_repoll_interval < 0:
             raise ValueError("min_repoll_interval must not be negative")
         if stale_after is None:
-            stale_after = 3 * poll_interval
-        if stale_after < 0:
-            raise ValueError("stale_after must not be negative")
+            stale_after = STALE_POLLS * poll_interval
         self._lookupds = [
             _Lookupd(address, lookup_url(address, topic).encode("ascii"))
             for address in dict.fromkeys(lookupds)  # drop duplicates, keep order
         ]
+        self._answers = LookupAnswers(self.lookupds, stale_after)
         self.topic = topic
         self._on_producers = on_producers
         if reactor is None:
@@ -235,7 +226,6 @@ class LookupdPoller:
         self._jitter = float(poll_jitter)
         self._timeout = float(request_timeout)
         self._min_repoll = float(min_repoll_interval)
-        self._stale_after = float(stale_after)
         self._rng = rng if rng is not None else _random.Random()
         self._running = False
         self._in_round = False
@@ -335,7 +325,7 @@ class LookupdPoller:
             self._in_round = False
             return
         now = self._reactor.seconds()
-        self._producers = self._union(now)
+        self._producers = self._answers.producers(now)
         self._log.debug(
             "nsqlookupd poll for {topic}: {count} producers",
             topic=self.topic,
@@ -361,15 +351,6 @@ class LookupdPoller:
             return 0.0
         return self._round_started_at + self._min_repoll - self._reactor.seconds()
 
-    def _union(self, now: float) -> frozenset[str]:
-        found: set[str] = set()
-        for s in self._lookupds:
-            if s.answer is not None and s.failing and now - s.answered_at > self._stale_after:
-                s.answer = None
-            if s.answer is not None:
-                found |= s.answer
-        return frozenset(found)
-
     # -- one request ---------------------------------------------------------------------
 
     def _query(self, s: _Lookupd) -> Deferred[None]:
@@ -391,17 +372,14 @@ class LookupdPoller:
 
     def _answered(self, producers: frozenset[str], s: _Lookupd) -> None:
         s.pending = None
-        s.answer = producers
-        s.answered_at = self._reactor.seconds()
-        if s.failing:
+        if self._answers.answered(s.address, producers, self._reactor.seconds()):
             self._log.info("nsqlookupd {lookupd} answers again", lookupd=s.address)
-        s.failing = False
 
     def _failed(self, failure: Failure, s: _Lookupd) -> None:
         s.pending = None
         if not self._running:
             return  # stop() cancelled it; nothing to report
-        s.failing = True
+        self._answers.failed(s.address)
         url = s.url.decode("ascii")
         if isinstance(failure.value, _EXPECTED_FAILURES):
             self._log.warn(

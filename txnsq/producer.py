@@ -47,6 +47,7 @@ from txnsq._endpoints import NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._wire import commands
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.numbers import check_number, seconds_to_ms
+from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.errors import (
     ConnectionClosed,
     NotReady,
@@ -71,14 +72,10 @@ _dpub = commands.dpub
 
 
 def default_retry_policy() -> Callable[[int], float]:
-    """Return the default reconnect delay policy: 0.2 s after the first failure,
-    doubling up to 30 s, plus up to 10% jitter (``attempt`` counts from 1)."""
-
-    def policy(attempt: int) -> float:
-        delay = min(0.1 * 2.0 ** min(attempt, 100), 30.0)
-        return delay + delay * 0.1 * random.random()
-
-    return policy
+    """Return the default reconnect delay policy, ``attempt`` (from 1) -> seconds:
+    :data:`txnsq._wire.retry.DEFAULT_RETRY` (1 s, doubling up to 60 s, each delay
+    shortened by up to 20% at random), as every client uses."""
+    return DEFAULT_RETRY.policy()
 
 
 # Publish states.
@@ -305,9 +302,13 @@ class Producer(Service):
         :class:`~txnsq.errors.ConnectionClosed`. With ``retry``, a message may be stored
         twice (nsqd stored it, but its ``OK`` was lost with the connection): consumers
         must tolerate duplicates.
-    :param retry_policy: ``policy(attempt) -> seconds`` before reconnecting after the
-        ``attempt``-th consecutive failure (failed handshakes count too). The default
-        waits 0.2 s, doubling up to 30 s, with 10% jitter.
+    :param retry_policy: how long to wait before reconnecting after the ``attempt``-th
+        consecutive failure (failed handshakes count too): a
+        :class:`~txnsq._wire.retry.RetryPolicy` (the default, ``DEFAULT_RETRY``, waits
+        1 s, doubling up to 60 s, each delay shortened by up to 20% at random), or any
+        ``policy(attempt) -> seconds``.
+    :param rng: the random source of the ``RetryPolicy``'s jitter (a seeded
+        :class:`random.Random` gives the same delays as a Consumer with the same seed).
     :param reactor: provides ``IReactorTCP`` and ``IReactorTime`` (the global reactor
         when ``None``).
     :raises TypeError, ValueError: for invalid arguments (nothing is connected).
@@ -326,8 +327,9 @@ class Producer(Service):
         connect_timeout: float = 30.0,
         stop_timeout: float = 10.0,
         retry: int = 0,
-        retry_policy: Callable[[int], float] | None = None,
+        retry_policy: RetryPolicy | Callable[[int], float] | None = None,
         reactor: Any = None,
+        rng: random.Random | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as global_reactor
@@ -351,9 +353,12 @@ class Producer(Service):
         connect_timeout = float(check_number(connect_timeout, "connect_timeout", positive=True))
         self._max_queued = int(check_number(max_queued, "max_queued", integer=True, minimum=0))
         self._retry = int(check_number(retry, "retry", integer=True, minimum=0))
-        if retry_policy is not None and not callable(retry_policy):
-            raise TypeError("retry_policy must be callable")
-        self._retry_policy = retry_policy or default_retry_policy()
+        if retry_policy is None or isinstance(retry_policy, RetryPolicy):
+            self._retry_policy = (retry_policy or DEFAULT_RETRY).policy(rng)
+        elif callable(retry_policy):
+            self._retry_policy = retry_policy
+        else:
+            raise TypeError("retry_policy must be a RetryPolicy or callable")
 
         if (
             isinstance(addresses, str)

@@ -6,19 +6,31 @@ nsqlookupd >= 1.0, asked with ``Accept: application/vnd.nsq; version=1.0``, answ
 producer becomes the ``"host:port"`` string a consumer connects to, from its
 ``broadcast_address`` and ``tcp_port`` (IPv6 hosts bracketed: ``"[::1]:4150"``).
 
-Pure functions: no I/O, no Twisted.
+:class:`LookupAnswers` is how the answers of several nsqlookupds merge into the set of
+producers to read from (the Twisted :class:`~txnsq.lookupd.LookupdPoller` and the blocking
+Subscriber both use it); :data:`LOOKUP_HEADERS` and :data:`MAX_LOOKUP_RESPONSE_SIZE` are
+what both send and accept.
+
+Pure: no I/O, no Twisted, no clock reads (time is passed in).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from txnsq._wire.identify import DEFAULT_USER_AGENT
 from txnsq.errors import NSQError
 
 __all__ = [
     "LOOKUP_ACCEPT",
+    "LOOKUP_HEADERS",
+    "MAX_LOOKUP_RESPONSE_SIZE",
+    "STALE_POLLS",
+    "LookupAnswers",
     "LookupResponseError",
     "lookup_url",
     "parse_lookup_response",
@@ -27,6 +39,14 @@ __all__ = [
 
 #: The ``Accept`` header that asks nsqlookupd >= 1.0 for the flat answer.
 LOOKUP_ACCEPT: Final = "application/vnd.nsq; version=1.0"
+#: The headers of every ``/lookup`` request.
+LOOKUP_HEADERS: Final = {"Accept": LOOKUP_ACCEPT, "User-Agent": DEFAULT_USER_AGENT}
+#: The largest ``/lookup`` answer read, in bytes (about 20,000 producers); a larger one is
+#: an error, so that a confused server cannot make the client buffer without limit.
+MAX_LOOKUP_RESPONSE_SIZE: Final = 4 * 1024 * 1024
+#: By default a failing nsqlookupd's last answer keeps counting for this many poll
+#: intervals after it came (see :class:`LookupAnswers`).
+STALE_POLLS: Final = 3
 
 
 class LookupResponseError(NSQError, ValueError):
@@ -116,6 +136,81 @@ def _producer(entry: Any) -> str:
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         raise LookupResponseError(f"nsqlookupd producer has a bad tcp_port: {_short(entry)}")
     return producer_address(host.strip(), port)
+
+
+@dataclass(slots=True)
+class _Answer:
+    producers: frozenset[str] | None = None  # the last good answer, while it counts
+    answered_at: float = 0.0
+    failing: bool = False
+
+
+class LookupAnswers:
+    """The union of several nsqlookupds' answers about one topic.
+
+    A lookupd that answers (an empty answer included: the topic is unknown there)
+    replaces its previous answer at once. A lookupd whose request fails keeps
+    contributing its last good answer for ``stale_after`` seconds after that answer
+    came (by default :data:`STALE_POLLS` poll intervals, i.e. through that many failed
+    polls), then contributes nothing until it answers again. A lookupd that never
+    answered contributes nothing.
+
+    Producers thus do not vanish because one lookupd is briefly down; a stale entry costs
+    at worst some failed connection attempts, while a missing one would leave a live
+    nsqd unread.
+
+    :param lookupds: the lookupds' names (addresses); duplicates are merged.
+    :param stale_after: seconds a failing lookupd's last answer keeps counting.
+    :raises ValueError: for a negative ``stale_after``.
+    """
+
+    __slots__ = ("_answers", "_stale_after")
+
+    def __init__(self, lookupds: Iterable[str], stale_after: float) -> None:
+        if not stale_after >= 0:
+            raise ValueError(f"stale_after must not be negative, not {stale_after!r}")
+        self._stale_after = float(stale_after)
+        self._answers = {name: _Answer() for name in lookupds}
+
+    @property
+    def lookupds(self) -> tuple[str, ...]:
+        """The lookupds' names, in their first order, duplicates removed."""
+        return tuple(self._answers)
+
+    def answered(self, lookupd: str, producers: frozenset[str], now: float) -> bool:
+        """``lookupd`` answered ``producers`` at ``now``.
+
+        :returns: ``True`` when it had been failing (it "answers again").
+        :raises KeyError: for a lookupd not given at construction.
+        """
+        answer = self._answers[lookupd]
+        was_failing = answer.failing
+        answer.producers = producers
+        answer.answered_at = now
+        answer.failing = False
+        return was_failing
+
+    def failed(self, lookupd: str) -> None:
+        """A request to ``lookupd`` failed; its last answer counts a while longer.
+
+        :raises KeyError: for a lookupd not given at construction.
+        """
+        self._answers[lookupd].failing = True
+
+    def failing(self, lookupd: str) -> bool:
+        """Whether ``lookupd``'s last request failed. :raises KeyError: if unknown."""
+        return self._answers[lookupd].failing
+
+    def producers(self, now: float) -> frozenset[str]:
+        """The union, at ``now``, of every lookupd's answer that still counts."""
+        found: set[str] = set()
+        for answer in self._answers.values():
+            producers = answer.producers
+            if producers is None:
+                continue
+            if not answer.failing or now - answer.answered_at <= self._stale_after:
+                found |= producers
+        return frozenset(found)
 
 
 def _short(value: Any, limit: int = 200) -> str:

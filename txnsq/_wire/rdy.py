@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import enum
 import random as _random
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Final, Generic, NamedTuple, TypeVar
 
 from txnsq._wire.backoff import BackoffStep
@@ -279,11 +279,27 @@ class RdyController(Generic[K]):
             shrink, lower RDY for the others (first).
         :raises ValueError: if ``key`` is already known or ``max_rdy_count`` is negative.
         """
-        if key in self._conns:
-            raise ValueError(f"connection {key!r} is already known")
-        if max_rdy_count < 0:
-            raise ValueError(f"max_rdy_count must not be negative, not {max_rdy_count}")
-        self._conns[key] = _Conn(key, max_rdy_count)
+        return self.add_connections([(key, max_rdy_count)], now)
+
+    def add_connections(self, conns: Iterable[tuple[K, int]], now: float) -> list[RdyUpdate[K]]:
+        """Several connections, given as ``(key, max_rdy_count)``, are subscribed at once:
+        the same as :meth:`add_connection` for each, except that the shares are worked out
+        once, for all of them (no connection is given a share that the next one would
+        take back at once).
+
+        :returns: the commands to send (lowerings first).
+        :raises ValueError: if a key is already known (or given twice) or a
+            ``max_rdy_count`` is negative; then none of them is added.
+        """
+        new = list(conns)
+        keys = [key for key, _ in new]
+        for key, max_rdy_count in new:
+            if key in self._conns or keys.count(key) > 1:
+                raise ValueError(f"connection {key!r} is already known")
+            if max_rdy_count < 0:
+                raise ValueError(f"max_rdy_count must not be negative, not {max_rdy_count}")
+        for key, max_rdy_count in new:
+            self._conns[key] = _Conn(key, max_rdy_count)
         if self._mode is RdyMode.TESTING and self._tester not in self._conns:
             self._tester = self._pick_tester()
         return self._rebalance(now)

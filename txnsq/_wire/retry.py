@@ -54,7 +54,10 @@ class RetryPolicy:
         ``random`` returns a float in ``[0, 1)`` (``random.Random(seed).random``).
         """
         exponent = min(max(attempt, 1) - 1, 64)
-        delay = min(self.initial * self.factor**exponent, self.max_delay)
+        try:
+            delay = min(self.initial * self.factor**exponent, self.max_delay)
+        except OverflowError:  # a huge factor: the cap was reached long ago
+            delay = self.max_delay
         return delay * (1.0 - self.jitter * random())
 
     def policy(self, rng: random.Random | None = None) -> Callable[[int], float]:

@@ -6,6 +6,12 @@ the PySpark data source. It publishes (``PUB``, pipelined ``MPUB``, ``DPUB``) an
 consumes (``SUB``, ``RDY``, ``FIN``/``REQ``/``TOUCH``); heartbeats are answered with
 ``NOP`` whenever it reads.
 
+:class:`Subscriber` (configured by :class:`SubscriberOptions`) is a consumer on top of
+it: connections to every nsqd given or found through nsqlookupd, RDY shared under
+``max_in_flight``, messages TOUCHed while in flight, reconnects; the caller takes
+messages and finishes or requeues them. It follows the Twisted Consumer's rules (the
+same :mod:`txnsq._wire` pieces).
+
 Every wait is bounded by the connection's ``timeout``. Errors are txnsq's own
 exceptions: a named :class:`~txnsq.errors.NSQServerError` subclass for an error frame,
 :class:`~txnsq.errors.HandshakeError` when negotiation fails,
@@ -23,6 +29,18 @@ Example::
         conn.publish("events", b"hello")
         conn.multi_publish("events", bodies, batch_size=500)
 
+    sub = Subscriber(SubscriberOptions(topic="events", channel="archive",
+                                       nsqd=["127.0.0.1:4150"], max_in_flight=100))
+    sub.start()
+    try:
+        while True:
+            if sub.wait_for_data(1.0):
+                chunks = sub.take(100)
+                handle(m.body for _, messages in chunks for m in messages)
+                sub.finish(chunks)
+    finally:
+        sub.shutdown()
+
 This module imports nothing from Twisted.
 """
 
@@ -34,7 +52,12 @@ from txnsq.blocking._connection import (
     TLSOptions,
     parse_address,
 )
-from txnsq.blocking._subscriber import Chunk, ConnectionState, Subscriber
+from txnsq.blocking._subscriber import (
+    Chunk,
+    ConnectionState,
+    Subscriber,
+    SubscriberOptions,
+)
 
 __all__ = [
     "DEFAULT_PORT",
@@ -44,6 +67,7 @@ __all__ = [
     "ConnectionState",
     "NSQTimeoutError",
     "Subscriber",
+    "SubscriberOptions",
     "TLSOptions",
     "parse_address",
 ]

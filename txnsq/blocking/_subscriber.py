@@ -1,25 +1,31 @@
-"""The streaming reader's NSQ side: connections, an I/O thread, in-flight bookkeeping.
+"""A blocking consumer: :class:`Subscriber` and its :class:`SubscriberOptions`.
 
-:class:`Subscriber` lives in the one long-lived process that runs the stream reader's
-driver-side calls. It keeps enough connections to each nsqd (found from ``nsqd``
-addresses and/or nsqlookupd) that ``max_in_flight`` messages fit under nsqd's
-``max_rdy_count``, and runs one I/O thread that owns every socket: it reads messages,
-answers heartbeats, TOUCHes what is in flight before ``msg_timeout`` runs out, and
-sends the FINs and REQs the reader asks for. A second thread (re)connects and polls
-nsqlookupd, so that connecting never stalls the I/O.
+:class:`Subscriber` reads one topic/channel from every nsqd it is given or finds through
+nsqlookupd, without a reactor: one I/O thread owns every socket (it reads messages,
+answers heartbeats, TOUCHes what is in flight and sends the FINs and REQs asked for) and
+a discovery thread (re)connects and polls nsqlookupd, so that connecting never stalls
+the I/O. The caller takes messages with :meth:`Subscriber.take` and answers them with
+:meth:`Subscriber.finish` or :meth:`Subscriber.requeue`; nothing is answered otherwise.
+:meth:`Subscriber.shutdown` REQueues every message still in flight (nsqd redelivers them
+at once) and closes; when the process dies without it, nsqd redelivers them after
+``msg_timeout``. The Spark ``nsq`` reader is built on it.
 
-Messages are handed to the reader in arrival order and stay in flight on nsqd until
-the reader calls :meth:`Subscriber.finish` (when Spark commits their batch). Nothing is
-FINished otherwise. :meth:`Subscriber.shutdown` REQueues every message still in flight
-(nsqd redelivers them at once) and closes; when the process dies without it, nsqd
-redelivers them after ``msg_timeout``.
+It follows the same rules as the Twisted :class:`~txnsq.consumer.Consumer`, from
+:mod:`txnsq._wire`: RDY shared by :class:`~txnsq._wire.rdy.RdyController` (the total
+never above ``max_in_flight``), TOUCH timing by :func:`~txnsq._wire.touch.touch_schedule`,
+reconnect delays by :class:`~txnsq._wire.retry.RetryPolicy`, nsqlookupd answers merged by
+:class:`~txnsq._wire.lookup.LookupAnswers`.
 
-This module needs neither pyspark nor pyarrow.
+This module needs neither Twisted nor pyspark.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import math
+import random
 import selectors
 import socket
 import threading
@@ -27,125 +33,407 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
 
+from txnsq._wire.address import format_address, parse_address
+from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.frames import MessageFrame
-from txnsq._wire.lookup import LOOKUP_ACCEPT, lookup_url, parse_lookup_response
-from txnsq.blocking._connection import Connection
+from txnsq._wire.identify import Features, IdentifyOptions
+from txnsq._wire.lookup import (
+    LOOKUP_HEADERS,
+    MAX_LOOKUP_RESPONSE_SIZE,
+    STALE_POLLS,
+    LookupAnswers,
+    LookupResponseError,
+    lookup_url,
+    parse_lookup_response,
+)
+from txnsq._wire.numbers import check_number
+from txnsq._wire.rdy import DEFAULT_RDY_REDISTRIBUTE_INTERVAL, RdyController, RdyUpdate
+from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
+from txnsq._wire.touch import touch_schedule
+from txnsq.blocking._connection import DEFAULT_TIMEOUT, Connection
 from txnsq.errors import NSQError
+from txnsq.tls_options import TLSOptions
 
-if TYPE_CHECKING:  # the Subscriber gets its own options in the redesign (issue 11)
-    from txnsq.spark.options import ReadOptions
+__all__ = [
+    "MAX_CONNECTIONS_PER_NSQD",
+    "Chunk",
+    "ConnectionFactory",
+    "ConnectionState",
+    "LookupdFetcher",
+    "Subscriber",
+    "SubscriberConnection",
+    "SubscriberOptions",
+    "fetch_lookup",
+]
 
-__all__ = ["Chunk", "ConnectionState", "Subscriber"]
+_log = logging.getLogger("txnsq.blocking")
 
-_log = logging.getLogger("txnsq.spark")
-
-_RECONNECT_MIN_S: Final = 1.0
-_RECONNECT_MAX_S: Final = 30.0
+#: Upper bound on the connections a Subscriber opens to one nsqd.
+MAX_CONNECTIONS_PER_NSQD: Final = 200
+#: Seconds between two nsqlookupd polls, by default.
+DEFAULT_LOOKUPD_POLL_INTERVAL: Final = 60.0
+#: Each wait during :meth:`Subscriber.shutdown` (RDY 0, REQ, CLS) is bounded by this.
 _SHUTDOWN_IO_TIMEOUT_S: Final = 2.0
+#: The I/O and discovery threads look at their clocks at least this often (seconds).
+_MAX_WAIT_S: Final = 1.0
+_DISCOVERY_MAX_WAIT_S: Final = 5.0
+
+
+# -- options ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubscriberOptions:
+    """What a :class:`Subscriber` reads and how, validated at construction.
+
+    Times are in seconds. At least one of ``nsqd`` and ``lookupd`` is needed.
+
+    :param topic: the topic to read.
+    :param channel: the channel to read it through.
+    :param nsqd: nsqd TCP addresses (``"host:port"``, ``"[v6]:port"``, ``"host"``) to
+        read from for as long as the subscriber runs; kept as ``"host:port"``.
+    :param lookupd: nsqlookupd HTTP addresses (``"host:port"``, ``"http://..."``,
+        ``"https://..."``) polled for the topic's nsqds.
+    :param max_in_flight: messages in flight over all connections (taken and not yet
+        answered, or buffered); the sum of RDY never exceeds it.
+    :param connections_per_nsqd: connections to open to each nsqd; ``None`` opens enough
+        that ``max_in_flight`` fits under nsqd's ``max_rdy_count`` per connection (at
+        most :data:`MAX_CONNECTIONS_PER_NSQD`).
+    :param identify: what each connection asks for in IDENTIFY (``msg_timeout_ms``,
+        compression, output buffering, ...).
+    :param tls: TLS settings; when given, every connection upgrades to TLS.
+    :param auth_secret: sent with AUTH when nsqd requires it; never shown in a ``repr``.
+    :param timeout: seconds any single blocking wait may take: TCP connect, the
+        handshake and SUB, a command's answer, one nsqlookupd request.
+    :param lookupd_poll_interval: seconds between two nsqlookupd polls.
+    :param rdy_redistribute_interval: seconds between two RDY redistributions when
+        there are more connections than ``max_in_flight``.
+    :param retry: the reconnect policy (the same as the Consumer's and the Producer's).
+    :raises TypeError: for a value of the wrong type (one address string where a
+        sequence is expected, a non-int count, ...).
+    :raises ValueError: for an invalid topic, channel, address or number, or neither
+        ``nsqd`` nor ``lookupd``.
+    """
+
+    topic: str
+    channel: str
+    nsqd: Sequence[str] = ()
+    lookupd: Sequence[str] = ()
+    max_in_flight: int = 1
+    connections_per_nsqd: int | None = None
+    identify: IdentifyOptions = field(default_factory=IdentifyOptions)
+    tls: TLSOptions | None = None
+    auth_secret: str | bytes | None = field(default=None, repr=False)
+    timeout: float = DEFAULT_TIMEOUT
+    lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL
+    rdy_redistribute_interval: float = DEFAULT_RDY_REDISTRIBUTE_INTERVAL
+    retry: RetryPolicy = DEFAULT_RETRY
+
+    def __post_init__(self) -> None:
+        validate_topic_name(self.topic)
+        validate_channel_name(self.channel)
+        for name in ("nsqd", "lookupd"):
+            value = getattr(self, name)
+            if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+                raise TypeError(f"{name} must be a sequence of addresses, not one address")
+        nsqd = tuple(dict.fromkeys(format_address(*parse_address(a)) for a in self.nsqd))
+        lookupd = tuple(dict.fromkeys(self.lookupd))
+        for address in lookupd:
+            if not isinstance(address, str):
+                raise TypeError(f"lookupd address must be a str, not {type(address).__name__}")
+            lookup_url(address, self.topic)  # ValueError for a bad one
+        if not nsqd and not lookupd:
+            raise ValueError("give nsqd or lookupd addresses (or both)")
+        object.__setattr__(self, "nsqd", nsqd)
+        object.__setattr__(self, "lookupd", lookupd)
+        check_number(self.max_in_flight, "max_in_flight", integer=True, minimum=1)
+        check_number(
+            self.connections_per_nsqd,
+            "connections_per_nsqd",
+            integer=True,
+            minimum=1,
+            maximum=MAX_CONNECTIONS_PER_NSQD,
+            allow_none=True,
+        )
+        for name in ("timeout", "lookupd_poll_interval", "rdy_redistribute_interval"):
+            check_number(getattr(self, name), name, positive=True)
+        if not isinstance(self.identify, IdentifyOptions):
+            raise TypeError(f"identify must be IdentifyOptions, not {type(self.identify).__name__}")
+        if self.tls is not None and not isinstance(self.tls, TLSOptions):
+            raise TypeError(f"tls must be TLSOptions or None, not {type(self.tls).__name__}")
+        if self.auth_secret is not None and not isinstance(self.auth_secret, str | bytes):
+            raise TypeError("auth_secret must be str or bytes")
+        if not isinstance(self.retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
+
+    def connections_for(self, max_rdy_count: int) -> int:
+        """How many connections to open to an nsqd whose ``max_rdy_count`` is given:
+        ``connections_per_nsqd``, or enough that ``max_in_flight`` fits under it."""
+        if self.connections_per_nsqd is not None:
+            return self.connections_per_nsqd
+        needed = math.ceil(self.max_in_flight / max(1, max_rdy_count))
+        return max(1, min(MAX_CONNECTIONS_PER_NSQD, needed))
+
+
+# -- what the Subscriber is given ---------------------------------------------------------
+
+
+class SubscriberConnection(Protocol):
+    """What a :class:`Subscriber` needs of one subscribed connection to nsqd
+    (:class:`~txnsq.blocking.Connection` is one; tests give fakes)."""
+
+    #: seconds a wait may take (lowered during shutdown)
+    timeout: float | None
+
+    @property
+    def address(self) -> str:
+        """``"host:port"`` of the nsqd."""
+
+    @property
+    def features(self) -> Features:
+        """What nsqd agreed to in IDENTIFY."""
+
+    def fileno(self) -> int:
+        """The socket's file descriptor, for a selector."""
+
+    def has_buffered_input(self) -> bool:
+        """Whether :meth:`receive` has something without the socket being readable."""
+
+    def receive(self, timeout: float | None = None) -> list[MessageFrame]:
+        """The messages that arrived (``timeout=0``: without waiting)."""
+
+    def rdy(self, count: int) -> None:
+        """Send ``RDY count``."""
+
+    def finish_many(self, message_ids: Iterable[bytes]) -> None:
+        """``FIN`` these messages."""
+
+    def requeue_many(self, message_ids: Iterable[bytes], delay: float = 0.0) -> None:
+        """``REQ`` these messages."""
+
+    def touch_many(self, message_ids: Iterable[bytes]) -> None:
+        """``TOUCH`` these messages."""
+
+    def close_cleanly(self) -> None:
+        """Send ``CLS`` and wait for ``CLOSE_WAIT``."""
+
+    def close(self) -> None:
+        """Close at once."""
+
+
+#: ``connect(address) -> connection``: dial nsqd at ``address``, do the handshake and SUB
+#: to the subscriber's topic and channel, and return the connection (RDY still 0).
+#: Raises :class:`~txnsq.errors.NSQError` or :class:`OSError` when that fails.
+ConnectionFactory = Callable[[str], SubscriberConnection]
+
+#: ``fetch(url, timeout) -> (HTTP status, body)``: one nsqlookupd ``/lookup`` request.
+#: Raises :class:`OSError` (or :class:`ValueError`) when there is no answer.
+LookupdFetcher = Callable[[str, float], tuple[int, bytes]]
+
+
+def fetch_lookup(url: str, timeout: float) -> tuple[int, bytes]:
+    """``GET url`` with :data:`~txnsq._wire.lookup.LOOKUP_HEADERS` (the Twisted poller's
+    headers) and return ``(status, body)``; the default :data:`LookupdFetcher`.
+
+    :raises OSError: when the request fails or takes longer than ``timeout`` per wait.
+    :raises LookupResponseError: for a body larger than
+        :data:`~txnsq._wire.lookup.MAX_LOOKUP_RESPONSE_SIZE` (the Twisted poller's cap).
+    """
+    request = urllib.request.Request(url, headers=LOOKUP_HEADERS)
+    limit = MAX_LOOKUP_RESPONSE_SIZE + 1
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, body = response.status, response.read(limit)
+    except urllib.error.HTTPError as e:  # 404 (no such topic) and other statuses
+        if e.fp is None:
+            return e.code, b""
+        with e:
+            status, body = e.code, e.read(limit)
+    if len(body) > MAX_LOOKUP_RESPONSE_SIZE:
+        raise LookupResponseError(f"nsqlookupd answer larger than {MAX_LOOKUP_RESPONSE_SIZE} bytes")
+    return status, body
+
+
+# -- state --------------------------------------------------------------------------------
 
 
 class ConnectionState:
-    """One subscribed connection and what is in flight on it (owned by the I/O thread)."""
+    """One subscribed connection and what is in flight on it (owned by the I/O thread).
+
+    :ivar address: the nsqd's ``"host:port"``.
+    :ivar alive: ``False`` once the connection is lost or closed; messages taken from it
+        can no longer be answered (nsqd redelivers them).
+    """
 
     __slots__ = ("address", "alive", "conn", "fd", "inflight", "paused", "rdy", "warned_old")
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: SubscriberConnection) -> None:
         self.conn = conn
         self.address = conn.address
-        self.fd = conn.fileno()
+        self.fd = -1
         self.alive = True
-        #: message id -> monotonic time of delivery, for TOUCH and shutdown REQ
+        #: message id -> time of delivery (the subscriber's clock), for TOUCH and shutdown
         self.inflight: dict[bytes, float] = {}
-        self.rdy = 0
-        self.paused = False
+        self.rdy = 0  # the RDY last sent
+        self.paused = False  # a message past the cutoff came: RDY 0 from then on
         self.warned_old = False
+
+    def __repr__(self) -> str:
+        return f"<ConnectionState {self.address} in flight {len(self.inflight)} rdy {self.rdy}>"
 
 
 #: A run of messages from one connection, in arrival order.
 Chunk = tuple[ConnectionState, list[MessageFrame]]
 
 
-class Subscriber:
-    """Subscribes to one topic/channel on every nsqd and buffers messages for the reader.
+class _TouchGroup:
+    """Messages delivered by one read: touched together, on one schedule."""
 
-    Thread use: :meth:`start`, :meth:`take`, :meth:`finish`, :meth:`set_cutoff` and
-    :meth:`shutdown` are called from the reader's thread; the I/O and discovery threads
-    are internal. :meth:`shutdown` is also safe from a signal handler.
+    __slots__ = ("delivered_at", "ids", "state")
+
+    def __init__(self, state: ConnectionState, delivered_at: float, ids: list[bytes]) -> None:
+        self.state = state
+        self.delivered_at = delivered_at
+        self.ids = ids
+
+
+# -- the subscriber -----------------------------------------------------------------------
+
+
+class Subscriber:
+    """Reads one topic/channel from every nsqd and buffers messages for the caller.
+
+    :param options: what to read and how.
+    :param clock: monotonic seconds (:func:`time.monotonic`); inject one in tests.
+    :param connect: how to open a subscribed connection to an address (default: a
+        :class:`~txnsq.blocking.Connection` with ``options``' identify, TLS, auth and
+        timeout, connected and SUBscribed).
+    :param fetch: how to ask one nsqlookupd (default: :func:`fetch_lookup`).
+    :param rng: the random source of reconnect jitter and RDY redistribution (a seeded
+        :class:`random.Random` gives the same reconnect delays as a Consumer or a
+        Producer seeded alike).
+    :raises TypeError: when ``options`` is not a :class:`SubscriberOptions`.
+
+    Thread use: :meth:`start`, :meth:`take`, :meth:`finish`, :meth:`requeue`,
+    :meth:`set_cutoff` and :meth:`shutdown` are called from the caller's thread; the I/O
+    and discovery threads are internal. :meth:`shutdown` is also safe from a signal
+    handler.
     """
 
-    def __init__(self, options: ReadOptions, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        options: SubscriberOptions,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        connect: ConnectionFactory | None = None,
+        fetch: LookupdFetcher | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not isinstance(options, SubscriberOptions):
+            raise TypeError(f"options must be SubscriberOptions, not {type(options).__name__}")
         self.options = options
         self._clock = clock
+        self._connect = connect or self._open
+        self._fetch = fetch or fetch_lookup
+        self._rng = rng or random.Random()
+        self._retry = options.retry
+        # -- shared with the caller's thread
         self._ready: deque[Chunk] = deque()
+        #: set while messages are buffered
         self.data_event = threading.Event()
-        #: monotonic time of the last delivery, FIN or RDY change: the channel looks
-        #: drained when nothing happened for a while.
+        #: the clock's time of the last delivery, FIN or RDY change: the channel looks
+        #: drained when nothing happened for a while
         self.last_activity = clock()
+        #: connections lost so far
+        self.errors = 0
         self._commands: deque[tuple[str, Any]] = deque()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._states: list[ConnectionState] = []  # I/O thread only
-        self._conn_count = 0  # alive connections, for RDY sharing
-        self._max_rdy_count = 2500
-        self._msg_timeout_ms = 60_000
-        self._max_msg_timeout_ms = 900_000
         self._cutoff_ns: int | None = None
+        self._conn_count = 0
         self._stopping = threading.Event()
-        self._io_done = threading.Event()
-        self._io_thread: threading.Thread | None = None
-        self._discovery_thread: threading.Thread | None = None
-        self._discovery_wake = threading.Event()
         self._shutdown_lock = threading.RLock()  # RLock: a signal handler may re-enter
         self._shut = False
-        self._producers: dict[str, int] = {}  # address -> connections wanted
+        self._started = False
+        # -- the I/O thread's
+        self._io_thread: threading.Thread | None = None
+        self._io_done = threading.Event()
+        self._selector: selectors.BaseSelector | None = None
+        self._states: list[ConnectionState] = []
+        self._rdy: RdyController[ConnectionState] = RdyController(
+            options.max_in_flight, rng=self._rng
+        )
+        self._touches: list[tuple[float, int, _TouchGroup]] = []  # a heap
+        self._touch_seq = itertools.count()
+        self._next_redistribute = clock() + options.rdy_redistribute_interval
+        # -- the discovery thread's
+        self._discovery_thread: threading.Thread | None = None
+        self._discovery_wake = threading.Event()
+        self._lookup_urls = [(a, lookup_url(a, options.topic)) for a in options.lookupd]
+        self._lookup = LookupAnswers(
+            options.lookupd, stale_after=STALE_POLLS * options.lookupd_poll_interval
+        )
+        self._next_lookup = 0.0
+        # -- shared by the I/O and discovery threads, under _lock
+        self._lock = threading.Lock()
         self._per_address: dict[str, list[ConnectionState]] = {}
-        self._lock = threading.Lock()  # guards _per_address between threads
-        self._next_attempt: dict[str, float] = {}
-        self._backoff: dict[str, float] = {}
+        self._wanted: dict[str, int] = {}  # address -> connections wanted (once known)
+        self._attempts: dict[str, int] = {}  # address -> consecutive failed attempts
+        self._next_attempt: dict[str, float] = {}  # address -> when to dial again
         self._lost_logged: set[str] = set()
-        self._discovered: list[str] = []  # producers in nsqlookupd's latest answer
-        self._lookup_answered = False
-        self.errors = 0
 
-    # -- lifecycle (reader thread) -----------------------------------------------------
+    # -- lifecycle (caller's thread) ----------------------------------------------------
 
     def start(self) -> None:
-        """Connect (the first nsqd synchronously, to fail fast on a bad address or bad
-        credentials), then start the I/O and discovery threads.
+        """Poll nsqlookupd, connect to every nsqd found or given (synchronously, to fail
+        fast on a bad address or bad credentials), then start the I/O and discovery
+        threads. Unreachable nsqds are retried in the background.
 
-        :raises NSQError, OSError: when no static nsqd can be reached at all.
+        :raises NSQError, OSError: when ``nsqd`` addresses were given and none of them
+            could be reached (the subscriber is then shut down).
+        :raises RuntimeError: when called twice, or after :meth:`shutdown`.
         """
-        addresses = list(self.options.connection.nsqd)
-        if self.options.lookupd:
-            self._discovered = self._lookup()
-            addresses.extend(a for a in self._discovered if a not in addresses)
-        self._io_thread = threading.Thread(target=self._io_loop, name="txnsq-spark-io", daemon=True)
-        self._io_thread.start()
+        if self._started or self._shut:
+            raise RuntimeError("a Subscriber can be started only once")
+        self._started = True
+        now = self._clock()
+        if self._lookup_urls:
+            self._poll_lookupd()
+            self._next_lookup = now + self.options.lookupd_poll_interval
         first_error: Exception | None = None
-        for address in addresses:
+        for address in self._addresses(now):
             try:
                 self._connect_address(address)
             except (NSQError, OSError) as e:
-                _log.warning("nsq reader: cannot connect to %s: %s", address, e)
+                _log.warning("nsq subscriber: cannot connect to %s: %s", address, e)
                 first_error = first_error or e
-                self._schedule_retry(address)
-        if self.options.connection.nsqd and self._conn_count_wanted() == 0 and first_error:
+                self._failed(address)
+        if self.options.nsqd and first_error is not None and not self._open_count():
             self.shutdown()
             raise first_error
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._io_thread = threading.Thread(
+            target=self._io_loop, name="txnsq-subscriber-io", daemon=True
+        )
+        self._io_thread.start()
         self._discovery_thread = threading.Thread(
-            target=self._discovery_loop, name="txnsq-spark-discovery", daemon=True
+            target=self._discovery_loop, name="txnsq-subscriber-discovery", daemon=True
         )
         self._discovery_thread.start()
 
     def shutdown(self, timeout: float = 5.0) -> None:
-        """REQueue every message in flight (immediate redelivery), CLS and close.
+        """Stop reading: RDY 0, REQueue every message in flight (immediate
+        redelivery), CLS and close every connection.
 
         Idempotent and safe to call from a signal handler or ``atexit``; waits at most
-        about ``timeout`` seconds.
+        about ``timeout`` seconds for the I/O thread. Messages taken and not answered
+        yet cannot be answered afterwards (nsqd redelivers them).
         """
         with self._shutdown_lock:
             if self._shut:
@@ -153,10 +441,14 @@ class Subscriber:
             self._shut = True
         self._stopping.set()
         self._discovery_wake.set()
-        self._command("shutdown", None)
         thread = self._io_thread
-        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
-            self._io_done.wait(timeout)
+        if thread is None:
+            self._run_commands(self._clock())  # connections never handed to a thread
+            self._shutdown_io()
+        else:
+            self._command("shutdown", None)
+            if thread.is_alive() and thread is not threading.current_thread():
+                self._io_done.wait(timeout)
         for sock in (self._wake_r, self._wake_w):
             try:
                 sock.close()
@@ -169,21 +461,24 @@ class Subscriber:
         return self._shut
 
     def check(self) -> None:
-        """Raise if the I/O thread died (a bug): the query must fail, not stall.
+        """Raise if the I/O thread died (a bug), so that the caller fails instead of
+        waiting for ever. Nothing unanswered was FINished: nsqd redelivers it.
 
-        Nothing was FINished that Spark had not committed, so nsqd redelivers the rest.
+        :raises RuntimeError: when the I/O thread stopped without :meth:`shutdown`.
         """
         thread = self._io_thread
         if thread is not None and not thread.is_alive() and not self._shut:
             raise RuntimeError(
-                "the nsq reader's I/O thread stopped unexpectedly (see the log); "
+                "the nsq subscriber's I/O thread stopped unexpectedly (see the log); "
                 "its messages are redelivered by nsqd"
             )
 
-    # -- reader-facing API -------------------------------------------------------------
+    # -- caller-facing API --------------------------------------------------------------
 
     def take(self, limit: int) -> list[Chunk]:
-        """Remove and return up to ``limit`` buffered messages (from live connections)."""
+        """Remove and return up to ``limit`` buffered messages, as runs from one
+        connection each, in arrival order. Messages of lost connections are dropped
+        (nsqd redelivers them). Never waits: see :meth:`wait_for_data`."""
         out: list[Chunk] = []
         ready = self._ready
         need = limit
@@ -194,7 +489,7 @@ class Subscriber:
                 break
             state, messages = chunk
             if not state.alive:
-                continue  # nsqd redelivers them: the connection that got them is gone
+                continue
             if len(messages) > need:
                 ready.appendleft((state, messages[need:]))
                 messages = messages[:need]
@@ -211,22 +506,29 @@ class Subscriber:
         return sum(len(m) for _, m in list(self._ready))
 
     def finish(self, chunks: list[Chunk]) -> None:
-        """FIN these messages (their batch was committed)."""
+        """FIN these messages (taken with :meth:`take`); sent by the I/O thread.
+
+        Messages of connections lost since are skipped (nsqd redelivers them)."""
         self.last_activity = self._clock()
         self._command("fin", chunks)
 
     def requeue(self, chunks: list[Chunk]) -> None:
-        """REQ these messages with no delay."""
+        """REQ these messages (taken with :meth:`take`) with no delay: nsqd redelivers
+        them at once. Messages of connections lost since are skipped."""
         self._command("req", chunks)
 
     def set_cutoff(self, timestamp_ns: int | None) -> None:
-        """Stop taking messages published after ``timestamp_ns`` (Trigger.AvailableNow):
-        a connection that receives one is paused (RDY 0) and the message is held in
-        flight until shutdown requeues it."""
+        """Stop taking messages published after ``timestamp_ns`` (nanoseconds since the
+        epoch, as nsqd stamps them; ``None``: no cutoff). A connection that receives one
+        is paused (RDY 0) and the message is held in flight until :meth:`shutdown`
+        requeues it."""
         self._cutoff_ns = timestamp_ns
 
     def wait_for_data(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for buffered messages; return whether any."""
+        """Wait up to ``timeout`` seconds for buffered messages.
+
+        :returns: whether some are buffered.
+        """
         if self._ready:
             return True
         return self.data_event.wait(timeout)
@@ -236,26 +538,41 @@ class Subscriber:
         """How many subscribed connections are open (all nsqds)."""
         return self._conn_count
 
-    # -- commands to the I/O thread ----------------------------------------------------
+    # -- commands to the I/O thread -----------------------------------------------------
 
     def _command(self, name: str, arg: Any) -> None:
         self._commands.append((name, arg))
         try:
             self._wake_w.send(b"\0")
-        except (BlockingIOError, OSError):
+        except OSError:
             pass  # the wake-up pipe is full (a wake-up is pending) or closed
 
-    # -- I/O thread --------------------------------------------------------------------
+    def _run_commands(self, now: float) -> bool:
+        """Run queued commands; return True when the loop must end (shutdown)."""
+        commands = self._commands
+        while commands:
+            name, arg = commands.popleft()
+            if name == "fin" or name == "req":
+                self._answer(arg, name == "fin")
+            elif name == "add":
+                states = list(arg)
+                while commands and commands[0][0] == "add":  # RDY is shared once for all
+                    states.extend(commands.popleft()[1])
+                self._add(states, now)
+            elif name == "shutdown":
+                self._shutdown_io()
+                return True
+        return False
+
+    # -- I/O thread ---------------------------------------------------------------------
 
     def _io_loop(self) -> None:
-        selector = selectors.DefaultSelector()
-        selector.register(self._wake_r, selectors.EVENT_READ, None)
-        touch_every = 0.0
-        next_touch = self._clock() + 1.0
+        selector = self._selector
+        assert selector is not None
         try:
             while True:
                 now = self._clock()
-                timeout = max(0.0, min(next_touch - now, 1.0))
+                timeout = min(max(self._next_due() - now, 0.0), _MAX_WAIT_S)
                 buffered = [s for s in self._states if s.conn.has_buffered_input()]
                 if buffered:
                     timeout = 0.0
@@ -266,22 +583,14 @@ class Subscriber:
                         try:
                             while self._wake_r.recv(4096):
                                 pass
-                        except (BlockingIOError, OSError):
+                        except OSError:
                             pass
                     else:
                         ready[id(key.data)] = key.data
-                if self._run_commands(selector):
+                if not self._io_step(ready.values(), self._clock()):
                     return
-                for state in ready.values():
-                    if state.alive:
-                        self._receive(state, selector)
-                now = self._clock()
-                if now >= next_touch:
-                    touch_every = max(0.5, self._msg_timeout_ms / 1000.0 / 3.0)
-                    self._touch_all(now, selector)
-                    next_touch = now + touch_every
         except Exception:  # pragma: no cover - a bug: log it, then let nsqd redeliver
-            _log.exception("nsq reader: I/O thread failed")
+            _log.exception("nsq subscriber: I/O thread failed")
             for state in self._states:
                 state.alive = False
                 state.conn.close()
@@ -289,78 +598,84 @@ class Subscriber:
             selector.close()
             self._io_done.set()
 
-    def _run_commands(self, selector: selectors.BaseSelector) -> bool:
-        """Run queued commands; return True when the loop must end (shutdown)."""
-        commands = self._commands
-        while commands:
-            name, arg = commands.popleft()
-            if name == "fin" or name == "req":
-                self._ack(name, arg, selector)
-            elif name == "add":
-                self._add(arg, selector)
-            elif name == "shutdown":
-                self._shutdown_io(selector)
-                return True
-        return False
+    def _io_step(self, readable: Iterable[ConnectionState], now: float) -> bool:
+        """One turn of the I/O thread, after its wait: run the queued commands, read the
+        ``readable`` connections, then do what time made due.
 
-    def _add(self, state: ConnectionState, selector: selectors.BaseSelector) -> None:
+        :returns: ``False`` once shut down.
+        """
+        if self._run_commands(now):
+            return False
+        for state in readable:
+            if state.alive:
+                self._receive(state, now)
+        self._tick(self._clock())
+        return True
+
+    def _add(self, states: list[ConnectionState], now: float) -> None:
+        """New subscribed connections (to one nsqd): share RDY with them."""
         if self._stopping.is_set():
-            state.conn.close()
+            for state in states:
+                state.conn.close()
             return
-        features = state.conn.features
-        self._max_rdy_count = features.max_rdy_count
-        self._msg_timeout_ms = features.msg_timeout_ms
-        self._max_msg_timeout_ms = features.max_msg_timeout_ms
-        self._states.append(state)
-        state.fd = state.conn.fileno()
-        selector.register(state.fd, selectors.EVENT_READ, state)
-        self._rebalance(selector)
+        for state in states:
+            self._states.append(state)
+            state.fd = state.conn.fileno()
+            if self._selector is not None:
+                self._selector.register(state.fd, selectors.EVENT_READ, state)
+        self._conn_count = len(self._states)
+        added = [(state, state.conn.features.max_rdy_count) for state in states]
+        self._send_rdy(self._rdy.add_connections(added, now))
 
-    def _rebalance(self, selector: selectors.BaseSelector) -> None:
-        """Share ``max_in_flight`` between the live, unpaused connections as RDY."""
-        live = [s for s in self._states if s.alive and not s.paused]
-        self._conn_count = len([s for s in self._states if s.alive])
-        if not live:
+    def _send_rdy(self, updates: list[RdyUpdate[ConnectionState]]) -> None:
+        """Send what the RdyController answered, in order (lowerings come first)."""
+        for state, count in updates:
+            self._set_rdy(state, 0 if state.paused else count)
+
+    def _set_rdy(self, state: ConnectionState, count: int) -> None:
+        if not state.alive or state.rdy == count:
             return
-        # Share by the connections wanted, not only those open yet: lowering RDY later
-        # cannot take back what nsqd already sent.
-        producers = self._producers
-        wanted = sum(producers.get(a, 1) for a in {s.address for s in live})
-        share = max(
-            1, min(self._max_rdy_count, self.options.max_in_flight // max(len(live), wanted))
-        )
-        for state in live:
-            if state.rdy != share:
-                self._rdy(state, share, selector)
-
-    def _rdy(self, state: ConnectionState, count: int, selector: selectors.BaseSelector) -> None:
         try:
-            state.conn.rdy(min(count, state.conn.features.max_rdy_count))
-            state.rdy = count
-            self.last_activity = self._clock()
+            state.conn.rdy(count)
         except (NSQError, OSError) as e:
-            self._lost(state, e, selector)
+            self._lost(state, e)
+            return
+        state.rdy = count
+        self.last_activity = self._clock()
 
-    def _receive(self, state: ConnectionState, selector: selectors.BaseSelector) -> None:
+    def _receive(self, state: ConnectionState, now: float) -> None:
+        """Read what ``state``'s connection has (it is readable)."""
         try:
             messages = state.conn.receive(0)
         except (NSQError, OSError) as e:
-            self._lost(state, e, selector)
+            self._lost(state, e)
             return
         if not messages:
             return
-        now = self._clock()
         inflight = state.inflight
-        for message in messages:
-            inflight[message.id] = now
+        ids = [m.id for m in messages]
+        before = len(inflight)
+        inflight.update(dict.fromkeys(ids, now))
+        self._send_rdy(self._rdy.messages_received(state, len(ids), now))
+        redelivered = before + len(ids) - len(inflight)
+        if redelivered:
+            # nsqd timed out an earlier delivery and sent it again: that one is void.
+            self._send_rdy(self._rdy.messages_answered(state, redelivered))
+        features = state.conn.features
+        at = touch_schedule(
+            features.msg_timeout_ms / 1000.0, features.max_msg_timeout_ms / 1000.0, now, now
+        )
+        if at is not None:
+            group = _TouchGroup(state, now, ids)
+            heapq.heappush(self._touches, (at, next(self._touch_seq), group))
         cutoff = self._cutoff_ns
         if cutoff is not None:
             keep = [m for m in messages if m.timestamp <= cutoff]
             if len(keep) != len(messages) and not state.paused:
-                # Published after Trigger.AvailableNow started: not for this run. Hold it
-                # (shutdown requeues it) and stop this connection's flow.
+                # Published after the cutoff: not for this run. Hold it (shutdown
+                # requeues it) and stop this connection's flow.
                 state.paused = True
-                self._rdy(state, 0, selector)
+                self._set_rdy(state, 0)
             messages = keep
             if not messages:
                 return
@@ -368,84 +683,120 @@ class Subscriber:
         self._ready.append((state, messages))
         self.data_event.set()
 
-    def _ack(self, name: str, chunks: list[Chunk], selector: selectors.BaseSelector) -> None:
-        by_state: dict[int, tuple[ConnectionState, list[bytes]]] = {}
+    def _answer(self, chunks: list[Chunk], finish: bool) -> None:
+        """FIN (or REQ) the messages of ``chunks`` still in flight on live connections."""
+        by_state: dict[ConnectionState, list[bytes]] = {}
         for state, messages in chunks:
             if not state.alive:
                 continue
-            entry = by_state.get(id(state))
-            if entry is None:
-                entry = by_state[id(state)] = (state, [])
-            entry[1].extend([m.id for m in messages])
-        for state, ids in by_state.values():
-            if not state.alive:
-                continue
             inflight = state.inflight
-            for message_id in ids:
-                inflight.pop(message_id, None)
+            ids = by_state.setdefault(state, [])
+            for message in messages:
+                if inflight.pop(message.id, None) is not None:
+                    ids.append(message.id)
+        for state, ids in by_state.items():
+            if not state.alive or not ids:
+                continue
             try:
-                if name == "fin":
+                if finish:
                     state.conn.finish_many(ids)
                 else:
                     state.conn.requeue_many(ids, 0)
             except (NSQError, OSError) as e:
-                self._lost(state, e, selector)
+                self._lost(state, e)
+                continue
+            self._send_rdy(self._rdy.messages_answered(state, len(ids)))
         self.last_activity = self._clock()
 
-    def _touch_all(self, now: float, selector: selectors.BaseSelector) -> None:
-        max_age = self._max_msg_timeout_ms / 1000.0
-        for state in list(self._states):
-            if not state.alive or not state.inflight:
-                continue
-            ids = list(state.inflight)
-            oldest = state.inflight[ids[0]]
-            if now - oldest > max_age * 0.9 and not state.warned_old:
-                state.warned_old = True
-                _log.warning(
-                    "nsq reader: messages on %s have been in flight for %.0f s, close to "
-                    "nsqd's max-msg-timeout (%.0f s): nsqd will redeliver them (duplicates) "
-                    "unless their batch commits first",
-                    state.address,
-                    now - oldest,
-                    max_age,
-                )
-            try:
-                state.conn.touch_many(ids)
-            except (NSQError, OSError) as e:
-                self._lost(state, e, selector)
+    def _next_due(self) -> float:
+        """When :meth:`_tick` has something to do next."""
+        due = self._next_redistribute
+        if self._touches:
+            due = min(due, self._touches[0][0])
+        release = self._rdy.next_release_at
+        if release is not None:
+            due = min(due, release)
+        return due
 
-    def _lost(self, state: ConnectionState, error: BaseException, selector: Any) -> None:
+    def _tick(self, now: float) -> None:
+        """Time passed: TOUCH what is due, grant held RDY, redistribute RDY."""
+        touches = self._touches
+        while touches and touches[0][0] <= now:
+            _, _, group = heapq.heappop(touches)
+            self._touch(group, now)
+        release = self._rdy.next_release_at
+        if release is not None and release <= now:
+            self._send_rdy(self._rdy.release(now))
+        if now >= self._next_redistribute:
+            self._next_redistribute = now + self.options.rdy_redistribute_interval
+            if self._rdy.needs_redistribution:
+                self._send_rdy(self._rdy.redistribute(now))
+
+    def _touch(self, group: _TouchGroup, now: float) -> None:
+        state = group.state
+        if not state.alive:
+            return
+        inflight = state.inflight
+        ids = [i for i in group.ids if i in inflight]
+        if not ids:
+            return
+        group.ids = ids
+        try:
+            state.conn.touch_many(ids)
+        except (NSQError, OSError) as e:
+            self._lost(state, e)
+            return
+        features = state.conn.features
+        max_timeout = features.max_msg_timeout_ms / 1000.0
+        at = touch_schedule(features.msg_timeout_ms / 1000.0, max_timeout, group.delivered_at, now)
+        if at is not None:
+            heapq.heappush(self._touches, (at, next(self._touch_seq), group))
+        elif not state.warned_old:
+            state.warned_old = True
+            _log.warning(
+                "nsq subscriber: messages on %s have been in flight for %.0f s; nsqd's "
+                "max-msg-timeout (%.0f s) stops further TOUCHes: nsqd will redeliver them "
+                "(duplicates) unless they are answered first",
+                state.address,
+                now - group.delivered_at,
+                max_timeout,
+            )
+
+    def _lost(self, state: ConnectionState, error: BaseException) -> None:
         if not state.alive:
             return
         state.alive = False
         self.errors += 1
+        now = self._clock()
         if not self._stopping.is_set():
             first = state.address not in self._lost_logged
             self._lost_logged.add(state.address)
             (_log.warning if first or state.inflight else _log.debug)(
-                "nsq reader: connection to %s lost (%s); its %d in-flight messages come back "
-                "from nsqd after msg_timeout",
+                "nsq subscriber: connection to %s lost (%s); its %d in-flight messages come "
+                "back from nsqd after msg_timeout",
                 state.address,
                 error,
                 len(state.inflight),
             )
-        try:
-            selector.unregister(state.fd)
-        except (KeyError, ValueError, OSError):
-            pass
+        if self._selector is not None:
+            try:
+                self._selector.unregister(state.fd)
+            except (KeyError, ValueError, OSError):
+                pass
         state.conn.close()
         state.inflight.clear()
         self._states = [s for s in self._states if s is not state]
+        self._conn_count = len(self._states)
         with self._lock:
             peers = self._per_address.get(state.address, [])
             if state in peers:
                 peers.remove(state)
-        self._rebalance(selector)
-        if state.address not in self._next_attempt:
-            self._next_attempt[state.address] = self._clock() + _RECONNECT_MIN_S
+            if state.address not in self._next_attempt:
+                self._schedule_retry(state.address, now)
+        self._send_rdy(self._rdy.remove_connection(state, now))
         self._discovery_wake.set()
 
-    def _shutdown_io(self, selector: selectors.BaseSelector) -> None:
+    def _shutdown_io(self) -> None:
         states = [s for s in self._states if s.alive]
         for state in states:
             conn = state.conn
@@ -453,6 +804,7 @@ class Subscriber:
             try:
                 if state.rdy:
                     conn.rdy(0)
+                    state.rdy = 0
                 if state.inflight:
                     conn.requeue_many(list(state.inflight), 0)
                     state.inflight.clear()
@@ -464,7 +816,7 @@ class Subscriber:
                 continue
             conn = state.conn
             try:
-                conn.cls()
+                conn.close_cleanly()
                 late = conn.receive(0)
                 if late:
                     conn.requeue_many([m.id for m in late], 0)
@@ -473,122 +825,132 @@ class Subscriber:
             state.alive = False
             conn.close()
         self._states = []
+        self._touches = []
         self._conn_count = 0
 
-    # -- discovery thread --------------------------------------------------------------
+    # -- discovery thread ---------------------------------------------------------------
 
-    def _conn_count_wanted(self) -> int:
+    def _discovery_loop(self) -> None:
+        while not self._stopping.is_set():
+            due = self._discover(self._clock())
+            wait = min(max(due - self._clock(), 0.05), _DISCOVERY_MAX_WAIT_S)
+            self._discovery_wake.wait(wait)
+            self._discovery_wake.clear()
+
+    def _discover(self, now: float) -> float:
+        """Poll nsqlookupd when due, dial every nsqd short of connections whose retry
+        time has come; return when there is something to do next."""
+        if self._lookup_urls and now >= self._next_lookup:
+            self._poll_lookupd()
+            now = self._clock()
+            self._next_lookup = now + self.options.lookupd_poll_interval
+        due = [self._next_lookup] if self._lookup_urls else []
+        for address in self._addresses(now):
+            if self._stopping.is_set():
+                break
+            with self._lock:
+                have = len(self._per_address.get(address, ()))
+                want = self._wanted.get(address)
+                retry_at = self._next_attempt.get(address)
+            if want is not None and have >= want:
+                continue
+            if retry_at is not None and retry_at > now:
+                due.append(retry_at)
+                continue
+            try:
+                self._connect_address(address)
+            except (NSQError, OSError) as e:
+                _log.warning("nsq subscriber: cannot connect to %s: %s", address, e)
+                due.append(self._failed(address))
+        return min(due) if due else now + _DISCOVERY_MAX_WAIT_S
+
+    def _addresses(self, now: float) -> list[str]:
+        """The nsqds to read from: the static ones always, the discovered ones while
+        nsqlookupd lists them."""
+        static = self.options.nsqd
+        found = self._lookup.producers(now) if self._lookup_urls else frozenset()
+        return list(static) + sorted(found.difference(static))
+
+    def _poll_lookupd(self) -> None:
+        """Ask every nsqlookupd once; feed the answers to the merge rule."""
+        timeout = self.options.timeout
+        for lookupd, url in self._lookup_urls:
+            try:
+                status, body = self._fetch(url, timeout)
+                if status == 404:  # the topic is unknown there: no producers
+                    producers: frozenset[str] = frozenset()
+                elif status == 200:
+                    producers = parse_lookup_response(body)
+                else:
+                    text = body[:200].decode("utf-8", "replace").strip()
+                    raise LookupResponseError(f"HTTP {status} {text}".strip())
+            except (OSError, ValueError) as e:  # LookupResponseError is a ValueError
+                _log.warning("nsq subscriber: nsqlookupd %s failed: %s", lookupd, e)
+                self._lookup.failed(lookupd)
+                continue
+            if self._lookup.answered(lookupd, producers, self._clock()):
+                _log.info("nsq subscriber: nsqlookupd %s answers again", lookupd)
+
+    def _open_count(self) -> int:
         with self._lock:
             return sum(len(v) for v in self._per_address.values())
 
     def _connect_address(self, address: str) -> None:
-        """Open the connections ``address`` should have (blocking; not the I/O thread)."""
-        with self._lock:
-            have = len(self._per_address.get(address, []))
-        want = self._producers.get(address)
-        while want is None or have < want:
-            state = self._open(address)
-            if want is None:
-                want = self.options.connections_for(state.conn.features.max_rdy_count)
-                self._producers[address] = want
-            with self._lock:
-                self._per_address.setdefault(address, []).append(state)
-            self._command("add", state)
-            have += 1
-        self._backoff.pop(address, None)
-        self._next_attempt.pop(address, None)
-        self._lost_logged.discard(address)
+        """Open the connections ``address`` should have (blocking; not the I/O thread).
 
-    def _open(self, address: str) -> ConnectionState:
-        settings = self.options.connection
-        identify: dict[str, object] = {
-            "output_buffer_timeout_ms": 25,
-            "output_buffer_size": 64 * 1024,
-        }
-        if self.options.msg_timeout_ms is not None:
-            identify["msg_timeout_ms"] = self.options.msg_timeout_ms
+        :raises NSQError, OSError: when one cannot be opened.
+        """
+        with self._lock:
+            have = len(self._per_address.get(address, ()))
+            want = self._wanted.get(address)
+        opened: list[ConnectionState] = []
+        try:
+            while want is None or have < want:
+                state = ConnectionState(self._connect(address))
+                if want is None:
+                    want = self.options.connections_for(state.conn.features.max_rdy_count)
+                with self._lock:
+                    self._wanted[address] = want
+                    self._per_address.setdefault(address, []).append(state)
+                opened.append(state)
+                have += 1
+                if self._stopping.is_set():
+                    return
+        finally:
+            if opened:  # handed over together, so that RDY is shared once
+                self._command("add", opened)
+        with self._lock:
+            self._attempts.pop(address, None)
+            self._next_attempt.pop(address, None)
+            self._lost_logged.discard(address)
+
+    def _failed(self, address: str) -> float:
+        """A dial of ``address`` failed: return when to try again."""
+        with self._lock:
+            return self._schedule_retry(address, self._clock())
+
+    def _schedule_retry(self, address: str, now: float) -> float:
+        """One more failed attempt (or a loss) for ``address``; ``_lock`` is held."""
+        attempt = self._attempts.get(address, 0) + 1
+        self._attempts[address] = attempt
+        at = now + self._retry.delay(attempt, self._rng.random)
+        self._next_attempt[address] = at
+        return at
+
+    def _open(self, address: str) -> SubscriberConnection:
+        """The default :data:`ConnectionFactory`."""
+        opts = self.options
         conn = Connection(
             address,
-            identify=settings.identify_options(**identify),
-            tls=settings.tls,
-            auth_secret=settings.auth_secret,
-            timeout=settings.timeout,
+            identify=opts.identify,
+            tls=opts.tls,
+            auth_secret=opts.auth_secret,
+            timeout=opts.timeout,
         )
         try:
             conn.connect()
-            conn.subscribe(self.options.topic, self.options.channel)
+            conn.subscribe(opts.topic, opts.channel)
         except BaseException:
             conn.close()
             raise
-        return ConnectionState(conn)
-
-    def _schedule_retry(self, address: str) -> None:
-        delay = min(_RECONNECT_MAX_S, self._backoff.get(address, _RECONNECT_MIN_S / 2) * 2)
-        self._backoff[address] = delay
-        self._next_attempt[address] = self._clock() + delay
-
-    def _lookup(self) -> list[str]:
-        """Ask every nsqlookupd for the topic's producers; return their union.
-
-        ``_lookup_answered`` tells whether any nsqlookupd answered at all (an empty union
-        then means the topic has no producers, not that discovery failed).
-        """
-        found: list[str] = []
-        self._lookup_answered = False
-        for lookupd in self.options.lookupd:
-            url = lookup_url(lookupd, self.options.topic)
-            request = urllib.request.Request(url, headers={"Accept": LOOKUP_ACCEPT})
-            try:
-                with urllib.request.urlopen(
-                    request, timeout=self.options.connection.timeout
-                ) as response:
-                    producers = parse_lookup_response(response.read())
-            except urllib.error.HTTPError as e:
-                if e.code == 404:  # topic unknown: no producers
-                    self._lookup_answered = True
-                else:
-                    _log.warning("nsq reader: nsqlookupd %s answered %s", lookupd, e.code)
-                continue
-            except (OSError, ValueError) as e:
-                _log.warning("nsq reader: cannot query nsqlookupd %s: %s", lookupd, e)
-                continue
-            self._lookup_answered = True
-            found.extend(p for p in sorted(producers) if p not in found)
-        return found
-
-    def _discovery_loop(self) -> None:
-        next_lookup = self._clock() + self.options.lookupd_poll_interval
-        while not self._stopping.is_set():
-            now = self._clock()
-            if self.options.lookupd and now >= next_lookup:
-                next_lookup = now + self.options.lookupd_poll_interval
-                found = self._lookup()
-                if found or self._lookup_answered:
-                    self._discovered = found
-            # Static addresses always; discovered ones while nsqlookupd lists them.
-            wanted = list(self.options.connection.nsqd)
-            wanted.extend(a for a in self._discovered if a not in wanted)
-            waits: list[float] = []
-            for address in dict.fromkeys(wanted):
-                if self._stopping.is_set():
-                    return
-                with self._lock:
-                    have = len(self._per_address.get(address, []))
-                want = self._producers.get(address)
-                if want is not None and have >= want:
-                    continue
-                retry_at = self._next_attempt.get(address, 0.0)
-                if retry_at > now:
-                    waits.append(retry_at - now)
-                    continue
-                try:
-                    self._connect_address(address)
-                except (NSQError, OSError) as e:
-                    _log.warning("nsq reader: cannot connect to %s: %s", address, e)
-                    self._schedule_retry(address)
-                    waits.append(self._next_attempt[address] - self._clock())
-            if self.options.lookupd:
-                waits.append(next_lookup - self._clock())
-            timeout = max(0.05, min(waits)) if waits else 5.0
-            self._discovery_wake.wait(min(timeout, 5.0))
-            self._discovery_wake.clear()
+        return conn

@@ -10,7 +10,6 @@ This module needs neither pyspark nor pyarrow.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -20,7 +19,7 @@ from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.lookup import lookup_url
 from txnsq._wire.numbers import parse_number
-from txnsq.blocking import TLSOptions
+from txnsq.blocking import SubscriberOptions, TLSOptions
 
 __all__ = [
     "ConnectionSettings",
@@ -43,8 +42,6 @@ DEFAULT_AVAILABLE_NOW_IDLE_MS: Final = 500
 READER_OUTPUT_BUFFER_TIMEOUT_MS: Final = 25
 #: nsqd's ``--max-output-buffer-size`` default: fewer, larger writes from nsqd.
 READER_OUTPUT_BUFFER_SIZE: Final = 64 * 1024
-#: Upper bound on the connections the reader opens to one nsqd.
-MAX_CONNECTIONS_PER_NSQD: Final = 200
 
 _TRUE: Final = frozenset({"true", "1", "yes", "on"})
 _FALSE: Final = frozenset({"false", "0", "no", "off", ""})
@@ -147,13 +144,33 @@ class ReadOptions:
     msg_timeout_ms: int | None = None
     available_now_idle_ms: int = DEFAULT_AVAILABLE_NOW_IDLE_MS
 
-    def connections_for(self, max_rdy_count: int) -> int:
-        """How many connections to open per nsqd so that ``max_in_flight`` fits under
-        nsqd's ``max_rdy_count`` per connection."""
-        if self.connections_per_nsqd is not None:
-            return self.connections_per_nsqd
-        needed = math.ceil(self.max_in_flight / max(1, max_rdy_count))
-        return max(1, min(MAX_CONNECTIONS_PER_NSQD, needed))
+    def subscriber_options(self) -> SubscriberOptions:
+        """The options of the blocking :class:`~txnsq.blocking.Subscriber` that reads
+        for this stream (nsqd flushes to it often, in large writes).
+
+        :raises ValueError, TypeError: as :class:`~txnsq.blocking.SubscriberOptions`
+            does (not for options :func:`parse_read_options` accepted).
+        """
+        settings = self.connection
+        identify: dict[str, object] = {
+            "output_buffer_timeout_ms": READER_OUTPUT_BUFFER_TIMEOUT_MS,
+            "output_buffer_size": READER_OUTPUT_BUFFER_SIZE,
+        }
+        if self.msg_timeout_ms is not None:
+            identify["msg_timeout_ms"] = self.msg_timeout_ms
+        return SubscriberOptions(
+            topic=self.topic,
+            channel=self.channel,
+            nsqd=settings.nsqd,
+            lookupd=self.lookupd,
+            max_in_flight=self.max_in_flight,
+            connections_per_nsqd=self.connections_per_nsqd,
+            identify=settings.identify_options(**identify),
+            tls=settings.tls,
+            auth_secret=settings.auth_secret,
+            timeout=settings.timeout,
+            lookupd_poll_interval=self.lookupd_poll_interval,
+        )
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:

@@ -2,7 +2,7 @@
 
 How a message travels:
 
-1. nsqd pushes it to one of the reader's connections (:mod:`txnsq.blocking._subscriber`),
+1. nsqd pushes it to one of the reader's connections (a :class:`txnsq.blocking.Subscriber`),
    in the long-lived Python process where Spark runs the reader's driver-side calls.
 2. ``read(start)`` (Spark's ``latestOffset``) moves up to ``maxMessagesPerTrigger``
    buffered messages into a new batch and returns them as one Arrow record batch; the
@@ -45,7 +45,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txnsq.blocking._subscriber import Chunk, Subscriber
+from txnsq.blocking import Chunk, Subscriber
 from txnsq.spark.options import ReadOptions
 
 try:  # PySpark >= 4.2
@@ -203,7 +203,7 @@ class _ReaderState:
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        self.subscriber = Subscriber(options)
+        self.subscriber = Subscriber(options.subscriber_options())
         self.batches: list[_Batch] = []
         self.available_now = False
         self._first = True
