@@ -457,6 +457,21 @@ class FakeServerTests(TestCase):
             conn.publish("t", b"x")
         self.assertIn(b"NOP\n", fake.received)
 
+    def test_heartbeat_during_the_handshake(self) -> None:
+        """A heartbeat before the IDENTIFY answer is answered (NOP), as by NSQProtocol."""
+
+        def script(fake: _FakeNSQD, conn: socket.socket) -> None:
+            fake.read_until(conn, b"}")
+            conn.sendall(encode_response(b"_heartbeat_"))
+            fake.read_until(conn, b"NOP\n")
+            conn.sendall(_identify_answer())
+            time.sleep(0.2)
+
+        fake = _FakeNSQD(self, script)
+        with Connection(fake.address, timeout=5) as conn:
+            self.assertTrue(conn.connected)
+        self.assertTrue(fake.received.endswith(b"NOP\n"))
+
     def test_timeouts(self) -> None:
         def silent(fake: _FakeNSQD, conn: socket.socket) -> None:
             fake.read_until(conn, b"never")

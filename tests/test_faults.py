@@ -664,7 +664,7 @@ class AutoTouchTests(FaultTestCase):
 class CutInsideTests(FaultTestCase):
     async def test_cut_inside_tls_handshake(self) -> None:
         """The proxy cuts nsqd's side at several points of the TLS handshake (after the
-        plain IDENTIFY answer): the handshake fails with a clear error (whenReady fails
+        plain IDENTIFY answer): the handshake fails with a clear error (when_ready fails
         and the failure is logged), nothing hangs, and a producer that meets the same
         cuts reconnects and publishes."""
         certs = certs_for(self)
@@ -674,7 +674,7 @@ class CutInsideTests(FaultTestCase):
         logs = LogText(self)
         # A whole handshake first: how many bytes nsqd sends for it.
         protocol = await self.connect(proxy.address, tls=tls, tls_hostname="127.0.0.1")
-        features = await protocol.whenReady().addTimeout(10, reactor)
+        features = await protocol.when_ready().addTimeout(10, reactor)
         self.assertTrue(features.tls_v1)
         handshake_bytes = proxy.history[0].bytes_from_server
         # nsqd's IDENTIFY answer is under 300 bytes: every cut below is inside TLS.
@@ -685,7 +685,7 @@ class CutInsideTests(FaultTestCase):
             proxy.cut_next_after(n, "server")
             cut = await self.connect(proxy.address, tls=tls, tls_hostname="127.0.0.1")
             try:
-                await cut.whenReady().addTimeout(10, reactor)
+                await cut.when_ready().addTimeout(10, reactor)
             except (HandshakeError, ConnectionClosed) as e:
                 errors.append(f"{type(e).__name__}: {e}")
             else:
@@ -713,7 +713,7 @@ class CutInsideTests(FaultTestCase):
         assert stats is not None
         self.assertEqual(int(stats["message_count"]), 1)
         for error in errors:
-            print("  whenReady failed with", error)
+            print("  when_ready failed with", error)
 
     async def compressed_stream_cut(self, codec: str) -> None:
         """A consumer reading a snappy or deflate stream has its connection cut by the
@@ -894,7 +894,7 @@ class BadInputTests(FaultTestCase):
             (ValueError, lambda: protocol.rdy(-1)),
             (ValueError, lambda: protocol.rdy(2501)),  # above nsqd's max_rdy_count
             (TypeError, lambda: protocol.rdy("1")),  # type: ignore[arg-type]
-            (ValueError, lambda: protocol.deferred_publish(self.topic, b"x", -5)),
+            (ValueError, lambda: protocol.deferred_publish(self.topic, b"x", -0.005)),
             (ValueError, lambda: protocol.requeue(b"0" * 16, -1)),
             (ValueError, lambda: protocol.finish(b"short")),
             (ValueError, lambda: protocol.subscribe(self.topic, "bad channel")),
@@ -973,7 +973,7 @@ class BadInputTests(FaultTestCase):
 
     async def connected_protocol(self, address: str) -> NSQProtocol:
         protocol = await self.connect(address)
-        await protocol.whenReady().addTimeout(10, reactor)
+        await protocol.when_ready().addTimeout(10, reactor)
         return protocol
 
 

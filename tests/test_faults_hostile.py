@@ -215,7 +215,7 @@ class GeneratedHostileInputTests(SynchronousTestCase):
     @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.binary(max_size=400), st.lists(st.integers(0, 400), max_size=3))
     def test_random_identify_answer(self, data: bytes, cuts: list[int]) -> None:
-        """Whatever comes back for IDENTIFY, whenReady fires (success, error or the
+        """Whatever comes back for IDENTIFY, when_ready fires (success, error or the
         handshake timeout) and nothing unexpected is raised or logged."""
         logs = Logs(self)
         clock = Clock()
@@ -223,7 +223,7 @@ class GeneratedHostileInputTests(SynchronousTestCase):
         protocol = NSQProtocol(OPTIONS, clock=clock, handshake_timeout=5.0)
         protocol.makeConnection(transport)
         outcome: list[Any] = []
-        protocol.whenReady().addBoth(outcome.append)
+        protocol.when_ready().addBoth(outcome.append)
         for chunk in chunks(data, cuts):
             protocol.dataReceived(chunk)
         clock.advance(5.0)

@@ -32,6 +32,7 @@ from zope.interface import implementer
 
 from tests.support.wire import identify_answer
 from txnsq import protocol as protocol_module
+from txnsq._wire import handshake as handshake_module
 from txnsq._wire.commands import CLS, MAGIC_V2, NOP
 from txnsq._wire.frames import encode_error, encode_message, encode_response
 from txnsq._wire.identify import Features, IdentifyOptions
@@ -52,7 +53,7 @@ from txnsq.errors import (
     UnauthorizedError,
 )
 from txnsq.message import Message, MessageAlreadyAnswered
-from txnsq.protocol import NSQProtocol
+from txnsq.protocol import NSQProtocol, ProtocolState
 from txnsq.tls import TLSOptions
 
 HEARTBEAT = encode_response(b"_heartbeat_")
@@ -205,9 +206,9 @@ class Server:
         return dict(json.loads(body))
 
     def handshake(self, **fields: Any) -> Features:
-        """Complete a handshake with no upgrade; return the Features whenReady gave."""
+        """Complete a handshake with no upgrade; return the Features when_ready gave."""
         self.identify()
-        d = self.protocol.whenReady()
+        d = self.protocol.when_ready()
         self.send(identify_answer(**fields))
         return self.testcase.successResultOf(d)
 
@@ -317,7 +318,7 @@ class ConnectionMadeTests(SynchronousTestCase):
         for call in (
             lambda: server.protocol.publish("t", b"x"),
             lambda: server.protocol.multi_publish("t", [b"x"]),
-            lambda: server.protocol.deferred_publish("t", b"x", 10),
+            lambda: server.protocol.deferred_publish("t", b"x", 0.01),
             lambda: server.protocol.subscribe("t", "c"),
             lambda: server.protocol.send_command(b"NOP\n"),
             lambda: server.protocol.close_cleanly(),
@@ -331,6 +332,30 @@ class ConnectionMadeTests(SynchronousTestCase):
         self.assertEqual(server.raw(), b"")
         self.assertFalse(server.protocol.is_ready)
         self.assertIsNone(server.protocol.features)
+
+    def test_deferred_publish_delay_in_seconds(self) -> None:
+        server = ready_server(self)
+        for delay in (1.5, 0, 0.0004, 2, 0.25):
+            server.protocol.deferred_publish("t", b"x", delay)
+        server.flush()
+        self.assertEqual(
+            server.lines(),
+            [b"DPUB t 1500", b"DPUB t 0", b"DPUB t 0", b"DPUB t 2000", b"DPUB t 250"],
+        )
+        for bad, error in (
+            (-1, ValueError),
+            (float("nan"), ValueError),
+            (float("inf"), ValueError),
+            ("1", TypeError),
+            (True, TypeError),
+        ):
+            self.assertRaises(error, server.protocol.deferred_publish, "t", b"x", bad)
+        server.flush()
+        self.assertEqual(server.raw(), b"")
+
+    def test_auth_secret_checked(self) -> None:
+        for bad, error in ((b"", ValueError), ("", ValueError), (5, TypeError)):
+            self.assertRaises(error, NSQProtocol, auth_secret=bad, clock=Clock())
 
     def test_invalid_arguments_checked_first(self) -> None:
         server = ready_server(self)
@@ -347,8 +372,8 @@ class IdentifyAnswerTests(SynchronousTestCase):
     def test_json_answer(self) -> None:
         server = Server(self)
         server.identify()
-        d1 = server.protocol.whenReady()
-        d2 = server.protocol.whenReady()
+        d1 = server.protocol.when_ready()
+        d2 = server.protocol.when_ready()
         self.assertNoResult(d1)
         server.send(identify_answer(max_rdy_count=100, msg_timeout=45000))
         features = self.successResultOf(d1)
@@ -361,7 +386,7 @@ class IdentifyAnswerTests(SynchronousTestCase):
         self.assertIs(server.protocol.features, features)
         self.assertTrue(server.protocol.is_ready)
         # Later callers get the same result at once.
-        self.assertIs(self.successResultOf(server.protocol.whenReady()), features)
+        self.assertIs(self.successResultOf(server.protocol.when_ready()), features)
         server.flush()
         self.assertEqual(server.raw(), b"")
 
@@ -369,7 +394,7 @@ class IdentifyAnswerTests(SynchronousTestCase):
         """An nsqd without feature negotiation answers a plain OK."""
         server = Server(self)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(OK)
         features = self.successResultOf(d)
         self.assertFalse(features.negotiated)
@@ -379,7 +404,7 @@ class IdentifyAnswerTests(SynchronousTestCase):
     def test_answer_split_bytewise(self) -> None:
         server = Server(self)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         for byte in identify_answer():
             self.assertNoResult(d)
             server.send_raw(bytes([byte]))
@@ -396,7 +421,7 @@ class IdentifyAnswerTests(SynchronousTestCase):
     def test_identify_error_frame(self) -> None:
         server = Server(self)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(encode_error("E_IDENTIFY_FAILED", "IDENTIFY cannot enable both"))
         failure = self.failureResultOf(d, IdentifyFailedError)
         self.assertIn("cannot enable both", str(failure.value))
@@ -406,14 +431,14 @@ class IdentifyAnswerTests(SynchronousTestCase):
     def test_bad_body_error_frame(self) -> None:
         server = Server(self)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(encode_error("E_BAD_BODY", "IDENTIFY failed to decode JSON body"))
         self.failureResultOf(d, BadBodyError)
 
     def test_answer_not_json(self) -> None:
         server = Server(self)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(encode_response(b"{not json"))
         self.failureResultOf(d, ProtocolError)
         self.assertTrue(server.transport.disconnected)
@@ -425,7 +450,7 @@ class UpgradeMismatchTests(SynchronousTestCase):
 
     def check_refused(self, server: Server, answer: bytes, *words: str) -> HandshakeError:
         logs = LogCapture(self)
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(answer)
         failure = self.failureResultOf(d, HandshakeError)
         for word in words:
@@ -442,12 +467,12 @@ class UpgradeMismatchTests(SynchronousTestCase):
         server.flush()
         self.assertEqual(server.raw(), b"")
         self.assertFalse(server.protocol.is_ready)
-        self.failureResultOf(server.protocol.whenReady(), HandshakeError)
+        self.failureResultOf(server.protocol.when_ready(), HandshakeError)
         self.assertEqual(len(logs.ours()), 1)  # one warning, said once
         self.assertEqual(logs.ours()[0]["log_level"], LogLevel.warn)
-        # When the connection goes, whenReady keeps the handshake error.
+        # When the connection goes, when_ready keeps the handshake error.
         server.protocol.connectionLost(Failure(ConnectionDone()))
-        self.failureResultOf(server.protocol.whenReady(), HandshakeError)
+        self.failureResultOf(server.protocol.when_ready(), HandshakeError)
         return failure.value
 
     def test_tls_asked_but_refused(self) -> None:
@@ -491,16 +516,16 @@ class UpgradeMismatchTests(SynchronousTestCase):
 
 class UnexpectedErrorTests(SynchronousTestCase):
     def test_nothing_escapes_data_received(self) -> None:
-        """A bug anywhere below dataReceived is logged, fails whenReady and drops the
+        """A bug anywhere below dataReceived is logged, fails when_ready and drops the
         connection; it never reaches the reactor."""
 
         def broken(*args: object) -> list[str]:
             raise RuntimeError("bug in upgrade_steps")
 
-        self.patch(protocol_module, "upgrade_steps", broken)
+        self.patch(handshake_module, "upgrade_steps", broken)
         server = Server(self)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(), HEARTBEAT)
         self.failureResultOf(d, RuntimeError)
         self.assertTrue(server.transport.disconnected)
@@ -536,7 +561,7 @@ class CompressionTests(SynchronousTestCase):
         for cut in range(1, len(stream)):
             server = Server(self, IdentifyOptions(client_id="a", hostname="b", **{kind: True}))
             server.identify()
-            d = server.protocol.whenReady()
+            d = server.protocol.when_ready()
             server.send_raw(stream[:cut])
             server.send_raw(stream[cut:])
             features = self.successResultOf(d)
@@ -548,7 +573,7 @@ class CompressionTests(SynchronousTestCase):
     def test_snappy_ok_in_same_read(self) -> None:
         server = Server(self, IdentifyOptions(client_id="a", hostname="b", snappy=True))
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send_raw(self.snappy_stream())
         self.assertTrue(self.successResultOf(d).snappy)
 
@@ -558,7 +583,7 @@ class CompressionTests(SynchronousTestCase):
     def test_snappy_ok_in_later_read(self) -> None:
         server = Server(self, IdentifyOptions(client_id="a", hostname="b", snappy=True))
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(snappy=True))
         self.assertNoResult(d)
         # Nothing pipelined into the upgrade (nsqd would drop it).
@@ -570,7 +595,7 @@ class CompressionTests(SynchronousTestCase):
     def test_deflate_ok_in_same_read(self) -> None:
         server = Server(self, IdentifyOptions(client_id="a", hostname="b", deflate=True))
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send_raw(self.deflate_stream())
         features = self.successResultOf(d)
         self.assertTrue(features.deflate)
@@ -583,7 +608,7 @@ class CompressionTests(SynchronousTestCase):
         """nsqd's 16-byte case: the extra empty block arrives on its own, later."""
         server = Server(self, IdentifyOptions(client_id="a", hostname="b", deflate=True))
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send_raw(identify_answer(deflate=True))
         self.assertNoResult(d)
         server.send_raw(NSQD_DEFLATE_OK[:16])
@@ -611,7 +636,7 @@ class CompressionTests(SynchronousTestCase):
         stream = identify_answer(**{kind: True}) + tail
         server = Server(self, IdentifyOptions(client_id="a", hostname="b", **{kind: True}))
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         points = sorted({c for c in cuts if c < len(stream)})
         for start, end in zip([0, *points], [*points, len(stream)], strict=True):
             server.send_raw(stream[start:end])
@@ -624,7 +649,7 @@ class CompressionTests(SynchronousTestCase):
     def check_compressed_traffic(self, kind: str) -> None:
         server = Server(self, IdentifyOptions(client_id="a", hostname="b", **{kind: True}))
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(**{kind: True}))
         getattr(server, f"use_{kind}")()
         server.send(OK)
@@ -692,7 +717,7 @@ class TLSTests(SynchronousTestCase):
 
     def test_start_tls_then_ok(self) -> None:
         server = self.tls_server()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True))
         [creator] = server.transport.tls_started
         self.assertTrue(IOpenSSLClientConnectionCreator.providedBy(creator))
@@ -708,7 +733,7 @@ class TLSTests(SynchronousTestCase):
 
     def test_tls_then_other_frames_in_same_read(self) -> None:
         server = self.tls_server()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True))
         server.send(OK, HEARTBEAT)
         self.successResultOf(d)
@@ -743,7 +768,7 @@ class TLSTests(SynchronousTestCase):
 
     def test_tls_snappy(self) -> None:
         server = self.tls_server(IdentifyOptions(client_id="a", hostname="b", snappy=True))
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True, snappy=True))
         self.assertEqual(len(server.transport.tls_started), 1)
         self.assertEqual(server.raw(), b"")
@@ -762,7 +787,7 @@ class TLSTests(SynchronousTestCase):
         after_tls = OK + bytes(snappy.StreamCompressor().add_chunk(OK))
         for cut in range(len(after_tls) + 1):
             server = self.tls_server(IdentifyOptions(client_id="a", hostname="b", snappy=True))
-            d = server.protocol.whenReady()
+            d = server.protocol.when_ready()
             server.send(identify_answer(tls_v1=True, snappy=True))
             for chunk in (after_tls[:cut], after_tls[cut:]):
                 if chunk:
@@ -771,7 +796,7 @@ class TLSTests(SynchronousTestCase):
 
     def test_tls_deflate(self) -> None:
         server = self.tls_server(IdentifyOptions(client_id="a", hostname="b", deflate=True))
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True, deflate=True))
         server.send_raw(OK + NSQD_DEFLATE_OK)
         features = self.successResultOf(d)
@@ -780,7 +805,7 @@ class TLSTests(SynchronousTestCase):
     def test_leftover_bytes_before_tls(self) -> None:
         logs = LogCapture(self)
         server = self.tls_server()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True), b"\x16\x03\x01junk")
         self.assertEqual(server.transport.tls_started, [])
         self.failureResultOf(d, ProtocolError)
@@ -789,7 +814,7 @@ class TLSTests(SynchronousTestCase):
 
     def test_tls_answer_not_ok(self) -> None:
         server = self.tls_server()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True))
         server.send(encode_response(b"NOPE"))
         self.failureResultOf(d, ProtocolError)
@@ -798,14 +823,14 @@ class TLSTests(SynchronousTestCase):
     def test_tls_refused_by_server_without_asking(self) -> None:
         server = Server(self)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True))
         self.failureResultOf(d, HandshakeError)
         self.assertEqual(server.transport.tls_started, [])
 
     def test_hostname_mismatch_reported(self) -> None:
         server = self.tls_server()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True))
         error = VerificationError(errors=[DNSMismatch(mismatched_id=DNS_ID("wronghost"))])
         server.protocol.connectionLost(Failure(error))
@@ -814,7 +839,7 @@ class TLSTests(SynchronousTestCase):
 
     def test_untrusted_certificate_reported(self) -> None:
         server = self.tls_server()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True))
         error = SSL.Error([("SSL routines", "", "certificate verify failed")])
         server.protocol.connectionLost(Failure(error))
@@ -824,7 +849,7 @@ class TLSTests(SynchronousTestCase):
     def test_loss_after_tls_not_blamed_on_tls(self) -> None:
         """Once nsqd's OK came over TLS, a later loss is not a TLS failure."""
         server = self.tls_server(IdentifyOptions(client_id="a", hostname="b", snappy=True))
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True, snappy=True))
         server.send(OK)
         server.protocol.connectionLost(Failure(ConnectionLost("reset")))
@@ -839,7 +864,7 @@ class TLSTests(SynchronousTestCase):
 
         self.patch(protocol_module, "client_connection_creator", broken)
         server = self.tls_server()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True))
         failure = self.failureResultOf(d, HandshakeError)
         self.assertIn("TLS", str(failure.value))
@@ -868,7 +893,7 @@ class AuthTests(SynchronousTestCase):
         logs = LogCapture(self)
         server = Server(self, auth_secret=SECRET)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(auth_required=True))
         self.assertEqual(server.commands(), [(b"AUTH", SECRET.encode())])
         self.assertNoResult(d)
@@ -893,7 +918,7 @@ class AuthTests(SynchronousTestCase):
             auth_secret=SECRET,
         )
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True, deflate=True, auth_required=True))
         self.assertEqual(server.raw(), b"")
         server.send(OK)
@@ -910,7 +935,7 @@ class AuthTests(SynchronousTestCase):
             self, IdentifyOptions(client_id="a", hostname="b", snappy=True), auth_secret=SECRET
         )
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send_raw(
             identify_answer(snappy=True, auth_required=True)
             + bytes(snappy.StreamCompressor().add_chunk(OK))
@@ -920,20 +945,26 @@ class AuthTests(SynchronousTestCase):
         server.send(encode_response(b'{"identity":"x"}'))
         self.successResultOf(d)
 
-    def test_auth_answer_not_json(self) -> None:
-        server = Server(self, auth_secret=SECRET)
-        server.identify()
-        d = server.protocol.whenReady()
-        server.send(identify_answer(auth_required=True))
-        server.send(OK)
-        self.successResultOf(d)
-        self.assertEqual(server.protocol.auth_identity, {"raw": "OK"})
+    def test_auth_answer_not_a_json_object(self) -> None:
+        """nsqd answers AUTH with a JSON object: anything else breaks the protocol."""
+        for answer in (b"OK", b"[1, 2]", b'"identity"', b"{not json"):
+            server = Server(self, auth_secret=SECRET)
+            server.identify()
+            d = server.protocol.when_ready()
+            server.send(identify_answer(auth_required=True))
+            server.send(encode_response(answer))
+            failure = self.failureResultOf(d, ProtocolError)
+            self.assertIn("AUTH answer", str(failure.value))
+            self.assertTrue(server.transport.disconnected)
+            self.assertIsNone(server.protocol.auth_identity)
+            self.assertFalse(server.protocol.is_ready)
+        self.flushLoggedErrors()
 
     def check_refused(self, code: str, text: str, error_type: type[Exception]) -> None:
         logs = LogCapture(self)
         server = Server(self, auth_secret=SECRET)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(auth_required=True))
         server.send(encode_error(code, text))
         failure = self.failureResultOf(d, error_type)
@@ -941,7 +972,7 @@ class AuthTests(SynchronousTestCase):
         self.assertFalse(server.protocol.is_ready)
         self.assertIsNone(server.protocol.auth_identity)
         server.protocol.connectionLost(Failure(ConnectionDone()))
-        self.failureResultOf(server.protocol.whenReady(), error_type)
+        self.failureResultOf(server.protocol.when_ready(), error_type)
         for shown in (str(failure.value), repr(failure.value), failure.getTraceback()):
             self.assertNotIn(SECRET, shown)
         self.assertNotIn(SECRET, logs.text())
@@ -958,7 +989,7 @@ class AuthTests(SynchronousTestCase):
         """The error carries nsqd's code and text unchanged, and nothing of the secret."""
         server = Server(self, auth_secret=SECRET)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(auth_required=True))
         server.send(encode_error("E_AUTH_FAILED", "AUTH failed"))
         self.assertEqual(str(self.failureResultOf(d).value), "E_AUTH_FAILED AUTH failed")
@@ -967,7 +998,7 @@ class AuthTests(SynchronousTestCase):
 class TimeoutTests(SynchronousTestCase):
     def test_handshake_timeout(self) -> None:
         server = Server(self, handshake_timeout=5.0)
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.clock.advance(4.9)
         self.assertNoResult(d)
         server.clock.advance(0.2)
@@ -978,14 +1009,14 @@ class TimeoutTests(SynchronousTestCase):
         # A late answer changes nothing.
         server.send(identify_answer())
         self.assertFalse(server.protocol.is_ready)
-        self.failureResultOf(server.protocol.whenReady(), HandshakeError)
+        self.failureResultOf(server.protocol.when_ready(), HandshakeError)
         server.protocol.connectionLost(Failure(ConnectionLost()))
-        self.failureResultOf(server.protocol.whenReady(), HandshakeError)
+        self.failureResultOf(server.protocol.when_ready(), HandshakeError)
 
     def test_timeout_during_tls(self) -> None:
         server = Server(self, tls=TLSOptions(), handshake_timeout=3)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True))
         server.clock.advance(3)
         self.failureResultOf(d, HandshakeError)
@@ -1001,7 +1032,7 @@ class TimeoutTests(SynchronousTestCase):
 
     def test_timer_cancelled_on_loss(self) -> None:
         server = Server(self, handshake_timeout=5.0)
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.protocol.connectionLost(Failure(ConnectionLost()))
         self.failureResultOf(d, ConnectionClosed)
         self.assertEqual(server.clock.getDelayedCalls(), [])
@@ -1011,7 +1042,7 @@ class HeartbeatTests(SynchronousTestCase):
     def test_heartbeat_before_identify_answer(self) -> None:
         server = Server(self)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(HEARTBEAT)
         self.assertEqual(server.lines(), [b"NOP"])
         self.assertNoResult(d)
@@ -1060,7 +1091,7 @@ class CommandTests(SynchronousTestCase):
         ds = [
             p.publish("topic", b"one"),
             p.multi_publish("topic", [b"a", b"bb", b"\n"]),
-            p.deferred_publish("topic", b"later", 1500),
+            p.deferred_publish("topic", b"later", 1.5),
             p.subscribe("topic", "channel#ephemeral"),
             p.send_command(b"PUB other\n\x00\x00\x00\x01z"),
         ]
@@ -1271,12 +1302,12 @@ class ConnectionLostTests(SynchronousTestCase):
 
     def test_loss_during_handshake(self) -> None:
         server = Server(self)
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         reason = Failure(ConnectionDone())
         server.protocol.connectionLost(reason)
         failure = self.failureResultOf(d, ConnectionClosed)
         self.assertIs(failure.value.reason, reason)
-        self.failureResultOf(server.protocol.whenReady(), ConnectionClosed)
+        self.failureResultOf(server.protocol.when_ready(), ConnectionClosed)
 
     def test_pending_after_protocol_error_carry_it(self) -> None:
         server = ready_server(self)
@@ -1349,7 +1380,7 @@ class MalformedFrameTests(SynchronousTestCase):
             server = Server(self, max_frame_size=1_000_000)
             server.identify()
             self.check(server, data, name, 0)
-            self.failureResultOf(server.protocol.whenReady(), ProtocolError)
+            self.failureResultOf(server.protocol.when_ready(), ProtocolError)
 
     def test_after_a_good_frame_in_the_same_read(self) -> None:
         logs = LogCapture(self)
@@ -1374,7 +1405,7 @@ class MalformedFrameTests(SynchronousTestCase):
         logs = LogCapture(self)
         server = Server(self)
         server.identify()
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.send(message_frame(1))
         failure = self.failureResultOf(d, ProtocolError)
         self.assertIn("message", str(failure.value))
@@ -1642,11 +1673,70 @@ class CloseTests(SynchronousTestCase):
         self.assertRaises(NotReady, server.protocol.publish, "t", b"x")
 
     def test_close_during_handshake(self) -> None:
+        """The handshake fails at once; what arrives afterwards is ignored."""
         server = Server(self)
-        d = server.protocol.whenReady()
+        d = server.protocol.when_ready()
         server.protocol.close()
         self.assertTrue(server.transport.disconnecting)
+        self.assertFalse(server.transport.disconnected)  # closed, not aborted
+        failure = self.failureResultOf(d, ConnectionClosed)
+        self.assertIn("closed by the client", str(failure.value))
         server.send(identify_answer())
-        self.assertNoResult(d)
+        self.assertFalse(server.protocol.is_ready)
         server.protocol.connectionLost(Failure(ConnectionDone()))
-        self.failureResultOf(d, ConnectionClosed)
+        self.failureResultOf(server.protocol.when_ready(), ConnectionClosed)
+        self.assertIs(server.protocol.state, protocol_module.ProtocolState.CLOSED)
+
+
+class StateTests(SynchronousTestCase):
+    """ProtocolState: where the connection is, and what it accepts there."""
+
+    def test_life_of_a_connection(self) -> None:
+        protocol = NSQProtocol(IdentifyOptions(client_id="a", hostname="b"), clock=Clock())
+        self.assertIs(protocol.state, ProtocolState.CONNECTING)
+        protocol.makeConnection(FakeTransport())
+        self.assertIs(protocol.state, ProtocolState.HANDSHAKE)
+        protocol.dataReceived(identify_answer())
+        self.assertIs(protocol.state, ProtocolState.READY)
+        self.assertTrue(protocol.is_ready)
+        cls = protocol.close_cleanly()
+        self.assertIs(protocol.state, ProtocolState.CLOSING)
+        self.assertFalse(protocol.is_ready)
+        protocol.finish(msg_id(1))  # answers are still accepted
+        self.assertRaises(NotReady, protocol.publish, "t", b"x")
+        protocol.close()
+        self.assertIs(protocol.state, ProtocolState.DISCONNECTING)
+        self.assertRaises(NotReady, protocol.finish, msg_id(2))
+        protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertIs(protocol.state, ProtocolState.CLOSED)
+        self.failureResultOf(cls, ConnectionClosed)
+        protocol.close()  # nothing left to do
+        self.assertIs(protocol.state, ProtocolState.CLOSED)
+
+    def test_every_ending_takes_one_path(self) -> None:
+        """A fatal error frame, a protocol error, a timeout and close() each record
+        their reason once: a later ending changes nothing."""
+        server = ready_server(self)
+        d = server.protocol.publish("t", b"x")
+        pending = server.protocol.publish("t", b"y")
+        server.send(encode_error("E_BAD_TOPIC", "bad"))
+        self.failureResultOf(d, BadTopicError)
+        self.assertIs(server.protocol.state, ProtocolState.DISCONNECTING)
+        self.assertTrue(server.transport.disconnecting)
+        self.assertFalse(server.transport.disconnected)  # closed, not aborted
+        server.protocol.close()  # a second ending: ignored
+        server.send_raw(b"garbage!")  # ignored: nothing is read any more
+        server.protocol.connectionLost(Failure(ConnectionDone()))
+        failure = self.failureResultOf(pending, ConnectionClosed)
+        self.assertIsInstance(failure.value.reason, BadTopicError)
+
+
+class DeprecatedNamesTests(SynchronousTestCase):
+    def test_when_ready_alias(self) -> None:
+        server = Server(self)
+        d = server.protocol.whenReady()
+        [warning] = self.flushWarnings([self.test_when_ready_alias])
+        self.assertIs(warning["category"], DeprecationWarning)
+        self.assertIn("when_ready", warning["message"])
+        server.send(identify_answer())
+        self.assertIs(self.successResultOf(d), server.protocol.features)

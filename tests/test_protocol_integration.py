@@ -5,7 +5,7 @@ compression, AUTH) connects with ``TCP4ClientEndpoint`` + ``connectProtocol``, s
 publishes a few messages (PUB, MPUB, DPUB; binary bodies and a large one), receives and
 FINs them, compares the bodies byte for byte, checks in nsqd's own stats that the
 connection really was upgraded and every message finished, and ends with CLS ->
-CLOSE_WAIT. Failure modes check which error ``whenReady`` or a command fails with.
+CLOSE_WAIT. Failure modes check which error ``when_ready`` or a command fails with.
 
 Every connection is closed, and its ``connectionLost`` waited for, in cleanup; so are the
 auth server and nsqd itself, so trial's dirty-reactor check stays meaningful.
@@ -156,17 +156,17 @@ class IntegrationTestCase(TestCase):
     def ready(self, nsqd: NSQD, **kwargs: Any) -> Generator[Any, Any, Client]:
         """Connect and wait for the handshake."""
         client = yield self.connect(nsqd, **kwargs)
-        yield client.protocol.whenReady().addTimeout(TIMEOUT, reactor)
+        yield client.protocol.when_ready().addTimeout(TIMEOUT, reactor)
         return client
 
     @defer.inlineCallbacks
     def handshake_failure(
         self, nsqd: NSQD, error_type: type[Exception], **kwargs: Any
     ) -> Generator[Any, Any, Exception]:
-        """Connect, expect whenReady to fail with ``error_type``; return the error."""
+        """Connect, expect when_ready to fail with ``error_type``; return the error."""
         client = yield self.connect(nsqd, **kwargs)
         try:
-            features = yield client.protocol.whenReady().addTimeout(TIMEOUT, reactor)
+            features = yield client.protocol.when_ready().addTimeout(TIMEOUT, reactor)
         except error_type as e:
             error = e
         else:
@@ -202,7 +202,7 @@ class IntegrationTestCase(TestCase):
                 proto.publish(topic, bodies[2]),
                 proto.publish(topic, bodies[3]),
                 proto.multi_publish(topic, bodies[4:6]),
-                proto.deferred_publish(topic + "-later", b"deferred", 60_000),
+                proto.deferred_publish(topic + "-later", b"deferred", 60.0),
             ]
         )
         self.assertEqual(results, [b"OK"] * 6)
@@ -310,7 +310,7 @@ class PlainAndCompressionTests(IntegrationTestCase):
         proto = client.protocol
         yield proto.subscribe("dpub", CHANNEL)
         proto.rdy(1)
-        result = yield proto.deferred_publish("dpub", b"later \x00 body", 100)
+        result = yield proto.deferred_publish("dpub", b"later \x00 body", 0.1)
         self.assertEqual(result, b"OK")
         [message] = yield client.when_messages(1)
         self.assertEqual(message.body, b"later \x00 body")
@@ -648,7 +648,7 @@ class AuthTests(IntegrationTestCase):
 class HandshakeTimeoutTests(IntegrationTestCase):
     @defer.inlineCallbacks
     def test_server_that_never_answers(self) -> Inline:
-        """A listener that accepts and says nothing: whenReady fails after the timeout."""
+        """A listener that accepts and says nothing: when_ready fails after the timeout."""
         from twisted.internet.protocol import Factory, Protocol
 
         factory = Factory.forProtocol(Protocol)

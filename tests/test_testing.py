@@ -268,9 +268,9 @@ class ProducerTests(FakeTestCase):
         self.assertTrue(self.nsqd.clients()[0].authenticated)
 
         wrong = self.protocol(auth_secret="nope")
-        self.failureResultOf(wrong.whenReady(), AuthFailedError)
+        self.failureResultOf(wrong.when_ready(), AuthFailedError)
         missing = self.protocol()
-        self.failureResultOf(missing.whenReady(), HandshakeError)
+        self.failureResultOf(missing.when_ready(), HandshakeError)
 
 
 class ConsumerTests(FakeTestCase):
@@ -442,7 +442,7 @@ class ConsumerTests(FakeTestCase):
         log = LogCapture(self)
         errors: list[Any] = []
         protocol = self.protocol(on_error=errors.append)
-        self.successResultOf(protocol.whenReady())
+        self.successResultOf(protocol.when_ready())
         self.nsqd.send_error("E_FIN_FAILED", "FIN 0123456789abcdef failed ID not in flight")
         self.nsqd.flush()
         self.assertEqual([type(e) for e in errors], [FinFailedError])
@@ -465,11 +465,11 @@ class ConsumerTests(FakeTestCase):
     def test_refused_identify_fails_when_ready(self) -> None:
         self.nsqd.refuse_identify("E_IDENTIFY_FAILED", "not today")
         protocol = self.protocol()
-        error = self.failureResultOf(protocol.whenReady(), IdentifyFailedError).value
+        error = self.failureResultOf(protocol.when_ready(), IdentifyFailedError).value
         self.assertEqual(error.text, "not today")
         self.assertEqual(self.nsqd.clients(), [])
         # Only the next one was refused.
-        self.successResultOf(self.protocol().whenReady())
+        self.successResultOf(self.protocol().when_ready())
 
     def test_graceful_stop_sends_cls_and_waits_for_messages_in_flight(self) -> None:
         pending: list[defer.Deferred[bool]] = []
@@ -552,7 +552,7 @@ class ConsumerTests(FakeTestCase):
 
     def test_heartbeats_survive_a_jump_of_the_clock(self) -> None:
         protocol = self.protocol()
-        self.successResultOf(protocol.whenReady())
+        self.successResultOf(protocol.when_ready())
         self.clock.advance(100)  # not stepwise: the NOP still counts
         self.nsqd.flush()
         self.assertTrue(protocol.is_ready)

@@ -106,7 +106,7 @@ class Env:
         client = Client(self, **kwargs)
         self.clients.append(client)
         await self.result(connectProtocol(self.endpoint(), client.protocol))
-        await self.result(client.protocol.whenReady())
+        await self.result(client.protocol.when_ready())
         return client
 
     def endpoint(self) -> IStreamClientEndpoint:

@@ -207,6 +207,11 @@ class MessageFrameTests(SynchronousTestCase):
         self.assertEqual(parser.feed(data), ["built", Response(b"OK")])
         self.assertEqual(calls, [(5, 2, MSG_ID, b"x")])
 
+    def test_message_factory_positional(self) -> None:
+        parser = FrameParser(1000, lambda ts, attempts, msg_id, body: (attempts, body))
+        self.assertEqual(parser.feed(encode_message(5, 3, MSG_ID, b"y")), [(3, b"y")])
+        self.assertRaises(ProtocolError, parser.feed, struct.pack(">ll", 2000, 0))
+
     def test_control_frames_counts_what_is_not_a_message(self) -> None:
         """Comparing it before and after a feed tells whether the batch holds messages
         only (the protocol's fast path)."""

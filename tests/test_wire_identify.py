@@ -16,6 +16,7 @@ from txnsq._wire.identify import (
     identify_body,
     parse_identify_response,
     upgrade_steps,
+    with_defaults,
 )
 from txnsq.errors import HandshakeError, ProtocolError
 
@@ -238,7 +239,7 @@ class ParseIdentifyResponseTests(SynchronousTestCase):
         for data in (b"", b"KO", b"{", b"\xff\xfe", b"[" * 100_000):
             with self.subTest(data=data[:10]):
                 error = self.assertRaises(ProtocolError, parse_identify_response, data)
-                self.assertIn("neither OK nor JSON", str(error))
+                self.assertIn("IDENTIFY answer is not JSON", str(error))
 
     def test_not_an_object(self) -> None:
         for data in (b"[]", b"1", b'"OK"', b"null"):
@@ -324,3 +325,38 @@ class UpgradeStepsTests(SynchronousTestCase):
     def test_secret_without_auth_is_not_sent(self) -> None:
         # A client must not AUTH when nsqd does not require it (E_AUTH_DISABLED).
         self.assertEqual(upgrade_steps(IdentifyOptions(), Features(), True), [])
+
+
+class WithDefaultsTests(SynchronousTestCase):
+    """with_defaults: the one place a client's IDENTIFY defaults are filled in."""
+
+    def test_names_from_the_hostname(self) -> None:
+        options = with_defaults(IdentifyOptions(), "box.dc1.example")
+        self.assertEqual((options.client_id, options.hostname), ("box", "box.dc1.example"))
+        self.assertEqual(with_defaults(IdentifyOptions(), "box").client_id, "box")
+
+    def test_given_names_kept(self) -> None:
+        given = IdentifyOptions(client_id="worker-1", hostname="w1.example")
+        self.assertEqual(with_defaults(given, "box.example"), given)
+        self.assertEqual(
+            with_defaults(IdentifyOptions(client_id="c"), "box.example").hostname, "box.example"
+        )
+        self.assertEqual(
+            with_defaults(IdentifyOptions(hostname="h"), "box.example").client_id, "box"
+        )
+
+    def test_empty_client_id_means_unset(self) -> None:
+        self.assertEqual(with_defaults(IdentifyOptions(client_id=""), "box.x").client_id, "box")
+
+    def test_tls(self) -> None:
+        self.assertFalse(with_defaults(IdentifyOptions(), "h").tls_v1)
+        self.assertTrue(with_defaults(IdentifyOptions(), "h", tls=True).tls_v1)
+        self.assertTrue(with_defaults(IdentifyOptions(tls_v1=True), "h", tls=False).tls_v1)
+
+    def test_everything_else_unchanged(self) -> None:
+        options = IdentifyOptions(
+            client_id="c", hostname="h", deflate=True, deflate_level=3, sample_rate=10
+        )
+        self.assertEqual(
+            with_defaults(options, "other", tls=True), dataclasses.replace(options, tls_v1=True)
+        )

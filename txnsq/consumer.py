@@ -460,7 +460,7 @@ class Consumer(Service):
         protocol = session.protocol
         nsqd = session.nsqd
         try:
-            features = await protocol.whenReady()
+            features = await protocol.when_ready()
             session.features = features
             sub = protocol.subscribe(self.topic, self.channel)
             sub.addTimeout(self.options.handshake_timeout, self._reactor)

@@ -164,7 +164,7 @@ class _Connection:
             clock=producer._reactor,
         )
         protocol.on_close = lambda reason: self.protocol_closed(protocol, reason)
-        protocol.whenReady().addCallbacks(
+        protocol.when_ready().addCallbacks(
             self.protocol_ready, self.handshake_failed,
             callbackArgs=(protocol,), errbackArgs=(protocol,),
         )

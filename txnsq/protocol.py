@@ -1,11 +1,10 @@
 """``NSQProtocol``: one connection to nsqd, as a Twisted protocol.
 
-On connect it sends the magic and IDENTIFY, then performs what the IDENTIFY answer asks
-for, in nsqd's order: TLS (``transport.startTLS``), snappy or deflate (both directions,
-including bytes that arrived in the same read as the frame that switched it on), AUTH.
-Nothing else is written until all of that has succeeded (nsqd silently drops commands
-pipelined into an upgrade); :meth:`NSQProtocol.whenReady` then fires with the negotiated
-:class:`~txnsq._wire.identify.Features`.
+On connect it drives the handshake (:class:`txnsq._wire.handshake.Handshake`: magic and
+IDENTIFY, then TLS with ``transport.startTLS``, snappy or deflate, AUTH, as nsqd's answer
+asks for them). Nothing else is written until all of that has succeeded (nsqd silently
+drops commands pipelined into an upgrade); :meth:`NSQProtocol.when_ready` then fires
+with the negotiated :class:`~txnsq._wire.identify.Features`.
 
 Once ready, commands that nsqd answers (SUB, PUB, MPUB, DPUB, CLS) return Deferreds that
 are matched to responses in order. Non-fatal error frames (``E_FIN_FAILED``,
@@ -23,13 +22,13 @@ reactor. When the connection goes, every pending Deferred fails with
 
 from __future__ import annotations
 
-import json
+import enum
 import socket
+import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import defer
 from twisted.internet.interfaces import (
@@ -44,21 +43,26 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from txnsq._wire import commands
-from txnsq._wire.compression import Compressor, Decompressor, codecs_for
+from txnsq._wire.compression import Compressor, Decompressor
 from txnsq._wire.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     ErrorFrame,
     FrameParser,
     Heartbeat,
+    ParsedFrame,
     Response,
 )
-from txnsq._wire.identify import (
-    Features,
-    IdentifyOptions,
-    identify_body,
-    parse_identify_response,
-    upgrade_steps,
+from txnsq._wire.handshake import (
+    Action,
+    Handshake,
+    HandshakeState,
+    Ready,
+    Send,
+    StartCompression,
+    StartTLS,
 )
+from txnsq._wire.identify import Features, IdentifyOptions
+from txnsq._wire.numbers import check_number
 from txnsq.errors import (
     ConnectionClosed,
     HandshakeError,
@@ -70,7 +74,7 @@ from txnsq.errors import (
 from txnsq.message import Message, MessageOwner
 from txnsq.tls import TLSOptions, client_connection_creator, describe_tls_failure
 
-__all__ = ["NSQProtocol"]
+__all__ = ["NSQProtocol", "ProtocolState"]
 
 _OK = b"OK"
 _CLOSE_WAIT = b"CLOSE_WAIT"
@@ -83,13 +87,31 @@ _CLOSE_WAIT = b"CLOSE_WAIT"
 #: with unbounded batches).
 READ_BATCH_BYTES = 32 * 1024
 
-# Connection states.
-_CONNECTING = "connecting"
-_HANDSHAKE = "handshake"
-_READY = "ready"
-_CLOSING = "closing"  # CLS sent: no new commands, messages may still be answered
-_DISCONNECTING = "disconnecting"  # dropping the connection: nothing is read or sent
-_CLOSED = "closed"
+#: What the parser of a connection returns: control frames and messages.
+_Frame = ParsedFrame[Message]
+
+
+class ProtocolState(enum.Enum):
+    """Where an :class:`NSQProtocol` connection is (:attr:`NSQProtocol.state`)."""
+
+    #: Created, not connected yet.
+    CONNECTING = "connecting"
+    #: Connected; the handshake is running.
+    HANDSHAKE = "handshake"
+    #: Ready: commands are accepted.
+    READY = "ready"
+    #: CLS sent: no new commands; messages still arrive and may be answered.
+    CLOSING = "closing"
+    #: Being dropped: nothing more is read or sent.
+    DISCONNECTING = "disconnecting"
+    #: The connection is gone.
+    CLOSED = "closed"
+
+
+_READY = ProtocolState.READY
+_CLOSING = ProtocolState.CLOSING
+_DISCONNECTING = ProtocolState.DISCONNECTING
+_CLOSED = ProtocolState.CLOSED
 
 
 def _default_hostname() -> str:
@@ -100,14 +122,16 @@ def _default_hostname() -> str:
 class NSQProtocol(Protocol):
     """A connection to one nsqd.
 
-    :param identify: what to ask for in IDENTIFY (``tls_v1`` is set from ``tls``).
+    :param identify: what to ask for in IDENTIFY (``tls_v1`` is set from ``tls``;
+        ``client_id`` and ``hostname`` default to this machine's names).
     :param tls: TLS options; when given, the connection upgrades to TLS and verifies the
-        server's certificate (see :class:`~txnsq.tls.TLSOptions`).
+        server's certificate (see :class:`~txnsq.tls.TLSOptions`). When ``identify``
+        asks for TLS without them, the defaults (system CAs) are used.
     :param tls_hostname: the name the certificate must match when ``tls`` has no
         hostname override (normally the host part of the address dialled).
     :param auth_secret: sent with AUTH when nsqd requires it; never logged.
     :param handshake_timeout: seconds the whole handshake may take before the connection
-        is dropped and :meth:`whenReady` fails.
+        is dropped and :meth:`when_ready` fails.
     :param on_message: called with each :class:`~txnsq.message.Message`.
     :param on_messages: when set, called instead of ``on_message`` with lists of
         messages: every run of consecutive messages within one read, in order.
@@ -115,6 +139,8 @@ class NSQProtocol(Protocol):
         :class:`~txnsq.errors.NSQServerError`) and with fatal ones that answer no command.
     :param on_close: called with the reason (a ``Failure``) when the connection is lost.
     :param clock: the reactor's time interface (the global reactor by default).
+    :raises TypeError, ValueError: for an ``auth_secret`` that is not bytes or str, or
+        is empty.
     """
 
     _log = Logger()
@@ -140,22 +166,17 @@ class NSQProtocol(Protocol):
             clock = reactor
         assert clock is not None
         self._clock = clock
-        identify = identify or IdentifyOptions()
-        if tls is None and identify.tls_v1:
-            tls = TLSOptions()
-        if identify.client_id is None or identify.hostname is None:
-            host = _default_hostname()
-            identify = replace(
-                identify,
-                client_id=identify.client_id or host.split(".")[0],
-                hostname=identify.hostname or host,
-            )
-        self.identify_options = replace(identify, tls_v1=tls is not None)
+        self._handshake = Handshake(
+            identify if identify is not None else IdentifyOptions(),
+            hostname=_default_hostname(),
+            tls=tls is not None,
+            auth_secret=auth_secret,
+            max_frame_size=max_frame_size,
+        )
+        #: The options IDENTIFY is sent with (defaults filled in).
+        self.identify_options = self._handshake.options
         self._tls = tls
         self._tls_hostname = tls_hostname
-        if isinstance(auth_secret, str):
-            auth_secret = auth_secret.encode("utf-8")
-        self._auth_secret = auth_secret or None
         self._handshake_timeout = handshake_timeout
         self.on_message = on_message
         self.on_messages = on_messages
@@ -163,8 +184,10 @@ class NSQProtocol(Protocol):
         self.on_close = on_close
 
         self._parser = FrameParser(max_frame_size, partial(Message, self))
-        self._state = _CONNECTING
-        self._steps: list[str] = []
+        self._state = ProtocolState.CONNECTING
+        # Whether answers are accepted (READY or CLOSING): kept by _set_state, read by the
+        # per-message code instead of comparing states.
+        self._answering = False
         self._handshake_timer: IDelayedCall | None = None
         self._ready_waiters: list[defer.Deferred[Features]] = []
         self._ready_result: Features | BaseException | None = None
@@ -174,11 +197,9 @@ class NSQProtocol(Protocol):
         self._out: list[bytes] | None = None
         self._in_read = False
         self._flush_call: IDelayedCall | None = None
-        self._tls_started = False
-        self._auth_sent = False
         self._closing_reason: BaseException | None = None
 
-        #: The negotiated features, once IDENTIFY has been answered.
+        #: The negotiated features, once the handshake has succeeded.
         self.features: Features | None = None
         #: The identity nsqd's auth server returned for the AUTH secret (parsed JSON).
         self.auth_identity: dict[str, Any] | None = None
@@ -186,14 +207,14 @@ class NSQProtocol(Protocol):
     # ------------------------------------------------------------------ public API
 
     @property
-    def is_ready(self) -> bool:
-        """Whether the handshake has completed and the connection is still open."""
-        return self._state == _READY
+    def state(self) -> ProtocolState:
+        """Where the connection is (see :class:`ProtocolState`)."""
+        return self._state
 
     @property
-    def pending_count(self) -> int:
-        """How many sent commands (PUB, MPUB, DPUB, SUB, CLS...) await nsqd's answer."""
-        return len(self._pending)
+    def is_ready(self) -> bool:
+        """Whether the handshake has completed and the connection is still open."""
+        return self._state is _READY
 
     @property
     def peer(self) -> str:
@@ -208,13 +229,15 @@ class NSQProtocol(Protocol):
         host, port = getattr(addr, "host", None), getattr(addr, "port", None)
         return f"{host}:{port}" if host is not None else str(addr)
 
-    def whenReady(self) -> defer.Deferred[Features]:
+    def when_ready(self) -> defer.Deferred[Features]:
         """Return a Deferred that fires with the negotiated features once the handshake
         (IDENTIFY, TLS, compression, AUTH) has succeeded.
 
         It fails with :class:`~txnsq.errors.HandshakeError` (timeout, TLS verification,
         negotiation mismatch), the server's named error (e.g.
-        :class:`~txnsq.errors.AuthFailedError`), or :class:`~txnsq.errors.ConnectionClosed`.
+        :class:`~txnsq.errors.AuthFailedError`), :class:`~txnsq.errors.ProtocolError`
+        (nsqd's answers break the protocol, e.g. an AUTH answer that is not a JSON
+        object), or :class:`~txnsq.errors.ConnectionClosed`.
         """
         result = self._ready_result
         if isinstance(result, Features):
@@ -224,6 +247,15 @@ class NSQProtocol(Protocol):
         d: defer.Deferred[Features] = defer.Deferred()
         self._ready_waiters.append(d)
         return d
+
+    def whenReady(self) -> defer.Deferred[Features]:
+        """Deprecated alias of :meth:`when_ready`."""
+        warnings.warn(
+            "NSQProtocol.whenReady() is deprecated; use when_ready()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.when_ready()
 
     def set_message_owner(self, owner: MessageOwner) -> None:
         """Route answers to messages received from now on to ``owner`` (a consumer's record
@@ -246,8 +278,17 @@ class NSQProtocol(Protocol):
         """Send MPUB (atomic); the Deferred fires with ``b"OK"``."""
         return self._command(commands.mpub(topic, bodies))
 
-    def deferred_publish(self, topic: str, body: bytes, delay_ms: int) -> defer.Deferred[bytes]:
-        """Send DPUB: nsqd delivers the message after ``delay_ms`` milliseconds."""
+    def deferred_publish(self, topic: str, body: bytes, delay: float) -> defer.Deferred[bytes]:
+        """Send DPUB: nsqd delivers the message after ``delay`` **seconds** (a float, sent
+        in whole milliseconds, rounded), as :meth:`txnsq.producer.Producer.deferred_publish`.
+
+        :return: a Deferred that fires with ``b"OK"`` or fails with the server's error
+            (nsqd refuses a delay above its ``--max-req-timeout``, fatally).
+        :raises TypeError: if ``delay`` is not a number (or the topic or body is invalid).
+        :raises ValueError: if ``delay`` is negative or not finite (nothing is sent).
+        :raises NotReady: if the handshake has not completed.
+        """
+        delay_ms = round(check_number(delay, "delay", minimum=0) * 1000)
         return self._command(commands.dpub(topic, delay_ms, body))
 
     def send_command(self, data: bytes) -> defer.Deferred[bytes]:
@@ -269,7 +310,7 @@ class NSQProtocol(Protocol):
             out is not None
             and type(message_id) is bytes
             and len(message_id) == 16
-            and (self._state == _READY or self._state == _CLOSING)
+            and self._answering
         ):
             # The hot path of a consumer (one FIN per message, queued during a read):
             # the same bytes as commands.fin, without its checks and two calls.
@@ -284,8 +325,8 @@ class NSQProtocol(Protocol):
         :raises NotReady: if the connection is not ready.
         """
         data = commands.fin_many(message_ids)
-        if self._state != _READY and self._state != _CLOSING:
-            raise NotReady(f"connection is not ready ({self._state})")
+        if not self._answering:
+            raise NotReady(f"connection is not ready ({self._state.value})")
         if data:
             self._write(data)
 
@@ -301,8 +342,22 @@ class NSQProtocol(Protocol):
         """Send CLS: nsqd stops sending messages and answers ``CLOSE_WAIT`` (the Deferred's
         result). Messages in flight can still be finished or requeued afterwards."""
         d = self._command(commands.CLS)
-        self._state = _CLOSING
+        self._set_state(_CLOSING)
         return d
+
+    def flush(self) -> None:
+        """Write the commands queued during this reactor turn now."""
+        self._flush()
+
+    def close(self) -> None:
+        """Write any queued commands, then close the connection.
+
+        From then on nothing more is read or sent; commands still waiting for an answer
+        fail with :class:`~txnsq.errors.ConnectionClosed` once the connection is gone, and
+        so does :meth:`when_ready` (at once) if the handshake was still running.
+        """
+        self._flush()
+        self._tear_down(None)
 
     # MessageOwner: a Message answered directly against this connection.
     def message_finished(self, message: Message) -> None:
@@ -322,29 +377,28 @@ class NSQProtocol(Protocol):
             # Commands are small and answered one by one: Nagle's algorithm would hold
             # them back waiting for ACKs (measured: MPUB throughput x2.7 without it).
             transport.setTcpNoDelay(True)
-        self._state = _HANDSHAKE
+        self._set_state(ProtocolState.HANDSHAKE)
         self._handshake_timer = self._clock.callLater(
             self._handshake_timeout, self._handshake_timed_out
         )
-        self._write_raw(commands.MAGIC_V2 + commands.identify(identify_body(self.identify_options)))
+        self._perform(self._handshake.start())
 
     def dataReceived(self, data: bytes) -> None:
-        state = self._state
         try:
-            if state == _READY or state == _CLOSING:
+            if self._answering:
                 if self._decompressor is not None:
                     data = self._decompressor.decompress(data)
                 self._read(data)
-            elif state == _HANDSHAKE:
-                if self._decompressor is not None:
-                    data = self._decompressor.decompress(data)
-                self._handshake_step(data)
+            elif self._state is ProtocolState.HANDSHAKE:
+                # The handshake takes the bytes as they came (it decompresses them itself
+                # once a codec is on).
+                self._perform(self._handshake.receive_data(data))
             # Otherwise the connection is being dropped (or gone): ignore what arrives.
         except ProtocolError as e:
-            if e.frames and (self._state == _READY or self._state == _CLOSING):
+            if e.frames and self._answering:
                 # Frames that arrived intact before the bad bytes were really sent: a
                 # publish's OK among them must not turn into a spurious failure.
-                frames, e.frames = e.frames, []
+                frames, e.frames = cast(list[_Frame], e.frames), []
                 try:
                     self._process(frames)
                 except ProtocolError:
@@ -352,30 +406,17 @@ class NSQProtocol(Protocol):
             self._protocol_error(e)
         except Exception as e:
             self._log.failure("Closing connection to nsqd {peer}: unexpected error", peer=self.peer)
-            self._disconnect(e)
+            self._tear_down(e, abort=True)
 
     def handshakeCompleted(self) -> None:
         """TLS handshake done; nsqd's OK over TLS moves the state forward."""
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
-        was = self._state
-        self._state = _CLOSED
-        self._cancel_handshake_timer()
+        self._tear_down(None, lost=reason)
         self._out = None
         call, self._flush_call = self._flush_call, None
         if call is not None and call.active():
             call.cancel()
-        if self._ready_result is None:
-            if self._closing_reason is not None:
-                self._handshake_failed(self._closing_reason)
-            elif was == _HANDSHAKE and self._tls_started and self._steps[:1] == ["tls"]:
-                # Still waiting for nsqd's OK over TLS: the TLS handshake or the
-                # certificate checks failed.
-                self._handshake_failed(HandshakeError(describe_tls_failure(reason)))
-            else:
-                self._handshake_failed(
-                    ConnectionClosed("connection closed during the handshake", reason)
-                )
         pending, self._pending = self._pending, deque()
         if pending:
             cause = self._closing_reason or reason
@@ -389,6 +430,10 @@ class NSQProtocol(Protocol):
                 self._log.failure("on_close hook raised")
 
     # ------------------------------------------------------------------ internals
+
+    def _set_state(self, state: ProtocolState) -> None:
+        self._state = state
+        self._answering = state is _READY or state is _CLOSING
 
     def _read(self, data: bytes) -> None:
         """Parse and dispatch what a ready connection received, in batches of at most
@@ -406,14 +451,14 @@ class NSQProtocol(Protocol):
                 if not frames:
                     return
                 self._dispatch(frames, parser.control_frames == before)
-                if self._state != _READY and self._state != _CLOSING:
+                if not self._answering:
                     return
                 data = b""
         finally:
             self._in_read = False
             self._flush()
 
-    def _process(self, frames: list[Any]) -> None:
+    def _process(self, frames: list[_Frame]) -> None:
         """Dispatch frames of a ready connection; writes are joined into one."""
         if self._out is None:
             self._out = []
@@ -424,7 +469,7 @@ class NSQProtocol(Protocol):
             self._in_read = False
             self._flush()
 
-    def _dispatch(self, frames: list[Any], messages_only: bool) -> None:
+    def _dispatch(self, frames: list[_Frame], messages_only: bool) -> None:
         """Hand frames to the hooks, in order.
 
         ``messages_only``: the parser says every frame is a message, so with
@@ -433,7 +478,7 @@ class NSQProtocol(Protocol):
         on_messages = self.on_messages
         if on_messages is not None:
             if messages_only:
-                self._deliver(on_messages, frames)
+                self._deliver(on_messages, cast(list[Message], frames))
             else:
                 self._process_mixed(frames, on_messages)
             return
@@ -447,11 +492,11 @@ class NSQProtocol(Protocol):
                         self._log.failure("on_message raised; the message is left unanswered")
             else:
                 self._control_frame(frame)
-            if self._state != _READY and self._state != _CLOSING:
+            if not self._answering:
                 return  # closed or being dropped from a callback
 
     def _process_mixed(
-        self, frames: list[Any], on_messages: Callable[[list[Message]], object]
+        self, frames: list[_Frame], on_messages: Callable[[list[Message]], object]
     ) -> None:
         """Frames of every kind, with runs of messages handed to ``on_messages``."""
         run: list[Message] = []
@@ -462,10 +507,10 @@ class NSQProtocol(Protocol):
             if run:
                 self._deliver(on_messages, run)
                 run = []
-            if self._state != _READY and self._state != _CLOSING:
+            if not self._answering:
                 return
             self._control_frame(frame)
-        if run and (self._state == _READY or self._state == _CLOSING):
+        if run and self._answering:
             self._deliver(on_messages, run)
 
     def _deliver(self, on_messages: Callable[[list[Message]], object], run: list[Message]) -> None:
@@ -474,13 +519,15 @@ class NSQProtocol(Protocol):
         except Exception:
             self._log.failure("on_messages raised; messages may be left unanswered")
 
-    def _control_frame(self, frame: Any) -> None:
+    def _control_frame(self, frame: _Frame) -> None:
         if type(frame) is Response:
             self._response(frame.data)
         elif type(frame) is Heartbeat:
             self._write(commands.NOP)
-        else:
+        elif type(frame) is ErrorFrame:
             self._error_frame(frame)
+        else:  # a message from another factory: cannot happen once ready
+            raise ProtocolError(f"unexpected frame {frame!r}")
 
     def _response(self, data: bytes) -> None:
         pending = self._pending
@@ -488,7 +535,7 @@ class NSQProtocol(Protocol):
             raise ProtocolError(f"response {data[:60]!r} with no command waiting for it")
         # nsqd answers SUB, PUB, MPUB and DPUB with OK, and CLS (always the last command:
         # nothing can follow it) with CLOSE_WAIT. Anything else must not pass for success.
-        expected = _CLOSE_WAIT if self._state == _CLOSING and len(pending) == 1 else _OK
+        expected = _CLOSE_WAIT if self._state is _CLOSING and len(pending) == 1 else _OK
         if data != expected:
             raise ProtocolError(f"response {data[:60]!r} where {expected.decode()} was expected")
         d = pending.popleft()
@@ -500,37 +547,31 @@ class NSQProtocol(Protocol):
         if error.fatal:
             # nsqd closes the connection after a fatal error: stop using it now, so that
             # nothing (a retry from an errback, say) is written into a dying connection.
-            self._closing_reason = error
-            self._state = _DISCONNECTING
-        try:
-            if error.fatal and self._pending:
-                d = self._pending.popleft()
-                if not d.called:
-                    d.errback(error)
-                    return
-            self._log.warn(
-                "nsqd {peer} sent {code}: {text}", peer=self.peer, code=error.code, text=error.text
-            )
-            if self.on_error is not None:
-                try:
-                    self.on_error(error)
-                except Exception:
-                    self._log.failure("on_error hook raised")
-        finally:
-            if error.fatal and self.transport is not None:
-                self.transport.loseConnection()
+            head = self._pending.popleft() if self._pending else None
+            self._tear_down(error)
+            if head is not None and not head.called:
+                head.errback(error)
+                return
+        self._log.warn(
+            "nsqd {peer} sent {code}: {text}", peer=self.peer, code=error.code, text=error.text
+        )
+        if self.on_error is not None:
+            try:
+                self.on_error(error)
+            except Exception:
+                self._log.failure("on_error hook raised")
 
     def _command(self, data: bytes) -> defer.Deferred[bytes]:
-        if self._state != _READY:
-            raise NotReady(f"connection is not ready ({self._state})")
+        if self._state is not _READY:
+            raise NotReady(f"connection is not ready ({self._state.value})")
         d: defer.Deferred[bytes] = defer.Deferred()
         self._pending.append(d)
         self._write(data)
         return d
 
     def _write_ready(self, data: bytes) -> None:
-        if self._state != _READY and self._state != _CLOSING:
-            raise NotReady(f"connection is not ready ({self._state})")
+        if not self._answering:
+            raise NotReady(f"connection is not ready ({self._state.value})")
         self._write(data)
 
     def _write(self, data: bytes) -> None:
@@ -550,26 +591,8 @@ class NSQProtocol(Protocol):
         if call is not None and call.active():
             call.cancel()
         out, self._out = self._out, None
-        if out and self._state != _CLOSED and self.transport is not None:
+        if out and self._state is not _CLOSED and self.transport is not None:
             self._write_raw(out[0] if len(out) == 1 else b"".join(out))
-
-    def flush(self) -> None:
-        """Write the commands queued during this reactor turn now."""
-        self._flush()
-
-    def close(self) -> None:
-        """Write any queued commands, then close the connection.
-
-        From then on nothing more is read or sent; commands still waiting for an answer
-        fail with :class:`~txnsq.errors.ConnectionClosed` once the connection is gone.
-        """
-        self._flush()
-        if self._state == _CLOSED or self._state == _DISCONNECTING:
-            return
-        self._state = _DISCONNECTING
-        self._cancel_handshake_timer()
-        if self.transport is not None:
-            self.transport.loseConnection()
 
     def _write_raw(self, data: bytes) -> None:
         if self._compressor is not None:
@@ -577,166 +600,123 @@ class NSQProtocol(Protocol):
         assert self.transport is not None
         self.transport.write(data)
 
-    # -- handshake
+    # -- the end of a connection
 
-    def _handshake_step(self, data: bytes) -> None:
-        """Handle handshake frames one at a time: any of them may switch the stream to
-        TLS or compression, so the bytes after it must not be parsed as frames yet."""
-        while self._state == _HANDSHAKE:
-            frames = self._parser.feed(data, max_frames=1)
-            data = b""
-            if not frames:
-                return
-            frame = frames[0]
-            if type(frame) is Heartbeat:
-                self._write_raw(commands.NOP)
-                continue
-            if type(frame) is ErrorFrame:
-                self._abort_handshake(frame.exception())
-                return
-            if type(frame) is not Response:
-                raise ProtocolError("message frame during the handshake")
-            data = frame.data
-            if self.features is None:
-                self._identified(parse_identify_response(data))
+    def _tear_down(
+        self, reason: BaseException | None, *, abort: bool = False, lost: Failure | None = None
+    ) -> None:
+        """End the connection: the one path every ending takes.
+
+        ``reason`` is why (``None``: closed on purpose); commands still waiting fail with
+        it (as the reason of their :class:`~txnsq.errors.ConnectionClosed`) once the
+        connection is gone, and so does the handshake if it is still running. From here
+        on nothing more is read or sent, and the transport is closed: at once, dropping
+        what is not sent yet, with ``abort``. ``lost`` is the transport's own loss
+        (``connectionLost``): the state becomes closed and a handshake still running
+        fails with what the loss says (a TLS failure, when it came while TLS started).
+        Only the first ending records a reason and closes the transport.
+        """
+        state = self._state
+        if state is _CLOSED:
+            return
+        first = state is not _DISCONNECTING
+        self._set_state(_CLOSED if lost is not None else _DISCONNECTING)
+        self._cancel_handshake_timer()
+        if not first:
+            return
+        self._closing_reason = reason
+        if self._ready_result is None:
+            self._handshake_failed(reason if reason is not None else self._handshake_lost(lost))
+        transport = self.transport
+        if lost is None and transport is not None:
+            if abort:
+                transport.abortConnection()  # type: ignore[attr-defined]
             else:
-                step = self._steps.pop(0)
-                if step == "auth":
-                    self._authenticated(data)
-                elif data != _OK:
-                    raise ProtocolError(f"expected OK after {step} upgrade, got {data[:60]!r}")
-            if self._state == _HANDSHAKE:
-                data = self._start_next_step()
+                transport.loseConnection()
 
-    def _identified(self, features: Features) -> None:
-        self.features = features
-        try:
-            self._steps = upgrade_steps(
-                self.identify_options, features, self._auth_secret is not None
-            )
-        except HandshakeError as e:
-            self._abort_handshake(e)
-
-    def _start_next_step(self) -> bytes:
-        """Start the next upgrade step; return bytes to parse next (compressed input
-        that arrived with the frame that switched compression on), usually none."""
-        if not self._steps:
-            self._handshake_done()
-            return b""
-        step = self._steps[0]
-        features = self.features
-        assert features is not None
-        if step == "tls":
-            if self._tls_started:
-                return b""  # waiting for the OK over TLS
-            if self._parser.buffered():
-                raise ProtocolError("nsqd sent bytes before the TLS handshake")
-            assert self._tls is not None
-            host = self._tls_hostname or self.peer.rsplit(":", 1)[0]
-            try:
-                creator = client_connection_creator(self._tls, host)
-                self._tls_started = True
-                self.transport.startTLS(creator)  # type: ignore[union-attr]
-            except Exception as e:
-                self._abort_handshake(
-                    HandshakeError(f"cannot start TLS with nsqd {self.peer}: {e}")
-                )
-        elif step in ("snappy", "deflate"):
-            if self._compressor is not None:
-                return b""  # waiting for the compressed OK
-            codecs = codecs_for(
-                snappy=step == "snappy",
-                deflate=step == "deflate",
-                deflate_level=self.identify_options.deflate_level,
-            )
-            assert codecs is not None
-            self._compressor, self._decompressor = codecs
-            # What came after the frame that switched compression on is compressed: take
-            # it back from the parser and feed it again through the decompressor.
-            rest = self._parser.take_buffered()
-            if rest:
-                return self._decompressor.decompress(rest)
-        elif step == "auth":
-            if self._auth_sent:
-                return b""
-            self._auth_sent = True
-            assert self._auth_secret is not None
-            self._write_raw(commands.auth(self._auth_secret))
-        return b""
-
-    def _authenticated(self, data: bytes) -> None:
-        try:
-            identity = json.loads(data)
-        except ValueError:
-            identity = None
-        if not isinstance(identity, dict):
-            identity = {"raw": data.decode("utf-8", "replace")}
-        self.auth_identity = identity
-
-    def _handshake_done(self) -> None:
-        if self._ready_result is not None:
-            return
-        self._cancel_handshake_timer()
-        self._state = _READY
-        features = self.features
-        assert features is not None
-        self._ready_result = features
-        waiters, self._ready_waiters = self._ready_waiters, []
-        for d in waiters:
-            d.callback(features)
-        if self._parser.buffered() and self._state == _READY:
-            self._read(b"")
-
-    def _handshake_failed(self, error: BaseException) -> None:
-        if self._ready_result is not None:
-            return
-        # Kept for later whenReady() calls (as an exception, not a Failure, so nothing
-        # is logged as unhandled when nobody asked).
-        self._ready_result = error
-        waiters, self._ready_waiters = self._ready_waiters, []
-        for d in waiters:
-            d.errback(error)
-
-    def _abort_handshake(self, error: NSQError) -> None:
-        self._log.warn("Handshake with nsqd {peer} failed: {error}", peer=self.peer, error=error)
-        self._closing_reason = error
-        self._state = _DISCONNECTING
-        self._handshake_failed(error)
-        self._cancel_handshake_timer()
-        if self.transport is not None:
-            self.transport.loseConnection()
-
-    def _handshake_timed_out(self) -> None:
-        self._handshake_timer = None
-        error = HandshakeError(
-            f"handshake with nsqd {self.peer} did not complete in {self._handshake_timeout} s"
-        )
-        self._disconnect(error)
-
-    def _cancel_handshake_timer(self) -> None:
-        timer, self._handshake_timer = self._handshake_timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
+    def _handshake_lost(self, lost: Failure | None) -> BaseException:
+        """The error a handshake that was still running fails with when the connection
+        ends without an error of its own."""
+        if lost is None:
+            return ConnectionClosed("connection closed by the client during the handshake")
+        if self._handshake.state is HandshakeState.TLS:
+            # Still waiting for nsqd's OK over TLS: the TLS handshake or the certificate
+            # checks failed.
+            return HandshakeError(describe_tls_failure(lost))
+        return ConnectionClosed("connection closed during the handshake", lost)
 
     def _protocol_error(self, error: ProtocolError) -> None:
-        if self._state == _CLOSED or self._state == _DISCONNECTING:
+        if self._state is _CLOSED or self._state is _DISCONNECTING:
             return
         self._log.error(
             "Closing connection to nsqd {peer}: protocol error: {error}",
             peer=self.peer,
             error=error,
         )
-        self._disconnect(error)
+        self._tear_down(error, abort=True)
 
-    def _disconnect(self, error: BaseException) -> None:
-        """Drop the connection at once because of ``error``: the handshake (if still
-        running) fails with it, and so do pending commands, as the reason of their
-        :class:`~txnsq.errors.ConnectionClosed`, once the connection is gone."""
-        if self._state == _CLOSED or self._state == _DISCONNECTING:
-            return
-        self._closing_reason = error
-        self._state = _DISCONNECTING
+    # -- the handshake
+
+    def _perform(self, actions: list[Action]) -> None:
+        """Carry out what the handshake asks for, in order."""
+        for action in actions:
+            if self._state is not ProtocolState.HANDSHAKE:
+                return  # torn down by an earlier action (TLS could not start)
+            if isinstance(action, Send):
+                self._write_raw(action.data)
+            elif isinstance(action, StartTLS):
+                self._start_tls()
+            elif isinstance(action, StartCompression):
+                self._compressor = action.compressor
+                self._decompressor = action.decompressor
+            elif isinstance(action, Ready):
+                self._handshake_done(action)
+            else:
+                self._handshake_error(action.error)
+
+    def _start_tls(self) -> None:
+        host = self._tls_hostname or self.peer.rsplit(":", 1)[0]
+        try:
+            creator = client_connection_creator(self._tls or TLSOptions(), host)
+            self.transport.startTLS(creator)  # type: ignore[union-attr]
+        except Exception as e:
+            self._handshake_error(HandshakeError(f"cannot start TLS with nsqd {self.peer}: {e}"))
+
+    def _handshake_done(self, ready: Ready) -> None:
         self._cancel_handshake_timer()
-        self._handshake_failed(error)
-        if self.transport is not None:
-            self.transport.abortConnection()  # type: ignore[attr-defined]
+        self.features = features = ready.features
+        self.auth_identity = ready.auth_identity
+        self._set_state(_READY)
+        self._ready_result = features
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for d in waiters:
+            d.callback(features)
+        if ready.rest and self._answering:
+            self._read(ready.rest)
+
+    def _handshake_error(self, error: NSQError) -> None:
+        if isinstance(error, ProtocolError):
+            self._protocol_error(error)
+            return
+        self._log.warn("Handshake with nsqd {peer} failed: {error}", peer=self.peer, error=error)
+        self._tear_down(error)
+
+    def _handshake_failed(self, error: BaseException) -> None:
+        # Kept for later when_ready() calls (as an exception, not a Failure, so nothing
+        # is logged as unhandled when nobody asked).
+        self._ready_result = error
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for d in waiters:
+            d.errback(error)
+
+    def _handshake_timed_out(self) -> None:
+        self._handshake_timer = None
+        error = HandshakeError(
+            f"handshake with nsqd {self.peer} did not complete in {self._handshake_timeout} s"
+        )
+        self._tear_down(error, abort=True)
+
+    def _cancel_handshake_timer(self) -> None:
+        timer, self._handshake_timer = self._handshake_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()

@@ -36,12 +36,14 @@ from txnsq._wire.frames import (
     encode_message,
     encode_response,
 )
+from txnsq._wire.handshake import Handshake, HandshakeState
 from txnsq._wire.identify import (
     Features,
     IdentifyOptions,
     identify_body,
     parse_identify_response,
     upgrade_steps,
+    with_defaults,
 )
 
 __all__ = [
@@ -52,6 +54,8 @@ __all__ = [
     "ErrorFrame",
     "Features",
     "FrameParser",
+    "Handshake",
+    "HandshakeState",
     "Heartbeat",
     "IdentifyOptions",
     "MessageFrame",
@@ -77,4 +81,5 @@ __all__ = [
     "upgrade_steps",
     "validate_channel_name",
     "validate_topic_name",
+    "with_defaults",
 ]

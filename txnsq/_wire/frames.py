@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final, Generic, TypeAlias, TypeVar, overload
 
 from txnsq.errors import NSQServerError, ProtocolError, error_from_frame
 
@@ -23,7 +23,9 @@ __all__ = [
     "ErrorFrame",
     "FrameParser",
     "Heartbeat",
+    "MessageFactory",
     "MessageFrame",
+    "ParsedFrame",
     "Response",
     "encode_error",
     "encode_message",
@@ -140,14 +142,20 @@ class MessageFrame:
         )
 
 
-#: What :meth:`FrameParser.feed` returns items of. Message frames are whatever the
-#: parser's ``message_factory`` builds (:class:`MessageFrame` by default).
-Frame = Response | Heartbeat | ErrorFrame | Any
+#: The type of the messages a parser builds (:class:`MessageFrame` by default, or what
+#: its ``message_factory`` returns, e.g. :class:`txnsq.message.Message`).
+M = TypeVar("M")
 
-MessageFactory = Callable[[int, int, bytes, bytes], Any]
+#: Builds a parser's message objects from ``(timestamp, attempts, id, body)``.
+MessageFactory: TypeAlias = Callable[[int, int, bytes, bytes], M]
+
+#: What :meth:`FrameParser.feed` returns items of: the control frames, or a message as
+#: built by the parser's ``message_factory``. ``ParsedFrame[MessageFrame]`` for a parser
+#: built without one.
+ParsedFrame: TypeAlias = Response | Heartbeat | ErrorFrame | M
 
 
-class FrameParser:
+class FrameParser(Generic[M]):
     """Turns a byte stream into frames.
 
     ``feed(data)`` returns the frames completed by ``data`` (possibly none). Message
@@ -171,15 +179,31 @@ class FrameParser:
         "message_factory",
     )
 
+    message_factory: MessageFactory[M]
+
+    @overload
+    def __init__(
+        self: FrameParser[MessageFrame], max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    ) -> None: ...
+
+    @overload
+    def __init__(self, max_frame_size: int, message_factory: MessageFactory[M]) -> None: ...
+
+    @overload
+    def __init__(
+        self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, message_factory: MessageFactory[M]
+    ) -> None: ...
+
     def __init__(
         self,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        message_factory: MessageFactory = MessageFrame,
+        message_factory: MessageFactory[M] | None = None,
     ) -> None:
         if max_frame_size < _MESSAGE_OVERHEAD:
             raise ValueError(f"max_frame_size must be at least {_MESSAGE_OVERHEAD}")
         self.max_frame_size = max_frame_size
-        self.message_factory = message_factory
+        # Without a factory, M is MessageFrame (the first overload).
+        self.message_factory = message_factory or MessageFrame  # type: ignore[assignment]
         self._buffer = b""  # unparsed bytes, joined, from _offset on
         self._offset = 0
         self._chunks: list[bytes] = []  # unparsed bytes after _buffer, not joined yet
@@ -211,7 +235,7 @@ class FrameParser:
 
     def feed(
         self, data: bytes, max_frames: int | None = None, max_bytes: int | None = None
-    ) -> list[Any]:
+    ) -> list[ParsedFrame[M]]:
         """Add ``data`` to the stream; return the frames it completed, in order.
 
         :param max_frames: return at most this many frames and leave the bytes after them
@@ -285,23 +309,23 @@ class FrameParser:
         self._have = len(buf) - pos
         return frames
 
-    def _parse(self, buf: bytes, pos: int, stop: int | None) -> tuple[list[Any], int]:
+    def _parse(self, buf: bytes, pos: int, stop: int | None) -> tuple[list[ParsedFrame[M]], int]:
         """Parse the complete frames of ``buf`` from ``pos``; return them and where the
         rest starts. No message frame is started after ``stop``.
 
         :raises ProtocolError: with the valid frames that came before the bad one in its
             ``frames`` attribute, so a caller can still act on them.
         """
-        frames: list[Any] = []
+        frames: list[ParsedFrame[M]] = []
         try:
             return self._parse_into(buf, frames, pos, stop)
         except ProtocolError as e:
-            e.frames = frames
+            e.frames = list(frames)
             raise
 
     def _parse_into(
-        self, buf: bytes, frames: list[Any], pos: int, stop: int | None
-    ) -> tuple[list[Any], int]:
+        self, buf: bytes, frames: list[ParsedFrame[M]], pos: int, stop: int | None
+    ) -> tuple[list[ParsedFrame[M]], int]:
         """The parsing loop of :meth:`_parse`, appending to ``frames``.
 
         Message frames, the bulk of a consumer's traffic, take a fast path: one

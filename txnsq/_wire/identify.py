@@ -5,7 +5,7 @@ steps (TLS, compression, AUTH) that answer asks for, in the order nsqd expects t
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
 from txnsq._version import __version__
@@ -18,7 +18,9 @@ __all__ = [
     "UpgradeStep",
     "identify_body",
     "parse_identify_response",
+    "parse_json_object",
     "upgrade_steps",
+    "with_defaults",
 ]
 
 DEFAULT_USER_AGENT: Final = f"txnsq/{__version__}"
@@ -38,7 +40,8 @@ class IdentifyOptions:
     """What a connection asks nsqd for in IDENTIFY. Times are in milliseconds, as on the wire.
 
     ``None`` leaves a value to nsqd's default. ``client_id`` and ``hostname`` default (in
-    the Twisted and blocking clients) to this machine's short and full host name.
+    the Twisted and blocking clients) to this machine's short and full host name: see
+    :func:`with_defaults`.
 
     :raises ValueError: at construction, for a value nsqd would refuse.
     """
@@ -96,6 +99,23 @@ class IdentifyOptions:
             raise ValueError(f"deflate_level must be 1 to 9, not {self.deflate_level}")
 
 
+def with_defaults(options: IdentifyOptions, hostname: str, tls: bool = False) -> IdentifyOptions:
+    """Return ``options`` as a connection sends them: the one place the defaults a client
+    fills in are decided.
+
+    An unset (or empty) ``client_id`` becomes the first label of ``hostname`` (``"box"``
+    for ``"box.dc1.example"``), an unset ``hostname`` becomes ``hostname``; ``tls_v1`` is on when
+    ``options`` ask for it or TLS options were given (``tls``). The caller passes this
+    machine's name (``socket.gethostname()``): nothing here reads the machine.
+    """
+    return replace(
+        options,
+        client_id=options.client_id or hostname.split(".")[0],
+        hostname=options.hostname or hostname,
+        tls_v1=options.tls_v1 or tls,
+    )
+
+
 def identify_body(options: IdentifyOptions) -> bytes:
     """Return the IDENTIFY JSON body for ``options`` (``feature_negotiation`` always on)."""
     data: dict[str, Any] = {"feature_negotiation": True}
@@ -146,6 +166,21 @@ _INT_FIELDS: Final = {
 _BOOL_FIELDS: Final = ("tls_v1", "deflate", "snappy", "auth_required")
 
 
+def parse_json_object(data: bytes, what: str) -> dict[str, Any]:
+    """Return the JSON object ``data`` holds (an answer of nsqd's, named ``what`` in
+    errors).
+
+    :raises ProtocolError: if ``data`` is not JSON, or JSON but not an object.
+    """
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
+        raise ProtocolError(f"{what} is not JSON: {data[:80]!r}") from e
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{what} is not a JSON object: {data[:80]!r}")
+    return value
+
+
 def parse_identify_response(data: bytes) -> Features:
     """Parse nsqd's answer to IDENTIFY (JSON, or ``OK`` from an old nsqd).
 
@@ -153,12 +188,7 @@ def parse_identify_response(data: bytes) -> Features:
     """
     if data == b"OK":
         return Features()
-    try:
-        raw = json.loads(data)
-    except (ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
-        raise ProtocolError(f"IDENTIFY answer is neither OK nor JSON: {data[:80]!r}") from e
-    if not isinstance(raw, dict):
-        raise ProtocolError(f"IDENTIFY answer is not a JSON object: {data[:80]!r}")
+    raw = parse_json_object(data, "IDENTIFY answer")
     values: dict[str, Any] = {"negotiated": True}
     extra: dict[str, Any] = {}
     for key, value in raw.items():

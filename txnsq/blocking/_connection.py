@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import select
 import socket
 import ssl
@@ -15,7 +14,7 @@ from typing import Any, Final
 
 from txnsq._wire import commands
 from txnsq._wire.address import NSQD_TCP_PORT, format_address, parse_address
-from txnsq._wire.compression import Compressor, Decompressor, codecs_for
+from txnsq._wire.compression import Compressor, Decompressor
 from txnsq._wire.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     HEARTBEAT,
@@ -24,13 +23,8 @@ from txnsq._wire.frames import (
     MessageFrame,
     Response,
 )
-from txnsq._wire.identify import (
-    Features,
-    IdentifyOptions,
-    identify_body,
-    parse_identify_response,
-    upgrade_steps,
-)
+from txnsq._wire.handshake import Handshake, Ready, Send, StartCompression, StartTLS
+from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq.errors import (
     ConnectionClosed,
@@ -134,26 +128,20 @@ class Connection:
             raise TypeError(f"identify must be IdentifyOptions, not {type(options).__name__}")
         if tls is not None and not isinstance(tls, TLSOptions):
             raise TypeError(f"tls must be TLSOptions, not {type(tls).__name__}")
-        if tls is not None and not options.tls_v1:
-            options = dataclasses.replace(options, tls_v1=True)
-        elif options.tls_v1 and tls is None:
-            tls = TLSOptions()
-        if options.client_id is None or options.hostname is None:
-            name = socket.gethostname()
-            options = dataclasses.replace(
-                options,
-                client_id=options.client_id or name.split(".")[0],
-                hostname=options.hostname or name,
-            )
-        if auth_secret is not None:
-            commands.auth(auth_secret)  # validates type and emptiness
+        self._handshake = Handshake(
+            options,
+            hostname=socket.gethostname(),
+            tls=tls is not None,
+            auth_secret=auth_secret,
+            max_frame_size=max_frame_size,
+        )
         for what, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
             check_number(value, what, positive=True, allow_none=True)
         for what, limit in (("max_body_size", max_body_size), ("max_msg_size", max_msg_size)):
             check_number(limit, what, integer=True, positive=True, allow_none=True)
-        self.identify_options: IdentifyOptions = options
+        #: The options IDENTIFY is sent with (defaults filled in).
+        self.identify_options: IdentifyOptions = self._handshake.options
         self.tls_options: TLSOptions | None = tls
-        self._auth_secret = auth_secret
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self.max_body_size = max_body_size
@@ -233,6 +221,8 @@ class Connection:
             compression refused, AUTH needed without a secret).
         :raises NSQServerError: for an error frame nsqd answers the handshake with
             (``E_IDENTIFY_FAILED``, ``E_AUTH_FAILED``...).
+        :raises ProtocolError: if nsqd's answers break the protocol (e.g. an AUTH answer
+            that is not a JSON object).
         :raises ConnectionClosed: if the TCP connection fails, closes or times out.
         """
         if self._sock is not None or self._error is not None:
@@ -256,7 +246,7 @@ class Connection:
         self._set_socket(sock)
         self._handshaking = True
         try:
-            self._handshake(deadline)
+            self._run_handshake(deadline)
         except BaseException as e:
             self._fail(e if isinstance(e, NSQError) else ConnectionClosed("handshake failed", e))
             raise
@@ -265,44 +255,45 @@ class Connection:
         assert self._features is not None
         return self._features
 
-    def _handshake(self, deadline: float | None) -> None:
-        options = self.identify_options
-        parser = self._parser
-        self._write_plain(commands.MAGIC_V2 + commands.identify(identify_body(options)), deadline)
-        answer = self._read_handshake_frame(deadline)
-        features = parse_identify_response(answer)
-        steps = upgrade_steps(options, features, self._auth_secret is not None)
-        for step in steps:
-            if step == "tls":
-                if parser.take_buffered():
-                    raise ProtocolError("nsqd sent bytes before the TLS handshake")
-                self._start_tls(deadline)
-                if self._read_handshake_frame(deadline) != _OK:
-                    raise HandshakeError("nsqd did not answer OK after the TLS handshake")
-            elif step in ("snappy", "deflate"):
-                codecs = codecs_for(
-                    snappy=step == "snappy",
-                    deflate=step == "deflate",
-                    deflate_level=features.deflate_level or options.deflate_level,
+    def _run_handshake(self, deadline: float | None) -> None:
+        """Carry out what the handshake (:class:`~txnsq._wire.handshake.Handshake`) asks
+        for, reading until it is over; raise its error if it fails."""
+        handshake = self._handshake
+        actions = handshake.start()
+        while True:
+            for action in actions:
+                if isinstance(action, Send):
+                    self._send(action.data, deadline=deadline)
+                elif isinstance(action, StartTLS):
+                    self._start_tls(deadline)
+                elif isinstance(action, StartCompression):
+                    self._compressor = action.compressor
+                    self._decompressor = action.decompressor
+                elif isinstance(action, Ready):
+                    self.auth_identity = action.auth_identity
+                    self._feed(action.rest)
+                    self._features = action.features
+                    return
+                else:
+                    raise action.error
+            actions = handshake.receive_data(self._recv_handshake(deadline))
+
+    def _recv_handshake(self, deadline: float | None) -> bytes:
+        """Wait for bytes from nsqd during the handshake and return them, as read."""
+        while True:
+            self._wait_io(True, False, deadline)
+            data = self._recv_raw()
+            if data is None:
+                continue
+            if not data:
+                raise ConnectionClosed(
+                    f"nsqd at {self.address} closed the connection during the handshake"
                 )
-                assert codecs is not None
-                self._compressor, self._decompressor = codecs
-                # What nsqd sent after its answer is already compressed.
-                slot = self._expect()
-                self._feed(self._decompressor.decompress(parser.take_buffered()))
-                if self._wait_slot(slot, deadline) != _OK:
-                    raise HandshakeError(f"nsqd did not answer OK after enabling {step}")
-            elif step == "auth":
-                assert self._auth_secret is not None
-                self._feed(parser.take_buffered())
-                answer = self._request(commands.auth(self._auth_secret), deadline)
-                self.auth_identity = _auth_answer(answer)
-        self._feed(parser.take_buffered())
-        self._features = features
+            return data
 
     def _start_tls(self, deadline: float | None) -> None:
-        tls = self.tls_options
-        assert tls is not None and self._sock is not None
+        tls = self.tls_options or TLSOptions()  # TLS asked for in identify: the defaults
+        assert self._sock is not None
         try:
             ctx = tls.ssl_context()
             sock = ctx.wrap_socket(
@@ -325,31 +316,6 @@ class Connection:
                 raise HandshakeError(f"TLS handshake with {self.address} failed: {e}") from e
             except OSError as e:
                 raise ConnectionClosed(f"TLS handshake with {self.address} failed", e) from e
-
-    def _read_handshake_frame(self, deadline: float | None) -> bytes:
-        """Read exactly one response frame of the handshake.
-
-        The bytes after it may belong to another stream (TLS or compressed): the parser
-        keeps them unparsed, for ``take_buffered()``.
-        """
-        parser = self._parser
-        frames = parser.feed(b"", max_frames=1) if parser.buffered() else []
-        while not frames:
-            self._wait_io(True, False, deadline)
-            data = self._recv_raw()
-            if data is None:
-                continue
-            if not data:
-                raise ConnectionClosed(
-                    f"nsqd at {self.address} closed the connection during the handshake"
-                )
-            frames = parser.feed(data, max_frames=1)
-        frame = frames[0]
-        if type(frame) is Response:
-            return bytes(frame.data)
-        if type(frame) is ErrorFrame:
-            raise frame.exception()
-        raise ProtocolError(f"unexpected frame during the handshake: {frame!r}")
 
     # -- publishing --------------------------------------------------------------------
 
@@ -635,11 +601,6 @@ class Connection:
 
     # -- internals: requests and responses ---------------------------------------------
 
-    def _expect(self) -> _Slot:
-        slot = _Slot()
-        self._slots.append(slot)
-        return slot
-
     def _request(self, data: bytes, deadline: float | None = None) -> bytes:
         self._raise_pipeline_error()
         slot = _Slot()
@@ -677,14 +638,13 @@ class Connection:
             return
         messages = self._messages
         for frame in self._parser.feed(data):
-            kind = type(frame)
-            if kind is MessageFrame:
+            if type(frame) is MessageFrame:
                 messages.append(frame)
-            elif kind is Response:
+            elif type(frame) is Response:
                 self._response(frame.data, None)
             elif frame is HEARTBEAT:
                 self._out += self._compress(commands.NOP)
-            elif kind is ErrorFrame:
+            elif type(frame) is ErrorFrame:
                 error = frame.exception()
                 if error.fatal:
                     if not self._response(b"", error):
@@ -695,8 +655,6 @@ class Connection:
                 self.last_nonfatal_error = error
                 if self.on_nonfatal_error is not None:
                     self.on_nonfatal_error(error)
-            else:  # messages built by another message_factory
-                messages.append(frame)
 
     def _response(self, data: bytes, error: NSQError | None) -> bool:
         """Give a response (or a fatal error) to the oldest waiting command; return
@@ -764,10 +722,6 @@ class Connection:
         if slot is not None:
             self._slots.append(slot)
         self._flush(deadline if deadline is not None else _deadline(self.timeout))
-
-    def _write_plain(self, data: bytes, deadline: float | None) -> None:
-        self._out += data
-        self._flush(deadline)
 
     def _flush(self, deadline: float | None) -> None:
         """Write the output buffer, reading whatever arrives meanwhile (so that neither
@@ -907,18 +861,6 @@ def _is_old_dpub(body: object, delay: object) -> bool:
         and not isinstance(body, bool)
         and isinstance(delay, bytes | bytearray | memoryview)
     )
-
-
-def _auth_answer(data: bytes) -> dict[str, Any]:
-    import json
-
-    try:
-        answer = json.loads(data)
-    except ValueError as e:
-        raise ProtocolError(f"AUTH answer is not JSON: {data[:80]!r}") from e
-    if not isinstance(answer, dict):
-        raise ProtocolError(f"AUTH answer is not a JSON object: {data[:80]!r}")
-    return answer
 
 
 def _as_list(message_ids: Iterable[bytes]) -> Sequence[bytes]:
