@@ -230,7 +230,7 @@ class _SessionOwner:
         self.answered_while_draining = consumer._check_drained
         self.session_lost = consumer._session_lost
 
-    # Read once per read, and set by tests on the consumer: not bound.
+    # Looked up once per read rather than bound: they may be changed on the consumer.
 
     @property
     def handler(self) -> Handler:
