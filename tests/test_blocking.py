@@ -19,6 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from tests.support.certs import certs_for, nsqd_tls_args, shared_certs
 from tests.support.processes import start_nsqd, wait_for
+from tests.support.wire import identify_answer as _identify_answer
 from txnsq._wire.compression import SnappyCompressor
 from txnsq._wire.frames import encode_error, encode_message, encode_response
 from txnsq._wire.identify import IdentifyOptions
@@ -408,12 +409,6 @@ class _FakeNSQD:
             if not data:
                 return
             self.received += data
-
-
-def _identify_answer(**features: Any) -> bytes:
-    answer = {"max_rdy_count": 2500, "version": "fake", "msg_timeout": 60000}
-    answer.update(features)
-    return encode_response(json.dumps(answer).encode())
 
 
 class FakeServerTests(TestCase):

@@ -32,7 +32,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent, IResponse
 from zope.interface import implementer
 
-from tests.support.wire import identify_answer
+from tests.support.wire import identify_answer, msg_id
 from txnsq._wire.address import parse_address
 from txnsq._wire.frames import encode_error, encode_message, encode_response
 from txnsq._wire.identify import IdentifyOptions
@@ -51,8 +51,6 @@ _BODY_COMMANDS = (b"IDENTIFY", b"AUTH")
 Command = tuple[bytes, ...]
 
 
-def msg_id(n: int) -> bytes:
-    return b"%016x" % n
 
 
 # -- the nsqd side of one connection ----------------------------------------------------------

@@ -29,11 +29,11 @@ from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
-from twisted.logger import ILogObserver, Logger, formatEvent, globalLogPublisher
+from twisted.logger import Logger
 from twisted.trial.unittest import TestCase
-from zope.interface import implementer
 
 from tests.support.certs import certs_for, nsqd_tls_args
+from tests.support.logs import LogCapture
 from tests.support.processes import NSQD, NSQLookupd, ProcessGroup, start_nsqd
 from tests.support.proxy import start_proxy
 from txnsq._wire.address import parse_address
@@ -64,22 +64,6 @@ def report(testcase: TestCase, scenario: str, **counts: Any) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"scenario": scenario, **counts}, default=str) + "\n")
-
-
-@implementer(ILogObserver)
-class LogText:
-    """Every event logged while a test runs, formatted."""
-
-    def __init__(self, testcase: TestCase) -> None:
-        self.lines: list[str] = []
-        globalLogPublisher.addObserver(self)
-        testcase.addCleanup(globalLogPublisher.removeObserver, self)
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        self.lines.append(formatEvent(event))
-
-    def matching(self, *words: str) -> list[str]:
-        return [line for line in self.lines if all(w in line for w in words)]
 
 
 class Publishes:
@@ -511,7 +495,7 @@ class LookupdTests(FaultTestCase):
         self.addCleanup(group.stop_all)
         lookupd = NSQLookupd(tempfile.mkdtemp(prefix="nsqlookupd-", dir=group.workdir))
         group.processes.append(lookupd)
-        logs = LogText(self)
+        logs = LogCapture(self)
         consumed: Counter[bytes] = Counter()
 
         def handler(message: Message) -> bool:
@@ -671,7 +655,7 @@ class CutInsideTests(FaultTestCase):
         nsqd = start_nsqd(self, nsqd_tls_args(certs, required="tcp-https"))
         proxy = start_proxy(self, nsqd.tcp_address)
         tls = TLSOptions(ca_certs=certs.ca_path)
-        logs = LogText(self)
+        logs = LogCapture(self)
         # A whole handshake first: how many bytes nsqd sends for it.
         protocol = await self.connect(proxy.address, tls=tls, tls_hostname="127.0.0.1")
         features = await protocol.when_ready().addTimeout(10, reactor)

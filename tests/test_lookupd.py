@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import random
-import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
 from treq.testing import RequestTraversalAgent
 from twisted.internet import error
-from twisted.internet.defer import Deferred, fail, inlineCallbacks, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
-from twisted.logger import LogEvent, globalLogPublisher
+from twisted.logger import LogEvent
 from twisted.python.failure import Failure
-from twisted.trial.unittest import SynchronousTestCase, TestCase
+from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.client import ResponseDone
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent, IResponse
@@ -24,7 +22,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import Request
 from zope.interface import implementer
 
-from tests.support.processes import free_port, start_lookupd, start_nsqd, wait_for
+from tests.support.logs import LogCapture
 from txnsq import lookupd as lookupd_module
 from txnsq._wire.address import parse_address
 from txnsq.lookupd import LookupdHTTPError, LookupdPoller
@@ -144,9 +142,7 @@ class PollerTestCase(SynchronousTestCase):
         self.clock = Clock()
         self.agent = FakeAgent()
         self.rounds: list[frozenset[str]] = []
-        self.events: list[LogEvent] = []
-        globalLogPublisher.addObserver(self.events.append)
-        self.addCleanup(globalLogPublisher.removeObserver, self.events.append)
+        self.events = LogCapture(self).events
 
     def poller(self, lookupds: list[str] | None = None, **kwargs: Any) -> LookupdPoller:
         kwargs.setdefault("rng", random.Random(4))
@@ -581,60 +577,3 @@ class StopTests(PollerTestCase):
         p.start()
         self.assertEqual(self.agent.count(A), 2)
         self.assertEqual(len(self.clock.getDelayedCalls()), 1)
-
-
-@pytest.mark.integration
-class RealLookupdTests(TestCase):
-    """Against real nsqlookupd and nsqd processes, with the real reactor and Agent."""
-
-    timeout = 60
-
-    @inlineCallbacks
-    def test_finds_both_nsqds(self) -> Any:
-        from twisted.internet import reactor
-
-        topic = "lookup_" + uuid.uuid4().hex[:12]
-        lookupd = start_lookupd(self)
-        nsqds = [start_nsqd(self, lookupds=[lookupd]) for _ in range(2)]
-        for nsqd in nsqds:
-            nsqd.create_topic(topic)
-        wait_for(
-            lambda: len(lookupd.lookup(topic)["producers"]) == 2,
-            what="both nsqds registered with nsqlookupd",
-        )
-
-        found: Deferred[frozenset[str]] = Deferred()
-        rounds: list[frozenset[str]] = []
-
-        def on_producers(producers: frozenset[str]) -> None:
-            rounds.append(producers)
-            if len(producers) == 2 and not found.called:
-                found.callback(producers)
-
-        dead = f"127.0.0.1:{free_port()}"  # nothing listens there: refused, logged
-        poller = LookupdPoller(
-            [lookupd.http_url, dead],
-            topic,
-            on_producers,
-            reactor=reactor,
-            poll_interval=0.5,
-            request_timeout=5,
-        )
-        poller.start()
-        try:
-            producers = yield found
-        finally:
-            yield poller.stop()
-        self.assertEqual(producers, {n.tcp_address for n in nsqds})
-        self.assertEqual(rounds, [producers])
-
-        # An unknown topic is a 404: an empty answer, not an error.
-        empty: Deferred[frozenset[str]] = Deferred()
-        other = LookupdPoller(
-            [lookupd.http_url], "unknown_" + topic, empty.callback, reactor=reactor
-        )
-        other.start()
-        try:
-            self.assertEqual((yield empty), frozenset())
-        finally:
-            yield other.stop()

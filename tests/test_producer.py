@@ -7,7 +7,6 @@ other end is a scripted nsqd (:class:`FakeNSQD`).
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from twisted.internet.address import IPv4Address
@@ -17,11 +16,12 @@ from twisted.internet.endpoints import (
     TCP4ClientEndpoint,
     TCP6ClientEndpoint,
 )
-from twisted.internet.error import ConnectionDone, ConnectionLost, ConnectionRefusedError
-from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.internet.error import ConnectionLost, ConnectionRefusedError
+from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.support.wire import FakeTransport, mpub_bodies, parse_commands
 from txnsq._wire.frames import encode_error, encode_response
 from txnsq._wire.identify import IdentifyOptions
 from txnsq.errors import BadMessageError, ConnectionClosed, NotReady
@@ -29,69 +29,6 @@ from txnsq.producer import Producer, ProducerStopped, PublishQueueFull
 from txnsq.protocol import NSQProtocol
 
 OK = encode_response(b"OK")
-
-
-def parse_commands(data: bytes) -> list[tuple[bytes, bytes | None]]:
-    """Split what a client wrote into ``(command line, body or None)``."""
-    out: list[tuple[bytes, bytes | None]] = []
-    if data.startswith(b"  V2"):
-        data = data[4:]
-    pos = 0
-    while pos < len(data):
-        end = data.index(b"\n", pos)
-        line = data[pos:end]
-        pos = end + 1
-        name = line.split(b" ", 1)[0]
-        body = None
-        if name in (b"IDENTIFY", b"AUTH", b"PUB", b"DPUB", b"MPUB"):
-            (size,) = struct.unpack(">l", data[pos : pos + 4])
-            body = data[pos + 4 : pos + 4 + size]
-            pos += 4 + size
-        out.append((line, body))
-    return out
-
-
-def mpub_bodies(body: bytes) -> list[bytes]:
-    (count,) = struct.unpack(">l", body[:4])
-    pos, bodies = 4, []
-    for _ in range(count):
-        (size,) = struct.unpack(">l", body[pos : pos + 4])
-        bodies.append(body[pos + 4 : pos + 4 + size])
-        pos += 4 + size
-    return bodies
-
-
-class FakeTransport(StringTransport):
-    """A transport whose ``loseConnection`` ends the connection on the next reactor turn,
-    as a real one does."""
-
-    def __init__(self, protocol: Any, clock: MemoryReactorClock, port: int) -> None:
-        super().__init__(peerAddress=IPv4Address("TCP", "127.0.0.1", port))
-        self.protocol = protocol
-        self.clock = clock
-        self.lost = False
-        self.writes = 0
-
-    def write(self, data: bytes) -> None:
-        self.writes += 1
-        super().write(data)
-
-    def loseConnection(self) -> None:
-        if not self.disconnecting:
-            super().loseConnection()
-            self.clock.callLater(0, self.connection_lost, Failure(ConnectionDone()))
-
-    def abortConnection(self) -> None:
-        self.aborted = True
-        if not self.disconnecting:
-            super().loseConnection()
-            self.clock.callLater(0, self.connection_lost, Failure(ConnectionLost()))
-
-    def connection_lost(self, reason: Failure) -> None:
-        if not self.lost:
-            self.lost = True
-            self.disconnecting = True
-            self.protocol.connectionLost(reason)
 
 
 class FakeNSQD:
@@ -177,12 +114,12 @@ class PublishTests(ProducerTestCase):
     def test_publishes_are_pipelined(self) -> None:
         """Every publish is written before the first OK comes back, in one write."""
         producer, nsqd = self.started()
-        writes = nsqd.transport.writes
+        writes = len(nsqd.transport.writes)
         ds = [producer.publish("t", b"%d" % i) for i in range(3)]
         ds.append(producer.multi_publish("t", [b"a", b"b"]))
         ds.append(producer.deferred_publish("t", b"later", 1.5))
         self.reactor.advance(0)
-        self.assertEqual(nsqd.transport.writes, writes + 1)
+        self.assertEqual(len(nsqd.transport.writes), writes + 1)
         commands = nsqd.new_commands()
         self.assertEqual(
             [c[0] for c in commands], [b"PUB t", b"PUB t", b"PUB t", b"MPUB t", b"DPUB t 1500"]

@@ -24,13 +24,20 @@ from twisted.internet import defer
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
-from twisted.logger import ILogObserver, LogLevel, formatEvent, globalLogPublisher
+from twisted.logger import LogLevel, formatEvent
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
-from zope.interface import implementer
 
-from tests.support.wire import identify_answer
+from tests.support.logs import LogCapture
+from tests.support.wire import (
+    NSQD_DEFLATE_OK,
+    SNAPPY_STREAM_ID,
+    FakeTransport,
+    identify_answer,
+    mpub_bodies,
+    msg_id,
+    parse_commands,
+)
 from txnsq import protocol as protocol_module
 from txnsq._wire import handshake as handshake_module
 from txnsq._wire.commands import CLS, MAGIC_V2, NOP
@@ -59,70 +66,12 @@ from txnsq.tls import TLSOptions
 HEARTBEAT = encode_response(b"_heartbeat_")
 OK = encode_response(b"OK")
 CLOSE_WAIT = encode_response(b"CLOSE_WAIT")
-# What nsqd 1.3.0 sent right after its IDENTIFY answer when deflate was negotiated: the
-# compressed OK frame, a sync flush and an extra empty stored block (21 bytes).
-NSQD_DEFLATE_OK = bytes.fromhex("6260606063606060f0f706000000ffff000000ffff")
-# The snappy framing format's stream identifier chunk, first in a compressed stream.
-SNAPPY_STREAM_ID = b"\xff\x06\x00\x00sNaPpY"
 SECRET = "s3cr3t-Token-do-not-log"
 TS = 1_700_000_000_000_000_000
-
-# Commands that carry a size-prefixed body after their line.
-_BODY_COMMANDS = (b"IDENTIFY", b"AUTH", b"PUB", b"DPUB", b"MPUB")
-
-
-def msg_id(n: int) -> bytes:
-    return b"%016x" % n
 
 
 def message_frame(n: int, body: bytes | None = None, attempts: int = 1) -> bytes:
     return encode_message(TS + n, attempts, msg_id(n), b"body-%d" % n if body is None else body)
-
-
-def parse_commands(data: bytes) -> list[tuple[bytes, bytes | None]]:
-    """Split what a client wrote (after the magic) into ``(line, body or None)``."""
-    commands: list[tuple[bytes, bytes | None]] = []
-    pos = 0
-    while pos < len(data):
-        nl = data.index(b"\n", pos)
-        line = data[pos:nl]
-        if line.split(b" ", 1)[0] in _BODY_COMMANDS:
-            (size,) = struct.unpack_from(">l", data, nl + 1)
-            body = data[nl + 5 : nl + 5 + size]
-            if len(body) != size:
-                raise AssertionError(f"truncated body in {data!r}")
-            commands.append((line, body))
-            pos = nl + 5 + size
-        else:
-            commands.append((line, None))
-            pos = nl + 1
-    return commands
-
-
-def mpub_bodies(body: bytes) -> list[bytes]:
-    (count,) = struct.unpack_from(">l", body)
-    pos, out = 4, []
-    for _ in range(count):
-        (size,) = struct.unpack_from(">l", body, pos)
-        out.append(body[pos + 4 : pos + 4 + size])
-        pos += 4 + size
-    return out
-
-
-class FakeTransport(StringTransport):
-    """A StringTransport that records each write and each startTLS call."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-        self.tls_started: list[object] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-        super().write(data)
-
-    def startTLS(self, contextFactory: object) -> None:
-        self.tls_started.append(contextFactory)
 
 
 class Server:
@@ -215,38 +164,6 @@ class Server:
     def flush(self) -> None:
         """Let writes made outside a read (coalesced with callLater(0)) go out."""
         self.clock.advance(0)
-
-
-@implementer(ILogObserver)
-class LogCapture:
-    """Collects every log event published while a test runs."""
-
-    def __init__(self, testcase: SynchronousTestCase) -> None:
-        self.events: list[dict[str, Any]] = []
-        globalLogPublisher.addObserver(self)
-        testcase.addCleanup(globalLogPublisher.removeObserver, self)
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-
-    def ours(self, level: LogLevel | None = None) -> list[dict[str, Any]]:
-        return [
-            e
-            for e in self.events
-            if str(e.get("log_namespace", "")).startswith("txnsq")
-            and (level is None or e.get("log_level") == level)
-        ]
-
-    def text(self) -> str:
-        """Everything the events could show: formatted text, fields, tracebacks."""
-        parts = []
-        for event in self.events:
-            parts.append(formatEvent(event))
-            parts.append(repr(event))
-            failure = event.get("log_failure")
-            if failure is not None:
-                parts.append(failure.getTraceback())
-        return "\n".join(parts)
 
 
 def ready_server(testcase: SynchronousTestCase, **kwargs: Any) -> Server:

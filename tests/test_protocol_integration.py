@@ -18,16 +18,16 @@ import signal
 from collections.abc import Generator
 from typing import Any
 
+import pytest
 from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.internet.task import deferLater
-from twisted.logger import ILogObserver, formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
-from zope.interface import implementer
 
 from tests.support.authserver import Grant, start_auth_server
 from tests.support.certs import CLIENT_COMMON_NAME, CertFiles, certs_for, nsqd_tls_args
+from tests.support.logs import LogCapture
 from tests.support.processes import NSQD, start_nsqd
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq.errors import (
@@ -43,6 +43,8 @@ from txnsq.errors import (
 from txnsq.message import Message
 from txnsq.protocol import NSQProtocol
 from txnsq.tls import TLSOptions
+
+pytestmark = pytest.mark.integration
 
 TIMEOUT = 15.0
 CHANNEL = "ch"
@@ -110,26 +112,6 @@ class Client:
         if not self.lost:
             transport.abortConnection()
         return self.when_lost()
-
-
-@implementer(ILogObserver)
-class LogText:
-    """Everything logged while a test runs, as text."""
-
-    def __init__(self, testcase: TestCase) -> None:
-        self.parts: list[str] = []
-        globalLogPublisher.addObserver(self)
-        testcase.addCleanup(globalLogPublisher.removeObserver, self)
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        text = formatEvent(event)
-        if "GET /auth?" in text:
-            return  # the test auth server's access log: nsqd's request, not ours
-        self.parts.append(text)
-        self.parts.append(repr(event))
-
-    def text(self) -> str:
-        return "\n".join(self.parts)
 
 
 def client_stats(nsqd: NSQD, topic: str) -> list[dict[str, Any]]:
@@ -524,7 +506,7 @@ class AuthTests(IntegrationTestCase):
 
     @defer.inlineCallbacks
     def test_accepted(self) -> Inline:
-        logs = LogText(self)
+        logs = LogCapture(self)
         auth = start_auth_server(self)
         sent = auth.accept(self.SECRET, identity="alice", identity_url="http://ids.example/alice")
         nsqd = start_nsqd(self, auth.nsqd_args())
@@ -578,7 +560,7 @@ class AuthTests(IntegrationTestCase):
 
     @defer.inlineCallbacks
     def test_refused(self) -> Inline:
-        logs = LogText(self)
+        logs = LogCapture(self)
         auth = start_auth_server(self)
         auth.refuse(self.SECRET)
         nsqd = start_nsqd(self, auth.nsqd_args())

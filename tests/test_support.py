@@ -17,6 +17,7 @@ import stat
 import struct
 from typing import Any
 
+import pytest
 from cryptography import x509
 from cryptography.x509 import DNSName, IPAddress
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
@@ -32,6 +33,8 @@ from tests.support.processes import NSQD, ProcessGroup, start_nsqd
 from tests.support.proxy import TCPProxy, start_proxy
 from txnsq._wire.address import parse_address
 from txnsq._wire.commands import MAGIC_V2, auth, identify, pub, sub
+
+pytestmark = pytest.mark.integration
 
 _HEADER = struct.Struct(">ll")
 TIMEOUT = 10.0

@@ -14,10 +14,11 @@ from twisted.internet import defer
 from twisted.internet.error import ConnectionDone, ConnectionLost, ConnectionRefusedError
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import Clock
-from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.support.logs import LogCapture
+from tests.support.wire import pack
 from txnsq import Consumer, IdentifyOptions, Message, NSQProtocol, Producer
 from txnsq._wire.frames import ErrorFrame, FrameParser, Heartbeat, MessageFrame, Response
 from txnsq.errors import (
@@ -40,10 +41,6 @@ from txnsq.testing import (
 )
 
 IDENTIFY = IdentifyOptions(client_id="test", hostname="test.local")
-
-
-def pack(data: bytes) -> bytes:
-    return struct.pack(">l", len(data)) + data
 
 
 class RawClient(Protocol):
@@ -74,16 +71,6 @@ class RawClient(Protocol):
     def take(self) -> list[Any]:
         frames, self.frames = self.frames, []
         return frames
-
-
-class LogCapture:
-    def __init__(self, case: SynchronousTestCase) -> None:
-        self.events: list[LogEvent] = []
-        globalLogPublisher.addObserver(self.events.append)
-        case.addCleanup(globalLogPublisher.removeObserver, self.events.append)
-
-    def texts(self) -> list[str]:
-        return [formatEvent(e) for e in self.events]
 
 
 class FakeTestCase(SynchronousTestCase):
@@ -433,7 +420,7 @@ class ConsumerTests(FakeTestCase):
         self.assertEqual(self.nsqd.send_error("E_INVALID", "boom", subscribed=True), 1)
         self.nsqd.flush()
         self.assertEqual(consumer.connections(), [])
-        self.assertTrue(any("E_INVALID" in t and "boom" in t for t in log.texts()))
+        self.assertTrue(any("E_INVALID" in t and "boom" in t for t in log.lines()))
         self.nsqd.advance(5)
         self.assertEqual(consumer.connections(), [self.nsqd.address])
         self.assertEqual(self.nsqd.connection_count, 2)
@@ -448,7 +435,7 @@ class ConsumerTests(FakeTestCase):
         self.assertEqual([type(e) for e in errors], [FinFailedError])
         self.assertTrue(protocol.is_ready)
         self.assertEqual(len(self.nsqd.clients()), 1)
-        self.assertTrue(any("E_FIN_FAILED" in t for t in log.texts()))
+        self.assertTrue(any("E_FIN_FAILED" in t for t in log.lines()))
 
     def test_malformed_frame_closes_the_connection_with_a_log_line(self) -> None:
         log = LogCapture(self)
@@ -457,7 +444,7 @@ class ConsumerTests(FakeTestCase):
         self.nsqd.flush()
         self.assertEqual(self.nsqd.clients(), [])
         self.assertTrue(
-            any("protocol error" in t and "unknown frame type 9" in t for t in log.texts())
+            any("protocol error" in t and "unknown frame type 9" in t for t in log.lines())
         )
         self.nsqd.advance(5)
         self.assertEqual(consumer.connections(), [self.nsqd.address])

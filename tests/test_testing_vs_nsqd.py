@@ -21,6 +21,7 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 
 from tests.support.processes import NSQD, ProcessGroup, start_nsqd
+from tests.support.wire import pack
 from txnsq import Consumer, IdentifyOptions, Message, NSQProtocol, Producer
 from txnsq._wire.identify import Features
 from txnsq.errors import ConnectionClosed, NSQServerError
@@ -32,10 +33,6 @@ TIMEOUT = 10.0
 IDENTIFY = IdentifyOptions(client_id="vs", hostname="vs.local")
 # Any well-formed id nsqd never handed out.
 UNKNOWN_ID = b"0123456789abcdef"
-
-
-def pack(data: bytes) -> bytes:
-    return struct.pack(">l", len(data)) + data
 
 
 class Client:

@@ -7,6 +7,7 @@ import zlib
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.support.wire import NSQD_DEFLATE_OK, SNAPPY_STREAM_ID
 from txnsq._wire.compression import (
     DeflateCompressor,
     DeflateDecompressor,
@@ -18,12 +19,9 @@ from txnsq._wire.frames import FrameParser, Response, encode_response
 from txnsq.errors import ProtocolError
 
 OK_FRAME = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
-SNAPPY_STREAM_ID = bytes.fromhex("ff060000734e61507059")
 # nsqd v1.3.0's snappy-compressed OK: stream identifier, then an uncompressed-data chunk
 # (type 0x01, length 14) with its masked CRC-32C and the 10-byte OK frame.
 NSQD_SNAPPY_OK = SNAPPY_STREAM_ID + bytes.fromhex("010e000026982bcf") + OK_FRAME
-# nsqd v1.3.0's deflate-compressed OK, then the empty sync-flush blocks it adds.
-NSQD_DEFLATE_OK = bytes.fromhex("6260606063606060f0f706000000ffff000000ffff")
 
 SAMPLES = [
     b"x",

@@ -2,17 +2,25 @@
 
 Every byte sent is built by ``txnsq._wire`` (except where a test bypasses the encoders on
 purpose) and every byte received is decoded by it, so these tests pin the core to what
-nsqd v1.3.0 really accepts and sends.
+nsqd v1.3.0 really accepts and sends. The topic and channel name validator is checked
+against nsqd's own check too (generated names, through nsqd's HTTP API).
 """
 
 from __future__ import annotations
 
 import socket
+import string
 import struct
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections import deque
 from typing import Any
 
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.processes import NSQD, start_nsqd, wait_for
@@ -23,6 +31,8 @@ from txnsq._wire.commands import (
     dpub,
     fin,
     identify,
+    is_valid_channel_name,
+    is_valid_topic_name,
     mpub,
     pub,
     rdy,
@@ -50,6 +60,8 @@ from txnsq.errors import (
     NSQServerError,
     TouchFailedError,
 )
+
+pytestmark = pytest.mark.integration
 
 OK = Response(b"OK")
 TIMEOUT = 5.0
@@ -554,3 +566,75 @@ class CompressionDisabledTests(InteropTestCase):
             self.assertRaises(HandshakeError, upgrade_steps, options, features, False)
             # The connection is still plain and usable.
             self.assertEqual(conn.command(pub("t", b"x")), OK)
+
+
+# --- names, checked against nsqd itself --------------------------------------------------
+
+NAME_CHARS = string.ascii_letters + string.digits + "._-"
+valid_names = st.text(alphabet=NAME_CHARS, min_size=1, max_size=64)
+names = st.one_of(
+    valid_names,
+    valid_names.map(lambda name: name + "#ephemeral"),  # valid up to 64 in all
+    st.text(alphabet=NAME_CHARS + "# /:é\u00e9\uff41\u0660\n\t\x00*", max_size=70),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=70),
+    st.integers(60, 70).map(lambda n: "n" * n),
+    st.integers(50, 58).map(lambda n: "e" * n + "#ephemeral"),
+)
+
+
+def nsqd_accepts(http_url: str, path: str, **query: str) -> bool:
+    """POST to nsqd's HTTP API: True on 200, False on 400 (any other answer raises)."""
+    url = f"{http_url}{path}?" + urllib.parse.urlencode(query)
+    request = urllib.request.Request(url, data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return bool(response.status == 200)
+    except urllib.error.HTTPError as e:
+        if e.code == 400:
+            return False
+        raise
+
+
+class NameAgreesWithNSQDProperties(SynchronousTestCase):
+    """The name validator says what nsqd's own check says, for topics and channels."""
+
+    def test_agrees_with_nsqd(self) -> None:
+        nsqd = start_nsqd(self)
+        nsqd.create_topic("names")
+        checked: list[tuple[str, bool]] = []
+
+        @settings(
+            max_examples=100,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        )
+        @given(names)
+        @example("a" * 64)
+        @example("a" * 65)
+        @example("a" * 54 + "#ephemeral")
+        @example("a" * 55 + "#ephemeral")
+        @example("#ephemeral")
+        @example("a#ephemeral#ephemeral")
+        @example("a#Ephemeral")
+        @example("")
+        @example("é")
+        @example("a\n")
+        def check(name: str) -> None:
+            expected = is_valid_topic_name(name)
+            self.assertEqual(is_valid_channel_name(name), expected)
+            self.assertEqual(
+                nsqd_accepts(nsqd.http_url, "/topic/create", topic=name),
+                expected,
+                f"topic {name!r}",
+            )
+            self.assertEqual(
+                nsqd_accepts(nsqd.http_url, "/channel/create", topic="names", channel=name),
+                expected,
+                f"channel {name!r}",
+            )
+            checked.append((name, expected))
+
+        check()
+        # Both answers were exercised, not just one.
+        self.assertEqual({valid for _, valid in checked}, {True, False})

@@ -1,20 +1,17 @@
-"""Property tests (hypothesis) for the wire core: parser, encoders, compression, names."""
+"""Property tests (hypothesis) for the wire core: parser, encoders, compression (the
+name validator, checked against nsqd itself, is in ``test_wire_interop``)."""
 
 from __future__ import annotations
 
 import string
 import struct
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.support.processes import start_nsqd
-from txnsq._wire.commands import is_valid_channel_name, is_valid_topic_name, mpub, pub
+from txnsq._wire.commands import mpub, pub
 from txnsq._wire.compression import codecs_for
 from txnsq._wire.frames import (
     HEARTBEAT,
@@ -264,75 +261,3 @@ class CompressionProperties(SynchronousTestCase):
             compressor, decompressor = codecs
             for w in writes:
                 self.assertEqual(decompressor.decompress(compressor.compress(w)), w)
-
-
-# --- names, checked against nsqd itself --------------------------------------------------
-
-NAME_CHARS = string.ascii_letters + string.digits + "._-"
-valid_names = st.text(alphabet=NAME_CHARS, min_size=1, max_size=64)
-names = st.one_of(
-    valid_names,
-    valid_names.map(lambda name: name + "#ephemeral"),  # valid up to 64 in all
-    st.text(alphabet=NAME_CHARS + "# /:é\u00e9\uff41\u0660\n\t\x00*", max_size=70),
-    st.text(st.characters(blacklist_categories=("Cs",)), max_size=70),
-    st.integers(60, 70).map(lambda n: "n" * n),
-    st.integers(50, 58).map(lambda n: "e" * n + "#ephemeral"),
-)
-
-
-def nsqd_accepts(http_url: str, path: str, **query: str) -> bool:
-    """POST to nsqd's HTTP API: True on 200, False on 400 (any other answer raises)."""
-    url = f"{http_url}{path}?" + urllib.parse.urlencode(query)
-    request = urllib.request.Request(url, data=b"", method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return bool(response.status == 200)
-    except urllib.error.HTTPError as e:
-        if e.code == 400:
-            return False
-        raise
-
-
-class NameAgreesWithNSQDProperties(SynchronousTestCase):
-    """The name validator says what nsqd's own check says, for topics and channels."""
-
-    def test_agrees_with_nsqd(self) -> None:
-        nsqd = start_nsqd(self)
-        nsqd.create_topic("names")
-        checked: list[tuple[str, bool]] = []
-
-        @settings(
-            max_examples=100,
-            deadline=None,
-            database=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        )
-        @given(names)
-        @example("a" * 64)
-        @example("a" * 65)
-        @example("a" * 54 + "#ephemeral")
-        @example("a" * 55 + "#ephemeral")
-        @example("#ephemeral")
-        @example("a#ephemeral#ephemeral")
-        @example("a#Ephemeral")
-        @example("")
-        @example("é")
-        @example("a\n")
-        def check(name: str) -> None:
-            expected = is_valid_topic_name(name)
-            self.assertEqual(is_valid_channel_name(name), expected)
-            self.assertEqual(
-                nsqd_accepts(nsqd.http_url, "/topic/create", topic=name),
-                expected,
-                f"topic {name!r}",
-            )
-            self.assertEqual(
-                nsqd_accepts(nsqd.http_url, "/channel/create", topic="names", channel=name),
-                expected,
-                f"channel {name!r}",
-            )
-            checked.append((name, expected))
-
-        check()
-        # Both answers were exercised, not just one.
-        self.assertEqual({valid for _, valid in checked}, {True, False})

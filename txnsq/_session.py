@@ -2,19 +2,21 @@
 ClientService, its counters) and :class:`Session` (one per live connection: the messages
 received on it and the answers sent back, the consumer's hot path).
 
-They are the consumer's internals (:mod:`txnsq.consumer`), kept apart so that the
-per-message code can be read on its own.
+They sit below the consumer (:mod:`txnsq.consumer`) and reach it only through
+:class:`SessionOwner`, the way a :class:`~txnsq.message.Message` reaches its owner through
+:class:`~txnsq.message.MessageOwner`: this module imports nothing from the consumer, and
+the per-message code can be read on its own.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from twisted.application.internet import ClientService
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
-from txnsq._wire.backoff import requeue_delay
 from txnsq._wire.identify import Features
 from txnsq._wire.rdy import RdyUpdate
 from txnsq._wire.touch import touch_schedule
@@ -22,10 +24,72 @@ from txnsq.errors import NotReady
 from txnsq.message import ANSWERED, FRESH, Message
 from txnsq.protocol import NSQProtocol
 
-if TYPE_CHECKING:
-    from txnsq.consumer import Consumer
+__all__ = ["NSQDState", "Session", "SessionOwner"]
 
-__all__ = ["NSQDState", "Session"]
+
+class SessionOwner(Protocol):
+    """The consumer above a :class:`Session`, as the session sees it.
+
+    ``handler`` and ``max_attempts`` are read once per read (run of messages);
+    ``in_backoff`` and ``draining`` once per message, so they are plain attributes, and
+    the methods are called on the events they name. Sessions bind what they call for
+    every read once, when they are made.
+    """
+
+    #: the clock: what time it is, and the timers of auto touch
+    clock: IReactorTime
+    #: the consumer is backing off: each FIN goes out at once, after its backoff step
+    in_backoff: bool
+    #: the consumer is stopping gracefully: each FIN goes out at once
+    draining: bool
+
+    @property
+    def handler(self) -> Callable[[Message], object]:
+        """The user's handler."""
+
+    @property
+    def max_attempts(self) -> int:
+        """Deliveries after which a message is given up; 0 for no limit."""
+
+    def messages_received(
+        self, session: Session, count: int, now: float
+    ) -> list[RdyUpdate[Session]]:
+        """``count`` messages arrived on ``session``: the RDY changes that follow."""
+
+    def messages_answered(self, session: Session, count: int) -> list[RdyUpdate[Session]]:
+        """``count`` messages of ``session`` were answered (or voided): the RDY changes."""
+
+    def send_rdy(self, updates: list[RdyUpdate[Session]]) -> None:
+        """Write RDY changes to their connections."""
+
+    def give_up(self, message: Message) -> None:
+        """``message`` was delivered more than ``max_attempts`` times: finish it and hand
+        it to the user's giving-up hook."""
+
+    def handler_raised(self, session: Session, message: Message) -> None:
+        """The handler raised on ``message`` (called in the ``except`` block: report the
+        exception being handled); the session requeues the message."""
+
+    def handle_result(self, session: Session, message: Message, result: object) -> None:
+        """The handler returned something else than ``True``, ``None`` or ``False`` (a
+        Deferred, a coroutine, ...): answer ``message`` when it is known."""
+
+    def finished_in_backoff(self) -> None:
+        """A message is being finished while ``in_backoff`` (before its FIN is written: a
+        backoff step's RDY must reach nsqd first)."""
+
+    def requeued(self, backoff: bool) -> None:
+        """A message is being requeued (before its REQ is written, for the same reason);
+        ``backoff`` says whether the failure counts towards the backoff."""
+
+    def default_requeue_delay(self, attempts: int) -> float:
+        """The REQ delay, in seconds, of a message requeued without one."""
+
+    def answered_while_draining(self) -> None:
+        """A message was answered while ``draining``: the drain may be over."""
+
+    def session_lost(self, session: Session, reason: Failure) -> None:
+        """``session``'s connection closed (once per session)."""
 
 
 class Session:
@@ -41,18 +105,19 @@ class Session:
         "_finish",
         "_now",
         "_received",
+        "_send_rdy",
         "closed",
-        "consumer",
         "features",
         "nsqd",
+        "owner",
         "protocol",
         "subscribed",
         "touch_calls",
         "unanswered",
     )
 
-    def __init__(self, consumer: Consumer, nsqd: NSQDState, protocol: NSQProtocol) -> None:
-        self.consumer = consumer
+    def __init__(self, owner: SessionOwner, nsqd: NSQDState, protocol: NSQProtocol) -> None:
+        self.owner = owner
         self.nsqd = nsqd
         self.protocol = protocol
         self.features: Features | None = None
@@ -61,9 +126,10 @@ class Session:
         self.unanswered: dict[bytes, Message] = {}
         self.touch_calls: dict[bytes, IDelayedCall] = {}
         # Bound once: on_messages and message_finished run for every read or message.
-        self._received = consumer._rdy.messages_received
-        self._answered = consumer._rdy.messages_answered
-        self._now = consumer._reactor.seconds
+        self._received = owner.messages_received
+        self._answered = owner.messages_answered
+        self._send_rdy = owner.send_rdy
+        self._now = owner.clock.seconds
         self._finish = protocol.finish
 
     # -- messages in
@@ -76,16 +142,16 @@ class Session:
         go out as one write once the run is handled (before it, when a backoff or a
         graceful stop needs each FIN to go at once).
         """
-        consumer = self.consumer
+        owner = self.owner
         count = len(messages)
         self.nsqd.received += count
         updates = self._received(self, count, self._now())
         if updates:
-            consumer._send_rdy(updates)
+            self._send_rdy(updates)
         unanswered = self.unanswered
-        handler = consumer._handler
+        handler = owner.handler
         # attempts is a 16-bit field: without a limit, nothing is above 65535.
-        max_attempts = consumer._max_attempts or 0xFFFF
+        max_attempts = owner.max_attempts or 0xFFFF
         fins: list[bytes] = []
         add_fin = fins.append
         try:
@@ -100,16 +166,12 @@ class Session:
                     self._void(unanswered[msg_id])
                 unanswered[msg_id] = message
                 if message.attempts > max_attempts:
-                    consumer._give_up(message)
+                    owner.give_up(message)
                     continue
                 try:
                     result = handler(message)
                 except Exception:
-                    consumer._log.failure(
-                        "Handler raised on message {id} from {nsqd}; requeueing it",
-                        id=msg_id,
-                        nsqd=self.nsqd.address,
-                    )
+                    owner.handler_raised(self, message)
                     if not message.has_responded:
                         message.requeue()
                     continue
@@ -121,7 +183,7 @@ class Session:
                     # message.finish() inlined: the handler returned, the message is ours.
                     message._state = ANSWERED
                     del unanswered[msg_id]
-                    if consumer._backoff_active or consumer._draining:
+                    if owner.in_backoff or owner.draining:
                         # Each FIN now, in order with the backoff or the drain it ends.
                         if fins:
                             self._finish_batch(fins)
@@ -134,7 +196,7 @@ class Session:
                     if message._state == FRESH:
                         message.requeue()
                 else:
-                    consumer._handle_async_result(self, message, result)
+                    owner.handle_result(self, message, result)
         finally:
             if fins:
                 self._finish_batch(fins)
@@ -150,7 +212,7 @@ class Session:
                 pass  # being dropped: nsqd redelivers the messages after their timeout
         updates = self._answered(self, count)
         if updates:
-            self.consumer._send_rdy(updates)
+            self._send_rdy(updates)
 
     # -- MessageOwner: answers out
 
@@ -166,11 +228,10 @@ class Session:
 
     def _finished(self, msg_id: bytes, updates: list[RdyUpdate[Session]]) -> None:
         """Send the FIN of a message just taken off ``unanswered``, with what goes with it."""
-        consumer = self.consumer
-        if consumer._backoff_active:
+        if self.owner.in_backoff:
             # Before the FIN: a backoff RDY 0 must reach nsqd before the FIN reopens
             # this connection's window.
-            consumer._backoff_result(consumer._backoff.success())
+            self.owner.finished_in_backoff()
         if not self.closed:
             try:
                 self._finish(msg_id)
@@ -180,11 +241,10 @@ class Session:
 
     def _after_answer(self, updates: list[RdyUpdate[Session]]) -> None:
         """What follows an answer: the RDY it made room for, the end of a drain."""
-        consumer = self.consumer
         if updates:
-            consumer._send_rdy(updates)
-        if consumer._draining and consumer._in_flight() == 0:
-            consumer._drained()
+            self._send_rdy(updates)
+        if self.owner.draining:
+            self.owner.answered_while_draining()
 
     def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
         msg_id = message.id
@@ -194,20 +254,12 @@ class Session:
         self.nsqd.requeued += 1
         if self.touch_calls:
             self._cancel_touch(msg_id)
-        consumer = self.consumer
+        owner = self.owner
         if delay is None:
-            delay = requeue_delay(
-                message.attempts,
-                consumer.options.requeue_delay,
-                consumer.options.max_requeue_delay,
-            )
+            delay = owner.default_requeue_delay(message.attempts)
         updates = self._answered(self, 1)
         # RDY 0 goes out before the REQ, so nsqd cannot slip in another message first.
-        if consumer._backoff.enabled:
-            if backoff:
-                consumer._backoff_result(consumer._backoff.failure())
-            elif consumer._backoff_active:
-                consumer._backoff_result(consumer._backoff.neutral())
+        owner.requeued(backoff)
         if not self.closed:
             try:
                 self.protocol.requeue(msg_id, int(delay * 1000))
@@ -223,7 +275,7 @@ class Session:
             self._cancel_touch(message.id)
         updates = self._answered(self, 1)
         if updates:
-            self.consumer._send_rdy(updates)
+            self._send_rdy(updates)
 
     def message_touched(self, message: Message) -> None:
         if self.unanswered.get(message.id) is message and not self.closed:
@@ -238,7 +290,7 @@ class Session:
         features = self.features
         if features is None or message.id not in self.unanswered:
             return
-        clock = self.consumer._reactor
+        clock = self.owner.clock
         timeout = features.msg_timeout_ms / 1000.0
         max_timeout = features.max_msg_timeout_ms / 1000.0
         delivered_at = clock.seconds()
@@ -274,7 +326,7 @@ class Session:
             if call.active():
                 call.cancel()
         self.touch_calls.clear()
-        self.consumer._session_lost(self, reason)
+        self.owner.session_lost(self, reason)
 
 
 class NSQDState:

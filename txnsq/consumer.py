@@ -33,7 +33,7 @@ from twisted.python.failure import Failure
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._session import NSQDState, Session
 from txnsq._wire import commands
-from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep
+from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
 from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.numbers import check_number
 from txnsq._wire.rdy import RdyController, RdyUpdate
@@ -182,6 +182,57 @@ class _ConnectionFactory(Factory):
         )
 
 
+class _SessionOwner:
+    """The consumer as its sessions see it (:class:`txnsq._session.SessionOwner`): the
+    consumer's hooks, bound once, and the two flags sessions read for every message
+    (the consumer keeps them here, not on itself)."""
+
+    __slots__ = (
+        "_consumer",
+        "answered_while_draining",
+        "clock",
+        "default_requeue_delay",
+        "draining",
+        "finished_in_backoff",
+        "give_up",
+        "handle_result",
+        "handler_raised",
+        "in_backoff",
+        "messages_answered",
+        "messages_received",
+        "requeued",
+        "send_rdy",
+        "session_lost",
+    )
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+        self.clock = consumer._reactor
+        self.in_backoff = False
+        self.draining = False
+        self.messages_received = consumer._rdy.messages_received
+        self.messages_answered = consumer._rdy.messages_answered
+        self.send_rdy = consumer._send_rdy
+        self.give_up = consumer._give_up
+        self.handler_raised = consumer._handler_raised
+        self.handle_result = consumer._handle_async_result
+        self.finished_in_backoff = consumer._finished_in_backoff
+        self.requeued = consumer._requeued
+        self.default_requeue_delay = consumer._default_requeue_delay
+        self.answered_while_draining = consumer._check_drained
+        self.session_lost = consumer._session_lost
+
+    # Looked up once per read rather than bound: they may be changed on the consumer.
+
+    @property
+    def handler(self) -> Handler:
+        return self._consumer._handler
+
+    @property
+    def max_attempts(self) -> int:
+        return self._consumer._max_attempts
+
+
 class Consumer(Service):
     """Consume ``topic``/``channel`` and hand every message to ``handler``.
 
@@ -266,7 +317,6 @@ class Consumer(Service):
             settle_time=opts.rdy_settle_time,
         )
         self._backoff = Backoff(opts.backoff_multiplier, opts.max_backoff_duration)
-        self._backoff_active = False
         self._backoff_timer: IDelayedCall | None = None
         self._release_timer: IDelayedCall | None = None
         self._static = list(self._targets)
@@ -287,9 +337,10 @@ class Consumer(Service):
                 rng=self._rng,
             )
         self._redistribute_loop: LoopingCall | None = None
-        self._draining = False
         self._drain_waiters: list[defer.Deferred[None]] = []
         self._stopping: defer.Deferred[None] | None = None
+        # What sessions see of the consumer; it holds the backoff and draining flags.
+        self._owner = _SessionOwner(self)
 
     # ------------------------------------------------------------------ public API
 
@@ -299,10 +350,10 @@ class Consumer(Service):
             return
         super().startService()  # type: ignore[no-untyped-call]
         self._stopping = None
-        self._draining = False
+        self._owner.draining = False
         # A previous run may have stopped in the middle of a backoff window.
         self._backoff.reset()
-        self._backoff_active = False
+        self._owner.in_backoff = False
         self._send_rdy(self._rdy.leave_backoff(self._reactor.seconds()))
         for address in self._static:
             self._add_nsqd(address, static=True)
@@ -379,7 +430,7 @@ class Consumer(Service):
             "connections": sum(1 for s in per.values() if s["connected"]),
             "max_in_flight": self._rdy.max_in_flight,
             "backoff_level": self._backoff.level,
-            "in_backoff": self._backoff_active,
+            "in_backoff": self._owner.in_backoff,
             "starved": self._rdy.is_starved(),
             "nsqd": per,
         }
@@ -449,7 +500,7 @@ class Consumer(Service):
             # Otherwise a second watcher of the live connection: nothing to do.
             return None
         nsqd.last_protocol = protocol
-        session = Session(self, nsqd, protocol)
+        session = Session(self._owner, nsqd, protocol)
         nsqd.session = session
         protocol.on_close = session.connection_lost
         protocol.on_messages = session.on_messages
@@ -512,8 +563,7 @@ class Consumer(Service):
                 lost=lost,
             )
             self._send_rdy(self._rdy.remove_connection(session, self._reactor.seconds()))
-            if self._draining and self._in_flight() == 0:
-                self._drained()
+            self._check_drained()
         if not self.running:
             return
         if self._poller is not None:
@@ -597,7 +647,7 @@ class Consumer(Service):
             return  # stopping: no new timer; startService resets the backoff state
         now = self._reactor.seconds()
         if step is BackoffStep.BACKOFF:
-            self._backoff_active = True
+            self._owner.in_backoff = True
             # (not "level=": Logger.emit takes the log level under that name)
             self._log.warn(
                 "Backing off for {delay:.1f} s (level {backoff_level})",
@@ -607,10 +657,20 @@ class Consumer(Service):
             self._cancel_backoff_timer()
             self._backoff_timer = self._reactor.callLater(action.delay, self._backoff_timer_fired)
         elif step is BackoffStep.RESUME:
-            self._backoff_active = False
+            self._owner.in_backoff = False
             self._cancel_backoff_timer()
             self._log.info("Backoff over: resuming full RDY")
         self._send_rdy(self._rdy.on_backoff_step(step, now))
+
+    def _finished_in_backoff(self) -> None:
+        self._backoff_result(self._backoff.success())
+
+    def _requeued(self, backoff: bool) -> None:
+        if self._backoff.enabled:
+            if backoff:
+                self._backoff_result(self._backoff.failure())
+            elif self._owner.in_backoff:
+                self._backoff_result(self._backoff.neutral())
 
     def _backoff_timer_fired(self) -> None:
         self._backoff_timer = None
@@ -637,6 +697,17 @@ class Consumer(Service):
                 attempts=message.attempts,
                 body=message.body[:200],
             )
+
+    def _handler_raised(self, session: Session, message: Message) -> None:
+        self._log.failure(
+            "Handler raised on message {id} from {nsqd}; requeueing it",
+            id=message.id,
+            nsqd=session.nsqd.address,
+        )
+
+    def _default_requeue_delay(self, attempts: int) -> float:
+        opts = self.options
+        return requeue_delay(attempts, opts.requeue_delay, opts.max_requeue_delay)
 
     def _handle_async_result(self, session: Session, message: Message, result: Any) -> None:
         if inspect.iscoroutine(result):
@@ -684,6 +755,10 @@ class Consumer(Service):
 
     # ---------------------------------------------------------------- stopping
 
+    def _check_drained(self) -> None:
+        if self._owner.draining and self._in_flight() == 0:
+            self._drained()
+
     def _drained(self) -> None:
         waiters, self._drain_waiters = self._drain_waiters, []
         for d in waiters:
@@ -718,7 +793,7 @@ class Consumer(Service):
         if closes:
             await defer.DeferredList(closes, consumeErrors=True)
         # 2. Wait for the handlers to answer what is in flight.
-        self._draining = True
+        self._owner.draining = True
         if self._in_flight():
             waiter: defer.Deferred[None] = defer.Deferred()
             self._drain_waiters.append(waiter)
@@ -750,4 +825,4 @@ class Consumer(Service):
         # The NSQDState records stay, so stats() still reports what was consumed.
         if stops:
             await defer.DeferredList(stops, consumeErrors=True)
-        self._draining = False
+        self._owner.draining = False

@@ -133,6 +133,7 @@ class FakeNSQD:
         self.http_port = http_port if http_port is not None else self.port + 1
         self.config = dataclasses.replace(config or NSQDConfig(), **options)
         self._state = NSQDState(clock, self.config, self.host, self.port)
+        self._connections: list[ServerProtocol] = []  # the open ones, oldest first
         self._refusing = False
         self._refusals_left: int | None = None
         self._next_client_port = 50000
@@ -173,7 +174,7 @@ class FakeNSQD:
 
     def _new_server_protocol(self) -> ServerProtocol:
         self._state.connection_count += 1
-        return ServerProtocol(self._state, self._state.connection_count)
+        return ServerProtocol(self._state, self._state.connection_count, self._connections)
 
     def _take_refusal(self) -> bool:
         if not self._refusing:
@@ -321,7 +322,7 @@ class FakeNSQD:
 
     def clients(self) -> list[ClientInfo]:
         """Snapshots of the connections open now, oldest first."""
-        return [c.info() for c in self._state.connections]
+        return [c.info() for c in self._connections]
 
     @property
     def connection_count(self) -> int:
@@ -332,7 +333,7 @@ class FakeNSQD:
 
     def _targets(self, subscribed: bool | None) -> list[ServerProtocol]:
         return [
-            c for c in self._state.connections
+            c for c in self._connections
             if subscribed is None or (c.channel is not None) == subscribed
         ]
 
@@ -450,7 +451,7 @@ class FakeNSQD:
         return producer, list(t.channels)
 
     def __repr__(self) -> str:
-        return f"<FakeNSQD {self.address} connections={len(self._state.connections)}>"
+        return f"<FakeNSQD {self.address} connections={len(self._connections)}>"
 
 
 def endpoint_factory_for(*nsqds: FakeNSQD) -> Callable[[object, str, int], IStreamClientEndpoint]:

@@ -68,9 +68,12 @@ class ServerProtocol(Protocol):
 
     _log = Logger()
 
-    def __init__(self, state: NSQDState, number: int) -> None:
+    def __init__(
+        self, state: NSQDState, number: int, connections: list[ServerProtocol]
+    ) -> None:
         self.nsqd = state
         self.number = number
+        self._connections = connections  # the open ones, shared by the fake's connections
         config = state.config
         self.conn_state = _INIT
         self.client_id = ""
@@ -98,7 +101,7 @@ class ServerProtocol(Protocol):
     # -- Twisted events
 
     def connectionMade(self) -> None:
-        self.nsqd.connections.append(self)
+        self._connections.append(self)
         self._last_read = self.nsqd.clock.seconds()
         self._restart_heartbeats()
 
@@ -120,8 +123,8 @@ class ServerProtocol(Protocol):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.conn_state = _CLOSED
         self._stop_timers()
-        if self in self.nsqd.connections:
-            self.nsqd.connections.remove(self)
+        if self in self._connections:
+            self._connections.remove(self)
         channel, self.channel = self.channel, None
         if channel is not None:
             channel.remove_client(self)

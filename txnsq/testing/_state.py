@@ -1,6 +1,7 @@
 """The state of :mod:`txnsq.testing`'s fake nsqd: topics, channels, in-flight messages,
 and the records tests inspect. The protocol a client connection speaks is in
-:mod:`txnsq.testing._server`.
+:mod:`txnsq.testing._server`; channels see a connection only as a :class:`ChannelClient`,
+and this module imports nothing from that one.
 
 Everything here follows what nsqd v1.3 does, checked against the real one by
 ``tests/test_testing_vs_nsqd.py``: the same commands are accepted in the same states, the
@@ -18,19 +19,16 @@ Private: the public face is :mod:`txnsq.testing`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import Clock
 
 from txnsq._wire.frames import encode_message
 
-if TYPE_CHECKING:
-    from txnsq.testing._server import ServerProtocol
-
 __all__ = [
+    "ChannelClient",
     "ChannelStats",
     "ClientInfo",
     "FakeMessage",
@@ -87,6 +85,27 @@ class NSQDConfig:
             raise ValueError("chunk_size must be positive")
 
 
+class ChannelClient(Protocol):
+    """A subscribed client connection, as a :class:`Channel` sees it (the fake server's
+    connection protocol implements it). The channel keeps the connection's message
+    counters up to date."""
+
+    #: the connection's number (:attr:`ClientInfo.number`)
+    number: int
+    #: seconds a message sent to it stays in flight without a TOUCH
+    msg_timeout: float
+    in_flight: int
+    message_count: int
+    finish_count: int
+    requeue_count: int
+
+    def ready_for_messages(self) -> bool:
+        """Whether its RDY window has room for one more message."""
+
+    def send_frame(self, frame: bytes) -> None:
+        """Write one encoded frame to it."""
+
+
 class FakeMessage:
     """One message as one channel holds it.
 
@@ -103,7 +122,7 @@ class FakeMessage:
         self.body = body
         self.timestamp = timestamp
         self.attempts = 0
-        self.client: ServerProtocol | None = None
+        self.client: ChannelClient | None = None
         self.delivered_at = 0.0
         self.timeout: IDelayedCall | None = None
 
@@ -208,7 +227,7 @@ class Channel:
         self.queue: deque[FakeMessage] = deque()
         self.in_flight: dict[bytes, FakeMessage] = {}
         self.deferred: dict[FakeMessage, IDelayedCall] = {}
-        self.clients: list[ServerProtocol] = []
+        self.clients: list[ChannelClient] = []
         self.history: list[MessageEvent] = []
         self.message_count = 0
         self.finished = 0
@@ -222,7 +241,7 @@ class Channel:
     def ephemeral(self) -> bool:
         return self.name.endswith("#ephemeral")
 
-    def _event(self, kind: str, msg: FakeMessage, client: ServerProtocol | None,
+    def _event(self, kind: str, msg: FakeMessage, client: ChannelClient | None,
                delay: float = 0.0) -> None:
         self.history.append(
             MessageEvent(kind, msg.id, msg.body, msg.attempts,
@@ -257,7 +276,7 @@ class Channel:
         finally:
             self._delivering = False
 
-    def _next_ready_client(self) -> ServerProtocol | None:
+    def _next_ready_client(self) -> ChannelClient | None:
         clients = self.clients
         n = len(clients)
         for i in range(n):
@@ -267,7 +286,7 @@ class Channel:
                 return client
         return None
 
-    def _send(self, client: ServerProtocol, msg: FakeMessage) -> None:
+    def _send(self, client: ChannelClient, msg: FakeMessage) -> None:
         msg.attempts += 1
         msg.client = client
         now = self.state.clock.seconds()
@@ -279,7 +298,7 @@ class Channel:
         self._event("delivered", msg, client)
         client.send_frame(encode_message(msg.timestamp, msg.attempts, msg.id, msg.body))
 
-    def _pop_in_flight(self, client: ServerProtocol, msg_id: bytes) -> FakeMessage | str:
+    def _pop_in_flight(self, client: ChannelClient, msg_id: bytes) -> FakeMessage | str:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             return "ID not in flight"
@@ -293,7 +312,7 @@ class Channel:
         client.in_flight -= 1
         return msg
 
-    def finish(self, client: ServerProtocol, msg_id: bytes) -> str | None:
+    def finish(self, client: ChannelClient, msg_id: bytes) -> str | None:
         msg = self._pop_in_flight(client, msg_id)
         if isinstance(msg, str):
             return msg
@@ -303,7 +322,7 @@ class Channel:
         self.deliver()
         return None
 
-    def requeue(self, client: ServerProtocol, msg_id: bytes, delay: float) -> str | None:
+    def requeue(self, client: ChannelClient, msg_id: bytes, delay: float) -> str | None:
         msg = self._pop_in_flight(client, msg_id)
         if isinstance(msg, str):
             return msg
@@ -314,7 +333,7 @@ class Channel:
         self.deliver()
         return None
 
-    def touch(self, client: ServerProtocol, msg_id: bytes) -> str | None:
+    def touch(self, client: ChannelClient, msg_id: bytes) -> str | None:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             return "ID not in flight"
@@ -343,10 +362,10 @@ class Channel:
         self._event("timed_out", msg, client)
         self.put(msg)
 
-    def add_client(self, client: ServerProtocol) -> None:
+    def add_client(self, client: ChannelClient) -> None:
         self.clients.append(client)
 
-    def remove_client(self, client: ServerProtocol) -> None:
+    def remove_client(self, client: ChannelClient) -> None:
         # nsqd leaves the client's in-flight messages in flight: they come back when
         # their timeout expires, not when the connection goes.
         if client in self.clients:
@@ -400,7 +419,6 @@ class NSQDState:
         self.host = host
         self.port = port
         self.topics: dict[str, Topic] = {}
-        self.connections: list[ServerProtocol] = []
         self.publishes: list[PublishRecord] = []
         self.faults: dict[str, deque[_Fault]] = {}
         self.connection_count = 0
@@ -458,10 +476,6 @@ class NSQDState:
              delay: float) -> None:
         channel.message_count += 1
         channel.put(FakeMessage(msg_id, body, timestamp), delay)
-
-    def iter_channels(self) -> Iterator[Channel]:
-        for topic in self.topics.values():
-            yield from topic.channels.values()
 
     # -- faults
 
