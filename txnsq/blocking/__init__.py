@@ -23,6 +23,10 @@ Example::
         conn.publish("events", b"hello")
         conn.multi_publish("events", bodies, batch_size=500)
 
+:class:`NSQDHTTPClient` and :class:`LookupdHTTPClient` are the blocking twins of
+:mod:`txnsq.http`'s clients of nsqd's and nsqlookupd's HTTP APIs (stats, publishing over
+HTTP, creating, pausing and deleting topics and channels, lookups, tombstones), on urllib.
+
 This module imports nothing from Twisted.
 """
 
@@ -34,6 +38,7 @@ from txnsq.blocking._connection import (
     TLSOptions,
     parse_address,
 )
+from txnsq.blocking._http import LookupdHTTPClient, NSQDHTTPClient
 from txnsq.blocking._subscriber import Chunk, ConnectionState, Subscriber
 
 __all__ = [
@@ -42,6 +47,8 @@ __all__ = [
     "Chunk",
     "Connection",
     "ConnectionState",
+    "LookupdHTTPClient",
+    "NSQDHTTPClient",
     "NSQTimeoutError",
     "Subscriber",
     "TLSOptions",
