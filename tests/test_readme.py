@@ -67,7 +67,7 @@ class ReadmeExamplesTests(TestCase):
 
     def test_every_block_is_covered(self) -> None:
         # If an example is added, a test must be added here (or in test_spark.py).
-        self.assertEqual(len(readme_blocks("python")), 5)
+        self.assertEqual(len(readme_blocks("python")), 7)
         self.assertEqual(len(readme_blocks("shell")), 1)
 
     def test_publishing(self) -> None:
@@ -104,6 +104,25 @@ class ReadmeExamplesTests(TestCase):
         topic = nsqd.topic_stats("secure-events")
         assert topic is not None
         self.assertEqual(topic["message_count"], 1)
+
+    def test_operating(self) -> None:
+        lookupd = start_lookupd(self)
+        nsqd = start_nsqd(self, lookupds=[lookupd])
+        nsqd.create_topic("orders")  # so that nsqlookupd lists it when the example asks
+        wait_for(lambda: lookupd.lookup("orders")["producers"], what="lookupd registration")
+
+        def run(marker: str) -> str:
+            code = block_containing("python", marker)
+            code = code.replace("127.0.0.1:4151", nsqd.http_address)
+            return run_python(code.replace("127.0.0.1:4161", lookupd.http_address))
+
+        out = run("lookupd.lookup(")
+        self.assertIn("billing: depth 2 paused True", out)
+        self.assertIn(f"orders is on {nsqd.tcp_address}", out)
+        self.assertEqual(run("unpause_channel"), "billing: depth 2 paused False\n")
+        channel = nsqd.channel_stats("orders", "billing")
+        assert channel is not None
+        self.assertEqual((channel["depth"], channel["paused"]), (2, False))
 
     def test_testing_example(self) -> None:
         namespace: dict[str, object] = {}

@@ -9,6 +9,13 @@ usable connection in time; a producer's :class:`ProducerStopped` and
 :class:`PublishQueueFull` are kinds of it) and :class:`HandshakeError` (IDENTIFY, TLS,
 compression or AUTH negotiation failed).
 
+The HTTP clients (:mod:`txnsq.http`, :mod:`txnsq.blocking`) raise :class:`NSQHTTPError`
+when nsqd or nsqlookupd answers with an error (:class:`TopicNotFound` and
+:class:`ChannelNotFound` for a missing topic or channel; :func:`error_from_http` picks
+the class), :class:`HTTPResponseError` (and :class:`ResponseTooLarge`) for an answer that
+cannot be used, and :class:`HTTPConnectionError` (and :class:`HTTPTimeoutError`) when no
+complete answer came.
+
 This module is pure Python: it imports nothing from Twisted.
 """
 
@@ -24,14 +31,19 @@ __all__ = [
     "BadChannelError",
     "BadMessageError",
     "BadTopicError",
+    "ChannelNotFound",
     "ConnectionClosed",
     "DPubFailedError",
     "FinFailedError",
+    "HTTPConnectionError",
+    "HTTPResponseError",
+    "HTTPTimeoutError",
     "HandshakeError",
     "IdentifyFailedError",
     "InvalidError",
     "MPubFailedError",
     "NSQError",
+    "NSQHTTPError",
     "NSQServerError",
     "NotReady",
     "ProducerStopped",
@@ -39,11 +51,14 @@ __all__ = [
     "PubFailedError",
     "PublishQueueFull",
     "ReqFailedError",
+    "ResponseTooLarge",
     "SubFailedError",
     "TooManyChannelConsumersError",
+    "TopicNotFound",
     "TouchFailedError",
     "UnauthorizedError",
     "error_from_frame",
+    "error_from_http",
 ]
 
 
@@ -271,3 +286,100 @@ class ProducerStopped(NotReady):
 
 class PublishQueueFull(NotReady):
     """No connection was ready and the queue of waiting publishes was full."""
+
+
+class NSQHTTPError(NSQError):
+    """nsqd or nsqlookupd answered an HTTP request with an error.
+
+    :ivar status: the HTTP status code (or, from a pre-1.0 server, the ``status_code`` of
+        its ``{"status_code", "status_txt", "data"}`` answer when that names an error).
+    :ivar body: the body of the answer, as received.
+    :ivar message: the server's error text, e.g. ``"TOPIC_NOT_FOUND"``, ``"INVALID_DEFER"``
+        or ``"MSG_TOO_BIG"`` (``""`` when the answer carried none).
+    :ivar request: the request that failed, e.g. ``"POST /topic/pause?topic=events"``
+        (``""`` when not known).
+    """
+
+    def __init__(
+        self, status: int, body: bytes = b"", message: str | None = None, request: str = ""
+    ) -> None:
+        self.status = status
+        self.body = body
+        if message is None:
+            message = body[:200].decode("utf-8", "replace").strip()
+        self.message = message
+        self.request = request
+        text = f"HTTP {status} {message}".strip()
+        super().__init__(f"{text} ({request})" if request else text)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.status, self.body, self.message, self.request))
+
+
+class TopicNotFound(NSQHTTPError):
+    """The topic does not exist on that nsqd or nsqlookupd (``TOPIC_NOT_FOUND``)."""
+
+
+class ChannelNotFound(NSQHTTPError):
+    """The channel does not exist on that topic (``CHANNEL_NOT_FOUND``)."""
+
+
+_HTTP_BY_MESSAGE: dict[str, type[NSQHTTPError]] = {
+    "TOPIC_NOT_FOUND": TopicNotFound,
+    "CHANNEL_NOT_FOUND": ChannelNotFound,
+}
+
+
+def error_from_http(
+    status: int, body: bytes = b"", message: str = "", request: str = ""
+) -> NSQHTTPError:
+    """Return the exception for an HTTP error answer: its ``status``, raw ``body``, the
+    error text the server put in it (``message``) and the ``request`` that got it.
+
+    ``TOPIC_NOT_FOUND`` and ``CHANNEL_NOT_FOUND`` get their own classes whatever the
+    status (pre-1.0 nsqd sent them with status 500); anything else is a plain
+    :class:`NSQHTTPError`.
+    """
+    return _HTTP_BY_MESSAGE.get(message, NSQHTTPError)(status, body, message, request)
+
+
+class HTTPResponseError(NSQError, ValueError):
+    """An HTTP answer that cannot be used: not JSON, or not shaped as the call expects."""
+
+
+class ResponseTooLarge(HTTPResponseError):
+    """An HTTP answer larger than the client's ``max_response_size``; it was not read.
+
+    :ivar size: the bytes received (or announced by ``Content-Length``) when it stopped.
+    :ivar limit: the ``max_response_size`` in force.
+    """
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"HTTP answer of at least {size} bytes is above max_response_size={limit}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.size, self.limit))
+
+
+class HTTPConnectionError(NSQError):
+    """An HTTP request got no complete answer: the server could not be reached, the
+    connection broke, or TLS failed. Whether the server acted on the request is unknown.
+
+    :ivar reason: the underlying error (an exception or a Twisted ``Failure``), if any.
+    """
+
+    def __init__(self, message: str, reason: object = None) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The reason (a Failure, a socket error) is not always picklable; its text is kept.
+        return (type(self), (str(self),))
+
+
+class HTTPTimeoutError(HTTPConnectionError, TimeoutError):
+    """An HTTP request got no complete answer within the client's ``timeout``."""

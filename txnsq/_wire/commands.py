@@ -32,6 +32,7 @@ __all__ = [
     "touch",
     "touch_many",
     "validate_channel_name",
+    "validate_message_body",
     "validate_topic_name",
 ]
 
@@ -111,6 +112,17 @@ def validate_channel_name(name: object) -> str:
     _name(name, "channel")
     assert isinstance(name, str)
     return name
+
+
+def validate_message_body(body: object, max_msg_size: int | None = None) -> bytes:
+    """Return ``body`` if nsqd can take it as a message (for publishing over HTTP).
+
+    :raises TypeError: if it is not bytes.
+    :raises ValueError: if it is empty or longer than ``max_msg_size``.
+    """
+    _body(body, max_msg_size)
+    assert isinstance(body, bytes | bytearray)
+    return bytes(body)
 
 
 def _body(body: object, max_size: int | None, what: str = "message body") -> None:

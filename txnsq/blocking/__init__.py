@@ -41,6 +41,10 @@ Example::
     finally:
         sub.shutdown()
 
+:class:`NSQDHTTPClient` and :class:`LookupdHTTPClient` are the blocking twins of
+:mod:`txnsq.http`'s clients of nsqd's and nsqlookupd's HTTP APIs (stats, publishing over
+HTTP, creating, pausing and deleting topics and channels, lookups, tombstones), on urllib.
+
 This module imports nothing from Twisted.
 """
 
@@ -52,6 +56,7 @@ from txnsq.blocking._connection import (
     TLSOptions,
     parse_address,
 )
+from txnsq.blocking._http import LookupdHTTPClient, NSQDHTTPClient
 from txnsq.blocking._subscriber import (
     Chunk,
     ConnectionState,
@@ -65,6 +70,8 @@ __all__ = [
     "Chunk",
     "Connection",
     "ConnectionState",
+    "LookupdHTTPClient",
+    "NSQDHTTPClient",
     "NSQTimeoutError",
     "Subscriber",
     "SubscriberOptions",

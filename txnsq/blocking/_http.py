@@ -1,0 +1,319 @@
+"""Blocking HTTP clients for nsqd and nsqlookupd: the twins of :mod:`txnsq.http`.
+
+Same calls, same names, same errors, plain return values, on the standard library's
+``urllib`` (no reactor, no extra package): for scripts and for Spark's driver and
+executors. Requests and answers are built and parsed by :mod:`txnsq._wire.admin`, as in
+the Twisted clients; this module only sends and reads.
+
+``timeout`` bounds connecting and every read; the whole answer is also abandoned once
+``timeout`` has passed since the request started (checked between reads), so a call
+takes at most about twice ``timeout``. Every call opens its own connection; a client
+holds no socket between calls and may be shared between threads.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.client
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any, ClassVar, Self, TypeVar
+
+from txnsq._wire import admin
+from txnsq._wire.address import NSQD_HTTP_PORT, NSQLOOKUPD_HTTP_PORT
+from txnsq._wire.admin import (
+    DEFAULT_HTTP_TIMEOUT,
+    DEFAULT_MAX_RESPONSE_SIZE,
+    AdminRequest,
+    LookupdInfo,
+    LookupResult,
+    Node,
+    NSQDInfo,
+    NSQDStats,
+    Producer,
+)
+from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError
+from txnsq.tls_options import TLSOptions
+
+__all__ = ["LookupdHTTPClient", "NSQDHTTPClient"]
+
+T = TypeVar("T")
+
+_READ_SIZE = 65536
+
+
+class _VerifyingHTTPSConnection(http.client.HTTPSConnection):
+    """An HTTPS connection that checks the certificate against ``server_name`` (what
+    :meth:`TLSOptions.name_to_verify` says) rather than the host dialled."""
+
+    def __init__(
+        self, host: str, *, server_name: str, context: ssl.SSLContext, **kwargs: Any
+    ) -> None:
+        super().__init__(host, context=context, **kwargs)
+        self._tls_context = context
+        self._server_name = server_name
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._tls_context.wrap_socket(self.sock, server_hostname=self._server_name)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, context: ssl.SSLContext, server_name: str) -> None:
+        super().__init__(context=context)
+        self._tls_context = context
+        self._server_name = server_name
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        connection = functools.partial(_VerifyingHTTPSConnection, server_name=self._server_name)
+        return self.do_open(connection, req, context=self._tls_context)
+
+
+class _AdminClient:
+    """What both clients share: settings, the opener, one request and its answer."""
+
+    _default_port: ClassVar[int]
+
+    def __init__(
+        self,
+        address: str | tuple[str, int],
+        *,
+        tls: TLSOptions | None = None,
+        timeout: float = DEFAULT_HTTP_TIMEOUT,
+        max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE,
+    ) -> None:
+        self._config = admin.client_config(
+            address,
+            self._default_port,
+            tls=tls,
+            timeout=timeout,
+            max_response_size=max_response_size,
+        )
+        # Only these handlers: no proxy from the environment, no redirects, and error
+        # statuses come back as answers (parsed by the request) rather than raised.
+        opener = urllib.request.OpenerDirector()
+        opener.add_handler(urllib.request.HTTPHandler())
+        options = self._config.tls
+        if options is not None:
+            name = options.name_to_verify(self._config.base.host)
+            opener.add_handler(_HTTPSHandler(options.ssl_context(), name))
+        self._opener = opener
+
+    @property
+    def base_url(self) -> str:
+        """Where requests go: ``"http(s)://host:port"`` and any path prefix."""
+        return self._config.base.url("")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.base_url!r})"
+
+    def close(self) -> None:
+        """Nothing to release (each call has its own connection); for symmetry with
+        :class:`txnsq.http.NSQDHTTPClient` and for ``with`` blocks."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def ping(self) -> None:
+        """``GET /ping``: returns while the server is healthy.
+
+        :raises NSQHTTPError: (status 500, message ``"NOK - ..."``) when nsqd reports
+            itself unhealthy.
+        """
+        self._call(admin.ping())
+
+    def _call(self, request: AdminRequest[T]) -> T:
+        url = request.url(self._config.base)
+        timeout = self._config.timeout
+        deadline = time.monotonic() + timeout
+        http_request = urllib.request.Request(
+            url, data=request.body, headers=dict(request.headers), method=request.method
+        )
+        try:
+            with self._opener.open(http_request, timeout=timeout) as response:
+                status = response.status
+                body = self._read(response, deadline)
+        except NSQError:
+            raise
+        except TimeoutError as e:
+            raise HTTPTimeoutError(
+                f"{request.method} {url}: no complete answer within {timeout:g} s", e
+            ) from e
+        except urllib.error.URLError as e:
+            reason = e.reason
+            if isinstance(reason, TimeoutError):
+                raise HTTPTimeoutError(
+                    f"{request.method} {url}: no complete answer within {timeout:g} s", reason
+                ) from e
+            raise HTTPConnectionError(f"{request.method} {url}: {_describe(reason)}", reason) from e
+        except (OSError, http.client.HTTPException) as e:
+            raise HTTPConnectionError(f"{request.method} {url}: {_describe(e)}", e) from e
+        return request.response(status, body)
+
+    def _read(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
+        limit = self._config.max_response_size
+        length = response.getheader("Content-Length")
+        declared = int(length) if length is not None and length.isdigit() else 0
+        admin.check_response_size(declared, limit)
+        chunks: list[bytes] = []
+        received = 0
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the answer took too long")
+            chunk = response.read1(_READ_SIZE)
+            if not chunk:
+                return b"".join(chunks)
+            received += len(chunk)
+            admin.check_response_size(received, limit)
+            chunks.append(chunk)
+
+
+def _describe(reason: object) -> str:
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return f"TLS certificate not accepted: {reason.verify_message}"
+    if isinstance(reason, http.client.RemoteDisconnected | ConnectionResetError):
+        return "the connection closed before a complete answer"
+    text = str(reason).strip()
+    return f"{type(reason).__name__}: {text}" if text else type(reason).__name__
+
+
+class NSQDHTTPClient(_AdminClient):
+    """A blocking client of one nsqd's HTTP API: :class:`txnsq.http.NSQDHTTPClient`'s
+    calls returning their values.
+
+    :param address: ``"host:port"`` (port 4151 when left out), ``"[v6addr]:port"``, a
+        ``(host, port)`` pair, or an ``http://`` / ``https://`` URL.
+    :param tls: TLS settings (:meth:`TLSOptions.ssl_context` is used); with a bare
+        address they mean HTTPS (nsqd's ``--https-address``).
+    :param timeout: seconds for connecting and for each read (see the module's notes).
+    :param max_response_size: the largest answer read, in bytes.
+    :raises TypeError: for an argument of the wrong type.
+    :raises ValueError: for a bad address, timeout or size.
+
+    Every call raises :class:`~txnsq.errors.NSQHTTPError` (e.g.
+    :class:`~txnsq.errors.TopicNotFound`) for an error answer,
+    :class:`~txnsq.errors.HTTPResponseError` for one it cannot use (including
+    :class:`~txnsq.errors.ResponseTooLarge`), and
+    :class:`~txnsq.errors.HTTPConnectionError` (including
+    :class:`~txnsq.errors.HTTPTimeoutError`) when no complete answer came.
+    """
+
+    _default_port = NSQD_HTTP_PORT
+
+    def info(self) -> NSQDInfo:
+        """``GET /info``: nsqd's version, addresses and limits."""
+        return self._call(admin.nsqd_info())
+
+    def stats(
+        self,
+        topic: str | None = None,
+        channel: str | None = None,
+        *,
+        include_clients: bool = True,
+    ) -> NSQDStats:
+        """``GET /stats``: every topic's statistics, or ``topic``'s (and ``channel``'s)."""
+        return self._call(admin.nsqd_stats(topic, channel, include_clients=include_clients))
+
+    def publish(self, topic: str, body: bytes, delay: float | None = None) -> None:
+        """``POST /pub``: publish one message, delivered after ``delay`` seconds if given."""
+        self._call(admin.nsqd_publish(topic, body, delay))
+
+    def multi_publish(self, topic: str, bodies: Sequence[bytes]) -> None:
+        """``POST /mpub`` (binary): publish several messages at once."""
+        self._call(admin.nsqd_multi_publish(topic, bodies))
+
+    def create_topic(self, topic: str) -> None:
+        """Create ``topic`` (nothing happens if it exists)."""
+        self._call(admin.nsqd_topic_action("create", topic))
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete ``topic``, its channels and their messages."""
+        self._call(admin.nsqd_topic_action("delete", topic))
+
+    def empty_topic(self, topic: str) -> None:
+        """Drop the messages ``topic`` holds that have not reached a channel yet."""
+        self._call(admin.nsqd_topic_action("empty", topic))
+
+    def pause_topic(self, topic: str) -> None:
+        """Stop messages of ``topic`` from reaching its channels."""
+        self._call(admin.nsqd_topic_action("pause", topic))
+
+    def unpause_topic(self, topic: str) -> None:
+        """Let messages of ``topic`` flow to its channels again."""
+        self._call(admin.nsqd_topic_action("unpause", topic))
+
+    def create_channel(self, topic: str, channel: str) -> None:
+        """Create ``channel`` on ``topic``, which must exist."""
+        self._call(admin.nsqd_channel_action("create", topic, channel))
+
+    def delete_channel(self, topic: str, channel: str) -> None:
+        """Delete ``channel`` and its messages."""
+        self._call(admin.nsqd_channel_action("delete", topic, channel))
+
+    def empty_channel(self, topic: str, channel: str) -> None:
+        """Drop the messages waiting in ``channel``."""
+        self._call(admin.nsqd_channel_action("empty", topic, channel))
+
+    def pause_channel(self, topic: str, channel: str) -> None:
+        """Stop delivering ``channel``'s messages to its consumers."""
+        self._call(admin.nsqd_channel_action("pause", topic, channel))
+
+    def unpause_channel(self, topic: str, channel: str) -> None:
+        """Deliver ``channel``'s messages again."""
+        self._call(admin.nsqd_channel_action("unpause", topic, channel))
+
+
+class LookupdHTTPClient(_AdminClient):
+    """A blocking client of one nsqlookupd's HTTP API: :class:`txnsq.http.LookupdHTTPClient`'s
+    calls returning their values. Parameters and errors as for :class:`NSQDHTTPClient`;
+    the default port is 4161."""
+
+    _default_port = NSQLOOKUPD_HTTP_PORT
+
+    def info(self) -> LookupdInfo:
+        """``GET /info``: nsqlookupd's version."""
+        return self._call(admin.lookupd_info())
+
+    def lookup(self, topic: str) -> LookupResult:
+        """``GET /lookup``: the topic's channels and producers
+        (:class:`~txnsq.errors.TopicNotFound` when nsqlookupd does not know it)."""
+        return self._call(admin.lookupd_lookup(topic))
+
+    def topics(self) -> tuple[str, ...]:
+        """``GET /topics``: every topic nsqlookupd knows."""
+        return self._call(admin.lookupd_topics())
+
+    def channels(self, topic: str) -> tuple[str, ...]:
+        """``GET /channels``: the topic's channels."""
+        return self._call(admin.lookupd_channels(topic))
+
+    def nodes(self) -> tuple[Node, ...]:
+        """``GET /nodes``: every registered nsqd, its topics and tombstones."""
+        return self._call(admin.lookupd_nodes())
+
+    def create_topic(self, topic: str) -> None:
+        """Register ``topic`` in nsqlookupd."""
+        self._call(admin.lookupd_topic_action("create", topic))
+
+    def delete_topic(self, topic: str) -> None:
+        """Forget ``topic`` and its channels in nsqlookupd."""
+        self._call(admin.lookupd_topic_action("delete", topic))
+
+    def create_channel(self, topic: str, channel: str) -> None:
+        """Register ``channel`` of ``topic`` in nsqlookupd."""
+        self._call(admin.lookupd_channel_action("create", topic, channel))
+
+    def delete_channel(self, topic: str, channel: str) -> None:
+        """Forget ``channel`` of ``topic`` in nsqlookupd."""
+        self._call(admin.lookupd_channel_action("delete", topic, channel))
+
+    def tombstone_topic_producer(self, topic: str, node: str | Producer) -> None:
+        """Hide ``node`` (a :class:`~txnsq._wire.admin.Producer` or
+        ``"broadcast_address:http_port"``) as a producer of ``topic``."""
+        self._call(admin.lookupd_tombstone_topic_producer(topic, node))

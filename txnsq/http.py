@@ -1,0 +1,504 @@
+"""Deferred HTTP clients for nsqd's and nsqlookupd's HTTP APIs, on treq.
+
+:class:`NSQDHTTPClient` publishes over HTTP, reads ``/stats`` and creates, deletes,
+empties, pauses and unpauses topics and channels; :class:`LookupdHTTPClient` asks
+nsqlookupd what it knows and creates, deletes and tombstones topics. Every call returns a
+Deferred that fires with a typed value (frozen dataclasses from
+:mod:`txnsq._wire.admin`, such as :class:`NSQDStats`) or fails with a named error:
+
+- :class:`~txnsq.errors.NSQHTTPError` when the server answers with an error
+  (:class:`~txnsq.errors.TopicNotFound` and :class:`~txnsq.errors.ChannelNotFound` for a
+  missing topic or channel), with the status and nsqd's text (``"INVALID_DEFER"``...);
+- :class:`~txnsq.errors.HTTPResponseError` for an answer that cannot be parsed, and its
+  subclass :class:`~txnsq.errors.ResponseTooLarge` for one over ``max_response_size``;
+- :class:`~txnsq.errors.HTTPConnectionError` when no complete answer came (refused,
+  reset, TLS failure), and its subclass :class:`~txnsq.errors.HTTPTimeoutError` after
+  ``timeout`` seconds: no Deferred waits for ever.
+
+Arguments (topic and channel names, bodies, delays) are checked before anything is sent
+and raise ``TypeError``/``ValueError`` at once. Requests and parsing are those of
+:mod:`txnsq._wire.admin`, shared with the blocking twins in :mod:`txnsq.blocking`; this
+module only does the I/O.
+
+TLS uses the same :class:`~txnsq.tls_options.TLSOptions` as the TCP clients: pass
+``tls=`` (a bare ``host:port`` then means HTTPS; nsqd serves it on ``--https-address``),
+or an ``https://`` URL (checked against the system's trust store unless ``tls`` says
+otherwise). :func:`https_policy` turns TLS options into what Twisted's ``Agent`` takes,
+for callers that build their own agent.
+
+Example::
+
+    client = NSQDHTTPClient("127.0.0.1:4151")
+    stats = await client.stats(topic="events")
+    channel = stats.channel("events", "archive")
+    print(channel.depth, channel.in_flight_count)
+    await client.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
+
+from OpenSSL import SSL
+from service_identity import CertificateError, VerificationError
+from twisted.internet import error as _error
+from twisted.internet.defer import CancelledError, Deferred, succeed
+from twisted.internet.interfaces import (
+    IConsumer,
+    IOpenSSLClientConnectionCreator,
+    IReactorTime,
+)
+from twisted.python.failure import Failure
+from twisted.web.client import (
+    HTTPConnectionPool,
+    RequestTransmissionFailed,
+    ResponseFailed,
+)
+from twisted.web.iweb import IAgent, IBodyProducer, IPolicyForHTTPS, IResponse
+from zope.interface import implementer
+
+from txnsq._wire import admin
+from txnsq._wire.address import NSQD_HTTP_PORT, NSQLOOKUPD_HTTP_PORT
+from txnsq._wire.admin import (
+    DEFAULT_HTTP_TIMEOUT,
+    DEFAULT_MAX_RESPONSE_SIZE,
+    AdminRequest,
+    ChannelStats,
+    ClientStats,
+    LatencyPercentile,
+    LookupdInfo,
+    LookupResult,
+    Node,
+    NSQDInfo,
+    NSQDStats,
+    Producer,
+    TopicStats,
+)
+from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError
+from txnsq.tls import client_connection_creator, describe_tls_failure
+from txnsq.tls_options import TLSOptions
+
+if TYPE_CHECKING:
+    from treq.client import HTTPClient
+
+__all__ = [
+    "DEFAULT_HTTP_TIMEOUT",
+    "DEFAULT_MAX_RESPONSE_SIZE",
+    "ChannelStats",
+    "ClientStats",
+    "LatencyPercentile",
+    "LookupResult",
+    "LookupdHTTPClient",
+    "LookupdInfo",
+    "NSQDHTTPClient",
+    "NSQDInfo",
+    "NSQDStats",
+    "Node",
+    "Producer",
+    "TopicStats",
+    "https_policy",
+]
+
+T = TypeVar("T")
+
+# What a request can fail with on the way (no complete answer): these become
+# HTTPConnectionError. Anything else (txnsq's own errors, a cancel) passes through.
+_TRANSPORT_FAILURES: Final = (
+    _error.ConnectError,
+    _error.ConnectionLost,
+    _error.ConnectionDone,
+    ResponseFailed,  # and ResponseNeverReceived
+    RequestTransmissionFailed,
+    OSError,
+    SSL.Error,
+    VerificationError,
+    CertificateError,
+)
+_TLS_FAILURES: Final = (SSL.Error, VerificationError, CertificateError)
+
+
+@implementer(IPolicyForHTTPS)
+class _TLSPolicy:
+    def __init__(self, options: TLSOptions) -> None:
+        self._options = options
+
+    def creatorForNetloc(self, hostname: bytes, port: int) -> IOpenSSLClientConnectionCreator:
+        """Return the TLS connection creator for ``hostname``, checked as
+        :func:`txnsq.tls.client_connection_creator` checks nsqd's TCP TLS."""
+        return client_connection_creator(self._options, hostname.decode("ascii"))
+
+
+@implementer(IBodyProducer)
+class _BodyProducer:
+    """A request body written at once. (treq's default for bytes streams them through
+    the global reactor's cooperator, and the reactor here is the one injected.)"""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+        self.length = len(body)
+
+    def startProducing(self, consumer: IConsumer) -> Deferred[None]:
+        consumer.write(self._body)
+        return succeed(None)
+
+    def pauseProducing(self) -> None:
+        pass
+
+    def resumeProducing(self) -> None:
+        pass
+
+    def stopProducing(self) -> None:
+        pass
+
+
+def https_policy(tls: TLSOptions) -> IPolicyForHTTPS:
+    """Return what Twisted's ``Agent`` takes as ``contextFactory`` to speak HTTPS with
+    the settings of ``tls`` (CA, client certificate, ``hostname``, insecure mode), as
+    the TCP clients do.
+
+    :raises TypeError: if ``tls`` is not a :class:`~txnsq.tls_options.TLSOptions`.
+    """
+    if not isinstance(tls, TLSOptions):
+        raise TypeError(f"tls must be a TLSOptions, not {type(tls).__name__}")
+    return _TLSPolicy(tls)
+
+
+class _AdminClient:
+    """What both clients share: settings, the agent, one request and its answer."""
+
+    _default_port: ClassVar[int]
+
+    def __init__(
+        self,
+        address: str | tuple[str, int],
+        *,
+        tls: TLSOptions | None = None,
+        timeout: float = DEFAULT_HTTP_TIMEOUT,
+        max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE,
+        reactor: IReactorTime | None = None,
+        agent: IAgent | None = None,
+    ) -> None:
+        self._config = admin.client_config(
+            address,
+            self._default_port,
+            tls=tls,
+            timeout=timeout,
+            max_response_size=max_response_size,
+        )
+        if reactor is None:
+            from twisted.internet import reactor as _global_reactor
+
+            reactor = _global_reactor
+        assert reactor is not None
+        self._reactor: IReactorTime = reactor
+        self._pool: HTTPConnectionPool | None = None
+        if agent is None:
+            from twisted.web.client import Agent
+
+            self._pool = HTTPConnectionPool(reactor, persistent=True)  # type: ignore[no-untyped-call]
+            options: dict[str, Any] = {}
+            if self._config.tls is not None:
+                options["contextFactory"] = https_policy(self._config.tls)
+            agent = Agent(  # type: ignore[no-untyped-call]
+                reactor, pool=self._pool, connectTimeout=self._config.timeout, **options
+            )
+        from treq.client import HTTPClient
+
+        self._http: HTTPClient = HTTPClient(agent)
+
+    @property
+    def base_url(self) -> str:
+        """Where requests go: ``"http(s)://host:port"`` and any path prefix."""
+        return self._config.base.url("")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.base_url!r})"
+
+    def close(self) -> Deferred[None]:
+        """Close the idle connections kept for reuse; fires when they are closed.
+
+        A client given its own ``agent`` leaves it alone. The client stays usable.
+        """
+        if self._pool is None:
+            return succeed(None)
+        closed: Deferred[None] = self._pool.closeCachedConnections()  # type: ignore[no-untyped-call]
+        return closed
+
+    def ping(self) -> Deferred[None]:
+        """``GET /ping``: fires with ``None`` while the server is healthy.
+
+        Fails with :class:`~txnsq.errors.NSQHTTPError` (status 500, message ``"NOK -
+        ..."``) when nsqd reports itself unhealthy, or a connection error.
+        """
+        return self._call(admin.ping())
+
+    def _call(self, request: AdminRequest[T]) -> Deferred[T]:
+        url = request.url(self._config.base)
+        headers: dict[bytes | str, bytes | str] = dict(request.headers)
+        d: Deferred[Any] = self._http.request(
+            request.method,
+            url,
+            headers=headers,
+            data=None if request.body is None else _BodyProducer(request.body),
+            allow_redirects=False,
+            unbuffered=True,
+        )
+        d.addCallback(self._read, request)
+        d.addTimeout(
+            self._config.timeout,
+            self._reactor,
+            onTimeoutCancel=self._timed_out(request.method, url),
+        )
+        d.addErrback(self._translate, request.method, url)
+        return d
+
+    def _read(self, response: IResponse, request: AdminRequest[T]) -> Deferred[T]:
+        import treq
+
+        limit = self._config.max_response_size
+        length = response.length
+        declared = length if isinstance(length, int) else 0
+        chunks: list[bytes] = []
+        received = 0
+        abandoned = declared > limit
+
+        def collect(data: bytes) -> None:
+            # Raising here makes treq drop the connection.
+            nonlocal received
+            if abandoned:
+                raise CancelledError()
+            received += len(data)
+            admin.check_response_size(max(received, declared), limit)
+            chunks.append(data)
+
+        def stop_on_cancel(failure: Failure) -> Failure:
+            # Cancelled (timeout) while reading: drop the connection at the next chunk.
+            nonlocal abandoned
+            if isinstance(failure.value, CancelledError):
+                abandoned = True
+            return failure
+
+        reading: Deferred[None] = treq.collect(response, collect)
+        if abandoned:
+            # Announced too large: fail now; the connection drops at the first chunk.
+            reading.addErrback(lambda _: None)
+            admin.check_response_size(declared, limit)
+        reading.addErrback(stop_on_cancel)
+        return reading.addCallback(lambda _: request.response(response.code, b"".join(chunks)))
+
+    def _timed_out(self, method: str, url: str) -> Callable[[object, float], Any]:
+        def timed_out(result: object, seconds: float) -> Any:
+            # Called (with whatever the cancelled request ended with) once the timeout
+            # has cancelled it.
+            raise HTTPTimeoutError(
+                f"{method} {url}: no complete answer within {seconds:g} s", result
+            )
+
+        return timed_out
+
+    def _translate(self, failure: Failure, method: str, url: str) -> Failure:
+        error = failure.value
+        if isinstance(error, NSQError):
+            return failure
+        if isinstance(error, CancelledError) or _cancelled(error):
+            # Cancelled by the caller (Agent wraps it in ResponseNeverReceived).
+            raise CancelledError()
+        if isinstance(error, _error.TimeoutError):  # connectTimeout
+            raise HTTPTimeoutError(
+                f"{method} {url}: no connection within {self._config.timeout:g} s", failure
+            )
+        if isinstance(error, _TRANSPORT_FAILURES):
+            raise HTTPConnectionError(f"{method} {url}: {_describe(failure)}", failure)
+        return failure
+
+
+def _reasons(error: object) -> list[object]:
+    """The errors a ResponseFailed or RequestTransmissionFailed wraps."""
+    if not isinstance(error, ResponseFailed | RequestTransmissionFailed):
+        return []
+    return [r.value if isinstance(r, Failure) else r for r in getattr(error, "reasons", [])]
+
+
+def _cancelled(error: object) -> bool:
+    return any(isinstance(r, CancelledError) for r in _reasons(error))
+
+
+def _describe(failure: Failure) -> str:
+    """One line saying why a request got no answer."""
+    error: object = failure.value
+    reasons = _reasons(error)
+    if reasons:
+        error = reasons[0]
+    if isinstance(error, _TLS_FAILURES):
+        return describe_tls_failure(error)
+    if isinstance(error, _error.ConnectionDone | _error.ConnectionLost):
+        return "the connection closed before a complete answer"
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class NSQDHTTPClient(_AdminClient):
+    """A client of one nsqd's HTTP API (``--http-address``, or ``--https-address``).
+
+    :param address: ``"host:port"`` (port 4151 when left out), ``"[v6addr]:port"``, a
+        ``(host, port)`` pair, or an ``http://`` / ``https://`` URL (which may carry a
+        path prefix, for a reverse proxy).
+    :param tls: TLS settings; with a bare address they mean HTTPS (nsqd's
+        ``--https-address``, 4152 by default, has to be given then).
+    :param timeout: seconds each call may take, from connecting to the last byte of the
+        answer; then it fails with :class:`~txnsq.errors.HTTPTimeoutError`.
+    :param max_response_size: the largest answer read, in bytes; a larger one fails with
+        :class:`~txnsq.errors.ResponseTooLarge`.
+    :param reactor: the reactor (default: the global one).
+    :param agent: an :class:`~twisted.web.iweb.IAgent` to send requests with instead of
+        the client's own (which keeps connections open for reuse until :meth:`close`).
+    :raises TypeError: for an argument of the wrong type.
+    :raises ValueError: for a bad address, timeout or size.
+    """
+
+    _default_port = NSQD_HTTP_PORT
+
+    def info(self) -> Deferred[NSQDInfo]:
+        """``GET /info``: fires with nsqd's version, addresses and limits."""
+        return self._call(admin.nsqd_info())
+
+    def stats(
+        self,
+        topic: str | None = None,
+        channel: str | None = None,
+        *,
+        include_clients: bool = True,
+    ) -> Deferred[NSQDStats]:
+        """``GET /stats``: fires with the statistics of every topic, or of ``topic``
+        only (and of its ``channel`` only). A topic nsqd does not have is simply absent.
+
+        :param include_clients: ``False`` leaves out each connection's statistics
+            (cheaper on a busy nsqd >= 1.2).
+        :raises ValueError: for an invalid name or a channel without its topic.
+        """
+        return self._call(admin.nsqd_stats(topic, channel, include_clients=include_clients))
+
+    def publish(self, topic: str, body: bytes, delay: float | None = None) -> Deferred[None]:
+        """``POST /pub``: publish one message; fires when nsqd has stored it.
+
+        :param delay: seconds before nsqd delivers it (a float, sent in whole
+            milliseconds); nsqd refuses more than its ``--max-req-timeout``.
+        :raises TypeError: for a body that is not bytes.
+        :raises ValueError: for an invalid topic, an empty body or a negative delay.
+        """
+        return self._call(admin.nsqd_publish(topic, body, delay))
+
+    def multi_publish(self, topic: str, bodies: Sequence[bytes]) -> Deferred[None]:
+        """``POST /mpub`` (binary): publish several messages at once; fires when nsqd
+        has stored them all.
+
+        :raises TypeError: for bodies that are not a sequence of bytes.
+        :raises ValueError: for an invalid topic, no body or an empty body.
+        """
+        return self._call(admin.nsqd_multi_publish(topic, bodies))
+
+    def create_topic(self, topic: str) -> Deferred[None]:
+        """Create ``topic`` (nothing happens if it exists)."""
+        return self._call(admin.nsqd_topic_action("create", topic))
+
+    def delete_topic(self, topic: str) -> Deferred[None]:
+        """Delete ``topic``, its channels and their messages
+        (:class:`~txnsq.errors.TopicNotFound` if there is no such topic)."""
+        return self._call(admin.nsqd_topic_action("delete", topic))
+
+    def empty_topic(self, topic: str) -> Deferred[None]:
+        """Drop the messages ``topic`` holds that have not reached a channel yet
+        (:class:`~txnsq.errors.TopicNotFound` if there is no such topic)."""
+        return self._call(admin.nsqd_topic_action("empty", topic))
+
+    def pause_topic(self, topic: str) -> Deferred[None]:
+        """Stop messages of ``topic`` from reaching its channels; they wait in the topic
+        (:class:`~txnsq.errors.TopicNotFound` if there is no such topic)."""
+        return self._call(admin.nsqd_topic_action("pause", topic))
+
+    def unpause_topic(self, topic: str) -> Deferred[None]:
+        """Let messages of ``topic`` flow to its channels again."""
+        return self._call(admin.nsqd_topic_action("unpause", topic))
+
+    def create_channel(self, topic: str, channel: str) -> Deferred[None]:
+        """Create ``channel`` on ``topic``, which must exist
+        (:class:`~txnsq.errors.TopicNotFound` otherwise)."""
+        return self._call(admin.nsqd_channel_action("create", topic, channel))
+
+    def delete_channel(self, topic: str, channel: str) -> Deferred[None]:
+        """Delete ``channel`` and its messages (:class:`~txnsq.errors.TopicNotFound` or
+        :class:`~txnsq.errors.ChannelNotFound` if it does not exist)."""
+        return self._call(admin.nsqd_channel_action("delete", topic, channel))
+
+    def empty_channel(self, topic: str, channel: str) -> Deferred[None]:
+        """Drop the messages waiting in ``channel`` (in memory and on disk; those in
+        flight stay in flight)."""
+        return self._call(admin.nsqd_channel_action("empty", topic, channel))
+
+    def pause_channel(self, topic: str, channel: str) -> Deferred[None]:
+        """Stop delivering ``channel``'s messages to its consumers; they wait in it."""
+        return self._call(admin.nsqd_channel_action("pause", topic, channel))
+
+    def unpause_channel(self, topic: str, channel: str) -> Deferred[None]:
+        """Deliver ``channel``'s messages again."""
+        return self._call(admin.nsqd_channel_action("unpause", topic, channel))
+
+
+class LookupdHTTPClient(_AdminClient):
+    """A client of one nsqlookupd's HTTP API.
+
+    Parameters as for :class:`NSQDHTTPClient`; the default port is 4161.
+    """
+
+    _default_port = NSQLOOKUPD_HTTP_PORT
+
+    def info(self) -> Deferred[LookupdInfo]:
+        """``GET /info``: fires with nsqlookupd's version."""
+        return self._call(admin.lookupd_info())
+
+    def lookup(self, topic: str) -> Deferred[LookupResult]:
+        """``GET /lookup``: fires with the topic's channels and producers (tombstoned
+        ones left out); fails with :class:`~txnsq.errors.TopicNotFound` when nsqlookupd
+        does not know the topic."""
+        return self._call(admin.lookupd_lookup(topic))
+
+    def topics(self) -> Deferred[tuple[str, ...]]:
+        """``GET /topics``: fires with every topic nsqlookupd knows."""
+        return self._call(admin.lookupd_topics())
+
+    def channels(self, topic: str) -> Deferred[tuple[str, ...]]:
+        """``GET /channels``: fires with the topic's channels (none for a topic it does
+        not know)."""
+        return self._call(admin.lookupd_channels(topic))
+
+    def nodes(self) -> Deferred[tuple[Node, ...]]:
+        """``GET /nodes``: fires with every registered nsqd, its topics and tombstones."""
+        return self._call(admin.lookupd_nodes())
+
+    def create_topic(self, topic: str) -> Deferred[None]:
+        """Register ``topic`` in nsqlookupd (without any producer)."""
+        return self._call(admin.lookupd_topic_action("create", topic))
+
+    def delete_topic(self, topic: str) -> Deferred[None]:
+        """Forget ``topic`` and its channels in nsqlookupd (not on the nsqds)."""
+        return self._call(admin.lookupd_topic_action("delete", topic))
+
+    def create_channel(self, topic: str, channel: str) -> Deferred[None]:
+        """Register ``channel`` of ``topic`` in nsqlookupd."""
+        return self._call(admin.lookupd_channel_action("create", topic, channel))
+
+    def delete_channel(self, topic: str, channel: str) -> Deferred[None]:
+        """Forget ``channel`` of ``topic`` in nsqlookupd
+        (:class:`~txnsq.errors.ChannelNotFound` if it does not know it)."""
+        return self._call(admin.lookupd_channel_action("delete", topic, channel))
+
+    def tombstone_topic_producer(self, topic: str, node: str | Producer) -> Deferred[None]:
+        """Hide ``node`` as a producer of ``topic`` for nsqlookupd's
+        ``--tombstone-lifetime``: consumers stop being sent to it, so the topic can then
+        be deleted on that nsqd without them coming back.
+
+        :param node: a :class:`Producer` or :class:`Node` (from :meth:`lookup` or
+            :meth:`nodes`), or ``"broadcast_address:http_port"``.
+        """
+        return self._call(admin.lookupd_tombstone_topic_producer(topic, node))
