@@ -351,3 +351,35 @@ class EndpointTests(SynchronousTestCase):
             endpoint_factory=_Recorder(),
         )
         self.assertEqual(list(consumer._targets), ["[::1]:4150"])
+
+
+class AddressMapTests(SynchronousTestCase):
+    """Discovered (broadcast) addresses mapped to reachable ones: one rule for all."""
+
+    def test_mapping(self) -> None:
+        from txnsq._wire.address import check_address_map, map_address
+
+        mapping = {"nsqd-0:4150": "127.0.0.1:24150", "nsqd-1": "10.1.2.3", "v6": "[::1]"}
+        check_address_map(mapping)
+        self.assertEqual(map_address("nsqd-0:4150", mapping), "127.0.0.1:24150")
+        self.assertEqual(map_address("nsqd-1:4150", mapping), "10.1.2.3:4150")
+        self.assertEqual(map_address("v6:4155", mapping), "[::1]:4155")
+        self.assertEqual(map_address("other:4150", mapping), "other:4150")
+        self.assertEqual(map_address("other:4150", None), "other:4150")
+
+    def test_callable(self) -> None:
+        from txnsq._wire.address import map_address
+
+        self.assertEqual(
+            map_address("nsqd-0.nsqd.svc:4150", lambda a: a.replace(".nsqd.svc", "")),
+            "nsqd-0:4150",
+        )
+        self.assertRaises(TypeError, map_address, "h:1", lambda a: 5)
+        self.assertRaises(ValueError, map_address, "h:1", lambda a: "::1:4150")
+
+    def test_bad_maps(self) -> None:
+        from txnsq._wire.address import check_address_map
+
+        self.assertRaises(TypeError, check_address_map, 5)
+        self.assertRaises(TypeError, check_address_map, {"h:1": 2})
+        self.assertRaises(ValueError, check_address_map, {"h:1": "h:0"})

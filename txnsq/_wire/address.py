@@ -20,13 +20,17 @@ particular an unbracketed IPv6 address followed by what looks like a port
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable, Mapping
 from typing import Final
 
 __all__ = [
     "NSQD_HTTP_PORT",
     "NSQD_TCP_PORT",
     "NSQLOOKUPD_HTTP_PORT",
+    "AddressMap",
+    "check_address_map",
     "format_address",
+    "map_address",
     "parse_address",
 ]
 
@@ -129,3 +133,69 @@ def _port(value: object, address: object) -> int:
     if not 1 <= port <= 65535:
         raise ValueError(f"invalid port in address {address!r}: must be 1..65535")
     return port
+
+
+#: How a discovered address becomes one this client can dial: a mapping from
+#: ``"host:port"`` (as nsqlookupd gives it) to ``"host:port"``, or a callable.
+AddressMap = Mapping[str, str] | Callable[[str], str]
+
+
+def map_address(address: str, mapping: AddressMap | None) -> str:
+    """Return the address to dial for ``address`` as nsqlookupd announced it.
+
+    nsqlookupd hands out each nsqd's ``broadcast_address``; inside Docker or Kubernetes
+    that is often a name only the nsqd's own network can reach. ``mapping`` fixes that:
+
+    - a mapping is looked up with the address as announced (``"nsqd-0:4150"``), then
+      with its host alone (``"nsqd-0"``, the port is kept); addresses it does not name
+      are dialled as they are;
+    - a callable gets the announced address and returns the one to dial (return the
+      argument to keep it).
+
+    The result is checked with :func:`parse_address` and returned normalised
+    (``format_address``).
+
+    :raises ValueError: if the mapping gives something that is not an address.
+    :raises TypeError: if ``mapping`` is neither a mapping nor a callable, or a callable
+        returns something that is not a ``str``.
+    """
+    if mapping is None:
+        return address
+    if isinstance(mapping, Mapping):
+        target = mapping.get(address)
+        if target is None:
+            host, port = parse_address(address)
+            target = mapping.get(host)
+            if target is None:
+                return address
+            if ":" not in target or (target.startswith("[") and target.endswith("]")):
+                target = format_address(target.strip("[]"), port)
+    elif callable(mapping):
+        target = mapping(address)
+        if not isinstance(target, str):
+            raise TypeError(
+                f"address map returned {type(target).__name__} for {address!r}, not a str"
+            )
+    else:
+        raise TypeError(f"address map must be a mapping or a callable, not {mapping!r}")
+    return format_address(*parse_address(target))
+
+
+def check_address_map(mapping: object) -> AddressMap | None:
+    """Check an address map given to a client's options and return it.
+
+    Every key and value of a mapping must parse as an address (a key may be a host
+    alone).
+
+    :raises TypeError, ValueError: for anything else.
+    """
+    if mapping is None or (callable(mapping) and not isinstance(mapping, Mapping)):
+        return mapping
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"address map must be a mapping or a callable, not {mapping!r}")
+    for key, value in mapping.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"address map entries must be str -> str, not {key!r}: {value!r}")
+        parse_address(key)
+        parse_address(value)
+    return mapping
