@@ -44,7 +44,7 @@ from tests.support.certs import (
     nsqd_tls_args,
     shared_certs,
 )
-from tests.support.processes import start_nsqd
+from tests.support.processes import nsqd_version, start_nsqd
 from txnsq._wire.commands import MAGIC_V2, identify
 from txnsq.tls import TLSOptions, client_connection_creator, describe_tls_failure
 
@@ -62,6 +62,9 @@ def _key_body(key_pem: bytes) -> bytes:
 class _Peer(Protocol):
     handshook = False
     reason: Failure | None = None
+    #: describe_tls_failure(reason, transport), made in connectionLost as NSQProtocol
+    #: does (the TLS transport lets go of its OpenSSL connection right after)
+    described: str | None = None
     received = b""
 
     def handshakeCompleted(self) -> None:
@@ -72,10 +75,17 @@ class _Peer(Protocol):
 
     def connectionLost(self, reason: Failure = ConnectionDone) -> None:  # type: ignore[assignment]
         self.reason = reason
+        self.described = describe_tls_failure(reason, self.transport)
 
 
 class _Result:
-    def __init__(self, client: _Peer, server: _Peer, sni: list[bytes | None], peer_cn: str | None):
+    def __init__(
+        self,
+        client: _Peer,
+        server: _Peer,
+        sni: list[bytes | None],
+        peer_cn: str | None,
+    ):
         self.client = client
         self.server = server
         self.sni = sni
@@ -86,8 +96,11 @@ class _Result:
         return self.client.handshook and self.server.received == b"ping" and not self.client.reason
 
 
-def server_options(server: CertKey, *, client_ca: bytes | None = None) -> ssl.CertificateOptions:
-    """TLS server options serving ``server``; with ``client_ca``, require a client cert."""
+def server_options(
+    server: CertKey, *, client_ca: bytes | None = None, tls12: bool = False
+) -> ssl.CertificateOptions:
+    """TLS server options serving ``server``; with ``client_ca``, require a client cert;
+    with ``tls12``, speak TLS 1.2 at most (as nsqd before 1.3 does)."""
     key = ssl.KeyPair.load(server.key_pem, 1)  # FILETYPE_PEM
     cert = ssl.Certificate.loadPEM(server.cert_pem)
     extra: dict[str, Any] = {}
@@ -97,6 +110,8 @@ def server_options(server: CertKey, *, client_ca: bytes | None = None) -> ssl.Ce
             "requireCertificate": True,
             "caCerts": [ssl.Certificate.loadPEM(client_ca).original],
         }
+    if tls12:
+        extra["lowerMaximumSecurityTo"] = ssl.TLSVersion.TLSv1_2
     return ssl.CertificateOptions(privateKey=key.original, certificate=cert.original, **extra)
 
 
@@ -453,6 +468,56 @@ class ConnectionCreatorTests(SynchronousTestCase):
             "the server requires a TLS client certificate and none was sent",
         )
 
+    def test_missing_client_certificate_tls12(self) -> None:
+        """A TLS 1.2 server (nsqd before 1.3) reports a missing client certificate with a
+        plain handshake failure alert, as it does when nothing in the ClientHello suits
+        it: with the transport at hand the message names the real cause."""
+        mtls = server_options(self.certs.server, client_ca=self.certs.ca_pem, tls12=True)
+        result = handshake(self.creator("localhost", ca_certs=self.certs.ca_pem), mtls)
+        assert result.client.reason is not None
+        self.assertIn("alert handshake failure", str(result.client.reason.value))
+        self.assertEqual(
+            result.client.described,
+            "the server requires a TLS client certificate and none was sent",
+        )
+        # Without the transport, both causes are named.
+        self.assertEqual(
+            describe_tls_failure(result.client.reason),
+            "no TLS version or cipher suite in common with the server, or it requires a "
+            "TLS client certificate and none was sent (a TLS 1.2 server, such as nsqd "
+            "before 1.3, reports both as a handshake failure)",
+        )
+
+    def test_nothing_in_common_tls12(self) -> None:
+        """The same alert at the ClientHello (no cipher suite the server takes) is not
+        mistaken for a missing client certificate."""
+        mtls = server_options(self.certs.server, client_ca=self.certs.ca_pem, tls12=True)
+        mtls.getContext().set_cipher_list(b"ECDHE-ECDSA-AES256-CCM8")
+        result = handshake(self.creator("localhost", ca_certs=self.certs.ca_pem), mtls)
+        assert result.client.reason is not None
+        self.assertIn("alert handshake failure", str(result.client.reason.value))
+        self.assertEqual(
+            result.client.described,
+            "no TLS version or cipher suite in common with the server",
+        )
+
+    def test_client_certificate_refused_tls12(self) -> None:
+        bad = self.certs.untrusted_client
+        mtls = server_options(self.certs.server, client_ca=self.certs.ca_pem, tls12=True)
+        creator = self.creator(
+            "localhost",
+            ca_certs=self.certs.ca_pem,
+            client_cert=bad.cert_pem,
+            client_key=bad.key_pem,
+        )
+        result = handshake(creator, mtls)
+        assert result.client.reason is not None
+        self.assertTrue(
+            result.client.described.startswith(
+                "the server rejected the TLS client certificate"
+            )
+        )
+
     def test_client_certificate_refused(self) -> None:
         bad = self.certs.untrusted_client
         mtls = server_options(self.certs.server, client_ca=self.certs.ca_pem)
@@ -632,6 +697,7 @@ class _TLSUpgradeClient(Protocol):
         self.done: defer.Deferred[bytes] = defer.Deferred()
         self.lost: defer.Deferred[None] = defer.Deferred()
         self.lost_reason: Failure | None = None
+        self.described: str | None = None
 
     def connectionMade(self) -> None:
         body = json.dumps({"tls_v1": True, "client_id": "txnsq-test", "feature_negotiation": True})
@@ -667,6 +733,8 @@ class _TLSUpgradeClient(Protocol):
         if not self.done.called:
             self.done.errback(reason)
         self.lost_reason = reason
+        # As NSQProtocol does: the TLS transport still holds its OpenSSL connection here.
+        self.described = describe_tls_failure(reason, self.transport)
         self.lost.callback(None)
 
 
@@ -738,13 +806,19 @@ class RealNSQDTLSTests(TestCase):
 
     @defer.inlineCallbacks
     def test_mutual_tls_without_client_certificate(self) -> Any:
+        """nsqd 1.3 (TLS 1.3) sends a "certificate required" alert; nsqd 1.2 (TLS 1.2 at
+        most) a plain "handshake failure", which the transport's handshake state
+        explains. Either way the message names the missing client certificate."""
         nsqd = start_nsqd(self, nsqd_tls_args(self.certs, client_auth="require-verify"))
-        answer, _, failure = yield self.upgrade(nsqd, TLSOptions(ca_certs=self.certs.ca_pem))
+        answer, client, failure = yield self.upgrade(nsqd, TLSOptions(ca_certs=self.certs.ca_pem))
         self.assertIsNone(answer)
-        self.assertEqual(
-            describe_tls_failure(failure),
-            "the server requires a TLS client certificate and none was sent",
-        )
+        missing = "the server requires a TLS client certificate and none was sent"
+        self.assertEqual(client.described, missing)
+        if nsqd_version() >= (1, 3):
+            self.assertEqual(describe_tls_failure(failure), missing)
+        else:
+            self.assertIn("alert handshake failure", str(failure.value))
+            self.assertIn("or it requires a TLS client certificate", describe_tls_failure(failure))
 
     @defer.inlineCallbacks
     def test_mutual_tls_with_untrusted_client_certificate(self) -> Any:
@@ -753,14 +827,12 @@ class RealNSQDTLSTests(TestCase):
         options = TLSOptions(
             ca_certs=self.certs.ca_pem, client_cert=bad.cert_pem, client_key=bad.key_pem
         )
-        answer, _, failure = yield self.upgrade(nsqd, options)
+        answer, client, failure = yield self.upgrade(nsqd, options)
         self.assertIsNone(answer)
-        self.assertTrue(
-            describe_tls_failure(failure).startswith(
-                "the server rejected the TLS client certificate"
-            ),
-            describe_tls_failure(failure),
-        )
+        for message in (describe_tls_failure(failure), client.described):
+            self.assertTrue(
+                message.startswith("the server rejected the TLS client certificate"), message
+            )
 
     @defer.inlineCallbacks
     def test_insecure_mode(self) -> Any:

@@ -371,7 +371,9 @@ class NSQProtocol(Protocol):
             elif was == _HANDSHAKE and self._tls_started and self._steps[:1] == ["tls"]:
                 # Still waiting for nsqd's OK over TLS: the TLS handshake or the
                 # certificate checks failed.
-                self._handshake_failed(HandshakeError(describe_tls_failure(reason)))
+                self._handshake_failed(
+                    HandshakeError(describe_tls_failure(reason, self.transport))
+                )
             else:
                 self._handshake_failed(
                     ConnectionClosed("connection closed during the handshake", reason)
