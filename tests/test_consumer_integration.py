@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import pytest
 from twisted.internet import defer, reactor
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
@@ -25,6 +26,8 @@ from tests.support.proxy import start_proxy
 from txnsq._wire.identify import IdentifyOptions
 from txnsq.consumer import Consumer
 from txnsq.message import Message
+
+pytestmark = pytest.mark.integration
 
 CHANNEL = "integration"
 

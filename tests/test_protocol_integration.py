@@ -19,6 +19,7 @@ import signal
 from collections.abc import Generator
 from typing import Any
 
+import pytest
 from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.internet.task import deferLater
@@ -44,6 +45,8 @@ from txnsq.errors import (
 from txnsq.message import Message
 from txnsq.protocol import NSQProtocol
 from txnsq.tls import TLSOptions
+
+pytestmark = pytest.mark.integration
 
 TIMEOUT = 15.0
 CHANNEL = "ch"

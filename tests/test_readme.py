@@ -17,10 +17,13 @@ import tempfile
 import unittest as pyunit
 from pathlib import Path
 
+import pytest
 from twisted.trial.unittest import TestCase
 
 from tests.support.certs import certs_for, nsqd_tls_args
 from tests.support.processes import REPO, start_lookupd, start_nsqd, wait_for
+
+pytestmark = pytest.mark.integration
 
 README = REPO / "README.rst"
 _BLOCK = re.compile(r"^\.\. code-block:: (\w+)\n\n((?:(?:    .*)?\n)+)", re.MULTILINE)

@@ -141,6 +141,7 @@ def source_runner_pids(spark: Any) -> list[int]:
 
 
 @pytest.mark.spark
+@pytest.mark.integration
 class SparkWriteTests(TestCase):
     """Batch and streaming writes."""
 
@@ -257,6 +258,7 @@ class SparkWriteTests(TestCase):
 
 
 @pytest.mark.spark
+@pytest.mark.integration
 class SparkReadTests(TestCase):
     """At-least-once streaming reads."""
 
@@ -503,6 +505,7 @@ class OptionsTests(SynchronousTestCase):
                 parse_read_options(options)
 
 
+@pytest.mark.integration
 class SubscriberTests(TestCase):
     """The reader's NSQ side (no Spark): connections, RDY, TOUCH, shutdown, discovery."""
 

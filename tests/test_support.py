@@ -17,6 +17,7 @@ import stat
 import struct
 from typing import Any
 
+import pytest
 from cryptography import x509
 from cryptography.x509 import DNSName, IPAddress
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
@@ -178,6 +179,7 @@ class CertsTests(SynchronousTestCase):
         self.assertIn("--tls-required=true", args)
 
 
+@pytest.mark.integration
 class CertsWithNSQDTests(TestCase):
     """A real nsqd serves the throwaway certificates to Python's ``ssl``."""
 
@@ -267,6 +269,7 @@ def _auth_round(address: str, secret: str, *, tls_context: ssl.SSLContext | None
         raise
 
 
+@pytest.mark.integration
 class AuthServerTests(TestCase):
     timeout = 60
 
@@ -593,6 +596,7 @@ class ProxyWithRecorderTests(TestCase):
         self.assertRaises(RuntimeError, lambda: proxy.port)
 
 
+@pytest.mark.integration
 class ProxyWithNSQDTests(TestCase):
     """The proxy in front of a real nsqd."""
 
@@ -694,6 +698,7 @@ class ProxyWithNSQDTests(TestCase):
         self.assertIn("max_rdy_count", features)
 
 
+@pytest.mark.integration
 class ProxyWithTLSNSQDTests(TestCase):
     """Cutting a TLS handshake with a real nsqd."""
 
@@ -748,6 +753,7 @@ class ProxyWithTLSNSQDTests(TestCase):
         self.assertTrue(connection.cut_reason and connection.cut_reason.endswith("from server"))
 
 
+@pytest.mark.integration
 class FreePortTests(SynchronousTestCase):
     def test_a_port_taken_since_it_was_picked_is_replaced(self) -> None:
         """A port found free can be taken before nsqd binds it (any outgoing connection

@@ -14,6 +14,7 @@ import struct
 from dataclasses import FrozenInstanceError
 from typing import Any
 
+import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
@@ -738,6 +739,7 @@ class _TLSUpgradeClient(Protocol):
         self.lost.callback(None)
 
 
+@pytest.mark.integration
 class RealNSQDTLSTests(TestCase):
     """``startTLS`` with our creator after a real nsqd's IDENTIFY answer."""
 

@@ -13,6 +13,7 @@ import time
 from collections import deque
 from typing import Any
 
+import pytest
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.processes import NSQD, start_nsqd, wait_for
@@ -50,6 +51,8 @@ from txnsq.errors import (
     NSQServerError,
     TouchFailedError,
 )
+
+pytestmark = pytest.mark.integration
 
 OK = Response(b"OK")
 TIMEOUT = 5.0

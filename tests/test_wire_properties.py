@@ -9,6 +9,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
@@ -293,6 +294,7 @@ def nsqd_accepts(http_url: str, path: str, **query: str) -> bool:
         raise
 
 
+@pytest.mark.integration
 class NameAgreesWithNSQDProperties(SynchronousTestCase):
     """The name validator says what nsqd's own check says, for topics and channels."""
 

@@ -35,6 +35,10 @@ from unittest import SkipTest
 REPO = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 
+#: Set by ``tests/conftest.py`` for each test pytest runs: whether it is marked
+#: ``integration`` (``None`` outside pytest: anything goes).
+marked_integration: bool | None = None
+
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -145,6 +149,14 @@ class _Process:
     def start(self, timeout: float = 10.0) -> None:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"{self.name} already running")
+        if marked_integration is False:
+            # scripts/test selects the runs against the other nsqd versions with the
+            # marker: an unmarked test would silently be left out of them.
+            raise RuntimeError(
+                f"a test that starts {self.name} must be marked integration "
+                "(pytestmark = pytest.mark.integration, or @pytest.mark.integration on its "
+                "class)"
+            )
         log = open(self.log_path, "ab")
         self._log = log
         self.proc = subprocess.Popen(
