@@ -502,39 +502,28 @@ class ConnectionCreatorTests(SynchronousTestCase):
             "no TLS version or cipher suite in common with the server",
         )
 
-    def test_client_certificate_refused_tls12(self) -> None:
-        bad = self.certs.untrusted_client
-        mtls = server_options(self.certs.server, client_ca=self.certs.ca_pem, tls12=True)
-        creator = self.creator(
-            "localhost",
-            ca_certs=self.certs.ca_pem,
-            client_cert=bad.cert_pem,
-            client_key=bad.key_pem,
-        )
-        result = handshake(creator, mtls)
-        assert result.client.reason is not None
-        self.assertTrue(
-            result.client.described.startswith(
-                "the server rejected the TLS client certificate"
-            )
-        )
-
     def test_client_certificate_refused(self) -> None:
+        """Refused by a TLS 1.3 server (an alert after the client's Finished) or a TLS 1.2
+        one (during the handshake): the same message, with or without the transport."""
         bad = self.certs.untrusted_client
-        mtls = server_options(self.certs.server, client_ca=self.certs.ca_pem)
-        creator = self.creator(
-            "localhost",
-            ca_certs=self.certs.ca_pem,
-            client_cert=bad.cert_pem,
-            client_key=bad.key_pem,
-        )
-        result = handshake(creator, mtls)
-        assert result.client.reason is not None
-        self.assertTrue(
-            describe_tls_failure(result.client.reason).startswith(
-                "the server rejected the TLS client certificate"
-            )
-        )
+        for tls12 in (False, True):
+            with self.subTest(tls12=tls12):
+                mtls = server_options(self.certs.server, client_ca=self.certs.ca_pem, tls12=tls12)
+                creator = self.creator(
+                    "localhost",
+                    ca_certs=self.certs.ca_pem,
+                    client_cert=bad.cert_pem,
+                    client_key=bad.key_pem,
+                )
+                result = handshake(creator, mtls)
+                assert result.client.reason is not None
+                described = result.client.described
+                for message in (describe_tls_failure(result.client.reason), described):
+                    assert message is not None
+                    self.assertTrue(
+                        message.startswith("the server rejected the TLS client certificate"),
+                        message,
+                    )
 
     def test_server_not_speaking_tls(self) -> None:
         clock = Clock()
