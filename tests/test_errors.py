@@ -70,7 +70,9 @@ class ErrorFromFrameTests(SynchronousTestCase):
                 self.assertEqual(error.code, code)
                 self.assertEqual(cls.code, code)
                 self.assertEqual(error.text, "some text")
-                self.assertEqual(str(error), f"{code} some text")
+                # Only this code's meaning is known whatever the text: it gets a hint.
+                hint = f" ({error.hint})" if code == "E_TOO_MANY_CHANNEL_CONSUMERS" else ""
+                self.assertEqual(str(error), f"{code} some text{hint}")
 
     def test_fatal_flags(self) -> None:
         for code, cls in CODES.items():
@@ -111,6 +113,73 @@ class ErrorFromFrameTests(SynchronousTestCase):
             self.assertTrue(hasattr(errors, name), name)
         for cls in CODES.values():
             self.assertIn(cls.__name__, errors.__all__)
+
+
+class HintTests(SynchronousTestCase):
+    """nsqd texts that do not say what to change get a hint naming the option (the
+    texts are nsqd 1.2.0-1.3.0's)."""
+
+    def test_identify_values_refused(self) -> None:
+        cases = {
+            "heartbeat interval (500) is invalid": (
+                "IdentifyOptions.heartbeat_interval_ms=500",
+                "--max-heartbeat-interval",
+            ),
+            "output buffer timeout (10) is invalid": (
+                "IdentifyOptions.output_buffer_timeout_ms=10",
+                "--min-output-buffer-timeout (25 ms by default since nsqd 1.2",
+            ),
+            "output buffer size (70000) is invalid": (
+                "IdentifyOptions.output_buffer_size=70000",
+                "--max-output-buffer-size",
+            ),
+            "sample rate (120) is invalid": ("IdentifyOptions.sample_rate=120", "0 to 99"),
+            "msg timeout (1000000) is invalid": (
+                "IdentifyOptions.msg_timeout_ms=1000000",
+                "--max-msg-timeout",
+            ),
+        }
+        for text, (option, accepted) in cases.items():
+            with self.subTest(text=text):
+                error = error_from_frame("E_BAD_BODY", "IDENTIFY " + text)
+                self.assertIs(type(error), BadBodyError)
+                self.assertEqual(error.text, "IDENTIFY " + text)
+                self.assertIn(option, error.hint)
+                self.assertIn(accepted, error.hint)
+                self.assertEqual(str(error), f"E_BAD_BODY IDENTIFY {text} ({error.hint})")
+                copy = pickle.loads(pickle.dumps(error))
+                self.assertEqual((str(copy), copy.hint), (str(error), error.hint))
+
+    def test_no_hint_for_other_texts(self) -> None:
+        for code, text in (
+            ("E_BAD_BODY", "IDENTIFY failed to decode JSON body"),
+            ("E_BAD_BODY", "IDENTIFY something new (3) is invalid"),
+            ("E_INVALID", "IDENTIFY output buffer timeout (10) is invalid"),
+            ("E_SUB_FAILED", "SUB failed to deleted topic/channel"),
+        ):
+            with self.subTest(code=code, text=text):
+                error = error_from_frame(code, text)
+                self.assertEqual(error.hint, "")
+                self.assertEqual(str(error), f"{code} {text}")
+
+    def test_channel_full(self) -> None:
+        """nsqd 1.2.0 says E_TOO_MANY_CHANNEL_CONSUMERS, later ones E_SUB_FAILED: both are
+        a TooManyChannelConsumersError, which is a SubFailedError."""
+        for code, text in (
+            ("E_TOO_MANY_CHANNEL_CONSUMERS", "channel consumers for t:c exceeds limit of 1"),
+            ("E_SUB_FAILED", "SUB failed consumers for t:c exceeds limit of 1"),
+        ):
+            with self.subTest(code=code):
+                error = error_from_frame(code, text)
+                self.assertIs(type(error), TooManyChannelConsumersError)
+                self.assertIsInstance(error, SubFailedError)
+                self.assertEqual(error.code, code)
+                self.assertTrue(error.fatal)
+                self.assertIn("--max-channel-consumers", str(error))
+                copy = pickle.loads(pickle.dumps(error))
+                self.assertIs(type(copy), TooManyChannelConsumersError)
+                self.assertEqual((copy.code, str(copy)), (code, str(error)))
+        self.assertIs(type(error_from_frame("E_SUB_FAILED", "SUB failed exiting")), SubFailedError)
 
 
 class PickleTests(SynchronousTestCase):

@@ -24,7 +24,14 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.support.wire import FakeTransport, mpub_bodies, parse_commands
 from txnsq._wire.frames import encode_error, encode_response
 from txnsq._wire.identify import IdentifyOptions
-from txnsq.errors import BadMessageError, ConnectionClosed, NotReady
+from txnsq.errors import (
+    BadMessageError,
+    ConnectionClosed,
+    DPubFailedError,
+    MPubFailedError,
+    NotReady,
+    PubFailedError,
+)
 from txnsq.producer import Producer, ProducerStopped, PublishQueueFull
 from txnsq.protocol import NSQProtocol
 
@@ -484,6 +491,40 @@ class ConnectionLossTests(ProducerTestCase):
         self.failureResultOf(d, BadMessageError)
         self.assertEqual(producer.queued, 0)
         self.stop(producer)
+
+    def test_retry_resends_what_nsqd_could_not_store(self) -> None:
+        """E_PUB_FAILED, E_MPUB_FAILED, E_DPUB_FAILED (fatal; nsqd 1.2.0 answers so while
+        it exits): nothing was stored, so with retries left the publish is sent again
+        once reconnected; without, the caller gets nsqd's error."""
+        for code, error_type, publish in (
+            ("E_PUB_FAILED", PubFailedError, lambda p: p.publish("t", b"1")),
+            ("E_MPUB_FAILED", MPubFailedError, lambda p: p.multi_publish("t", [b"1", b"2"])),
+            ("E_DPUB_FAILED", DPubFailedError, lambda p: p.deferred_publish("t", b"1", 1.0)),
+        ):
+            with self.subTest(code=code):
+                self.reactor = MemoryReactorClock()
+                producer, nsqd = self.started(retry=1)
+                d = publish(producer)
+                sent = nsqd.new_commands()
+                nsqd.send(encode_error(code, "exiting"))
+                self.assertNoResult(d)
+                self.assertEqual(nsqd.new_commands(), [])  # not on the connection nsqd ends
+                self.assertTrue(nsqd.transport.lost)
+                self.reactor.advance(2)
+                nsqd2 = FakeNSQD(self.reactor)
+                nsqd2.identify()
+                self.assertEqual(nsqd2.new_commands(), sent)
+                nsqd2.answer_ok()
+                self.assertEqual(self.successResultOf(d), b"OK")
+                self.stop(producer)
+
+                self.reactor = MemoryReactorClock()
+                producer, nsqd = self.started()
+                d = publish(producer)
+                nsqd.new_commands()
+                nsqd.send(encode_error(code, "exiting"))
+                self.failureResultOf(d, error_type)
+                self.stop(producer)
 
     def test_connection_refused_then_retried_with_backoff(self) -> None:
         producer = self.make(timeout=60)

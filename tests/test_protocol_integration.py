@@ -1,4 +1,5 @@
-"""NSQProtocol against a real nsqd (v1.3.0 from ``.nsq/bin``), on the real reactor.
+"""NSQProtocol against a real nsqd (``$NSQ_BIN_DIR``'s; v1.3.0 from ``.nsq/bin`` by default), on
+the real reactor.
 
 Each upgrade mode (plain, snappy, deflate, TLS, TLS with a client certificate, TLS plus
 compression, AUTH) connects with ``TCP4ClientEndpoint`` + ``connectProtocol``, subscribes,
@@ -28,7 +29,7 @@ from twisted.trial.unittest import TestCase
 from tests.support.authserver import Grant, start_auth_server
 from tests.support.certs import CLIENT_COMMON_NAME, CertFiles, certs_for, nsqd_tls_args
 from tests.support.logs import LogCapture
-from tests.support.processes import NSQD, start_nsqd
+from tests.support.processes import NSQD, nsqd_version_text, start_nsqd
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq.errors import (
     AuthFailedError,
@@ -214,7 +215,7 @@ class PlainAndCompressionTests(IntegrationTestCase):
         client = yield self.ready(nsqd)
         features: Features = client.protocol.features
         self.assertTrue(features.negotiated)
-        self.assertEqual(features.version, "1.3.0")
+        self.assertEqual(features.version, nsqd_version_text())
         self.assertFalse(features.tls_v1 or features.snappy or features.deflate)
         self.assertFalse(features.auth_required)
         self.assertIsNone(client.protocol.auth_identity)

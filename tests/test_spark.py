@@ -143,6 +143,7 @@ def source_runner_pids(spark: Any) -> list[int]:
 
 
 @pytest.mark.spark
+@pytest.mark.integration
 class SparkWriteTests(TestCase):
     """Batch and streaming writes."""
 
@@ -259,6 +260,7 @@ class SparkWriteTests(TestCase):
 
 
 @pytest.mark.spark
+@pytest.mark.integration
 class SparkReadTests(TestCase):
     """At-least-once streaming reads."""
 

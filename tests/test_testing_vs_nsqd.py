@@ -1,8 +1,9 @@
 """Is :class:`txnsq.testing.FakeNSQD` honest? Each scenario runs twice, once against the
-fake (on a ``Clock``) and once against a real nsqd (v1.3.0 from ``.nsq/bin``, on the real
-reactor), with the same client code; what the client saw (bodies, attempts, error codes
-and texts, which errors closed the connection, negotiated features) must be the same,
-and must be what nsqd is documented to do. Timings are never compared.
+fake (on a ``Clock``) and once against a real nsqd (``$NSQ_BIN_DIR``'s, v1.3.0 from
+``.nsq/bin`` by default, on the real reactor), with the same client code; what the client
+saw (bodies, attempts, error codes and texts, which errors closed the connection,
+negotiated features) must be the same, and must be what nsqd is documented to do.
+Timings are never compared.
 """
 
 from __future__ import annotations

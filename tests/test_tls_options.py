@@ -56,6 +56,9 @@ def _key_body(key_pem: bytes) -> bytes:
 class _Peer(Protocol):
     handshook = False
     reason: Failure | None = None
+    #: describe_tls_failure(reason, transport), made in connectionLost as NSQProtocol
+    #: does (the TLS transport lets go of its OpenSSL connection right after)
+    described: str | None = None
     received = b""
 
     def handshakeCompleted(self) -> None:
@@ -66,10 +69,17 @@ class _Peer(Protocol):
 
     def connectionLost(self, reason: Failure = ConnectionDone) -> None:  # type: ignore[assignment]
         self.reason = reason
+        self.described = describe_tls_failure(reason, self.transport)
 
 
 class _Result:
-    def __init__(self, client: _Peer, server: _Peer, sni: list[bytes | None], peer_cn: str | None):
+    def __init__(
+        self,
+        client: _Peer,
+        server: _Peer,
+        sni: list[bytes | None],
+        peer_cn: str | None,
+    ):
         self.client = client
         self.server = server
         self.sni = sni
@@ -80,8 +90,11 @@ class _Result:
         return self.client.handshook and self.server.received == b"ping" and not self.client.reason
 
 
-def server_options(server: CertKey, *, client_ca: bytes | None = None) -> ssl.CertificateOptions:
-    """TLS server options serving ``server``; with ``client_ca``, require a client cert."""
+def server_options(
+    server: CertKey, *, client_ca: bytes | None = None, tls12: bool = False
+) -> ssl.CertificateOptions:
+    """TLS server options serving ``server``; with ``client_ca``, require a client cert;
+    with ``tls12``, speak TLS 1.2 at most (as nsqd before 1.3 does)."""
     key = ssl.KeyPair.load(server.key_pem, 1)  # FILETYPE_PEM
     cert = ssl.Certificate.loadPEM(server.cert_pem)
     extra: dict[str, Any] = {}
@@ -91,6 +104,8 @@ def server_options(server: CertKey, *, client_ca: bytes | None = None) -> ssl.Ce
             "requireCertificate": True,
             "caCerts": [ssl.Certificate.loadPEM(client_ca).original],
         }
+    if tls12:
+        extra["lowerMaximumSecurityTo"] = ssl.TLSVersion.TLSv1_2
     return ssl.CertificateOptions(privateKey=key.original, certificate=cert.original, **extra)
 
 
@@ -447,22 +462,61 @@ class ConnectionCreatorTests(SynchronousTestCase):
             "the server requires a TLS client certificate and none was sent",
         )
 
-    def test_client_certificate_refused(self) -> None:
-        bad = self.certs.untrusted_client
-        mtls = server_options(self.certs.server, client_ca=self.certs.ca_pem)
-        creator = self.creator(
-            "localhost",
-            ca_certs=self.certs.ca_pem,
-            client_cert=bad.cert_pem,
-            client_key=bad.key_pem,
-        )
-        result = handshake(creator, mtls)
+    def test_missing_client_certificate_tls12(self) -> None:
+        """A TLS 1.2 server (nsqd before 1.3) reports a missing client certificate with a
+        plain handshake failure alert, as it does when nothing in the ClientHello suits
+        it: with the transport at hand the message names the real cause."""
+        mtls = server_options(self.certs.server, client_ca=self.certs.ca_pem, tls12=True)
+        result = handshake(self.creator("localhost", ca_certs=self.certs.ca_pem), mtls)
         assert result.client.reason is not None
-        self.assertTrue(
-            describe_tls_failure(result.client.reason).startswith(
-                "the server rejected the TLS client certificate"
-            )
+        self.assertIn("alert handshake failure", str(result.client.reason.value))
+        self.assertEqual(
+            result.client.described,
+            "the server requires a TLS client certificate and none was sent",
         )
+        # Without the transport, both causes are named.
+        self.assertEqual(
+            describe_tls_failure(result.client.reason),
+            "no TLS version or cipher suite in common with the server, or it requires a "
+            "TLS client certificate and none was sent (a TLS 1.2 server, such as nsqd "
+            "before 1.3, reports both as a handshake failure)",
+        )
+
+    def test_nothing_in_common_tls12(self) -> None:
+        """The same alert at the ClientHello (no cipher suite the server takes) is not
+        mistaken for a missing client certificate."""
+        mtls = server_options(self.certs.server, client_ca=self.certs.ca_pem, tls12=True)
+        mtls.getContext().set_cipher_list(b"ECDHE-ECDSA-AES256-CCM8")
+        result = handshake(self.creator("localhost", ca_certs=self.certs.ca_pem), mtls)
+        assert result.client.reason is not None
+        self.assertIn("alert handshake failure", str(result.client.reason.value))
+        self.assertEqual(
+            result.client.described,
+            "no TLS version or cipher suite in common with the server",
+        )
+
+    def test_client_certificate_refused(self) -> None:
+        """Refused by a TLS 1.3 server (an alert after the client's Finished) or a TLS 1.2
+        one (during the handshake): the same message, with or without the transport."""
+        bad = self.certs.untrusted_client
+        for tls12 in (False, True):
+            with self.subTest(tls12=tls12):
+                mtls = server_options(self.certs.server, client_ca=self.certs.ca_pem, tls12=tls12)
+                creator = self.creator(
+                    "localhost",
+                    ca_certs=self.certs.ca_pem,
+                    client_cert=bad.cert_pem,
+                    client_key=bad.key_pem,
+                )
+                result = handshake(creator, mtls)
+                assert result.client.reason is not None
+                described = result.client.described
+                for message in (describe_tls_failure(result.client.reason), described):
+                    assert message is not None
+                    self.assertTrue(
+                        message.startswith("the server rejected the TLS client certificate"),
+                        message,
+                    )
 
     def test_server_not_speaking_tls(self) -> None:
         clock = Clock()

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.support.processes import NSQD, start_nsqd, wait_for
+from tests.support.processes import NSQD, nsqd_version_text, start_nsqd, wait_for
 from txnsq._wire.commands import (
     CLS,
     MAGIC_V2,
@@ -241,7 +241,7 @@ class HandshakeTests(InteropTestCase):
         self.addCleanup(conn.close)
         features = conn.identify(IdentifyOptions(client_id="interop", msg_timeout_ms=30_000))
         self.assertTrue(features.negotiated)
-        self.assertEqual(features.version, "1.3.0")
+        self.assertEqual(features.version, nsqd_version_text())
         self.assertEqual(features.max_rdy_count, 2500)
         self.assertEqual(features.msg_timeout_ms, 30_000)
         self.assertEqual(features.max_msg_timeout_ms, 900_000)

@@ -16,12 +16,17 @@ the class), :class:`HTTPResponseError` (and :class:`ResponseTooLarge`) for an an
 cannot be used, and :class:`HTTPConnectionError` (and :class:`HTTPTimeoutError`) when no
 complete answer came.
 
+Where nsqd's text does not say what to change (an IDENTIFY value outside the range this
+nsqd accepts, a channel at ``--max-channel-consumers``), the error's message ends with a
+:attr:`~NSQServerError.hint` naming the option.
+
 This module is pure Python: it imports nothing from Twisted.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import re
+from typing import Any, ClassVar, Final
 
 __all__ = [
     "AuthDisabledError",
@@ -73,6 +78,9 @@ class NSQServerError(NSQError):
     :ivar text: the human-readable rest of the frame (may be empty).
     :ivar fatal: ``True`` when nsqd closes the connection after sending it; only
         ``E_FIN_FAILED``, ``E_REQ_FAILED`` and ``E_TOUCH_FAILED`` are not fatal.
+    :ivar hint: what the error means for this client when nsqd's text does not say it
+        (which option to change, and what nsqd accepts), or ``""``. It ends the
+        message, in parentheses.
     """
 
     code: ClassVar[str] = ""
@@ -81,9 +89,11 @@ class NSQServerError(NSQError):
     def __init__(self, text: str = "", code: str | None = None) -> None:
         self.text = text
         if code is not None and code != type(self).code:
-            # Only used for codes txnsq has no class for.
+            # Codes txnsq has no class for, and E_SUB_FAILED as TooManyChannelConsumersError.
             self.code = code  # type: ignore[misc]
-        super().__init__(f"{self.code} {text}".strip())
+        self.hint = _hint(self.code, text)
+        message = f"{self.code} {text}".strip()
+        super().__init__(f"{message} ({self.hint})" if self.hint else message)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The default rebuilds from self.args (the formatted message), which would put
@@ -192,13 +202,20 @@ class AuthFirstError(NSQServerError):
 
 
 class SubFailedError(NSQServerError):
-    """``E_SUB_FAILED``: nsqd could not subscribe (topic or channel exiting)."""
+    """``E_SUB_FAILED``: nsqd could not subscribe (topic or channel exiting, or the
+    channel full: then it is the subclass :class:`TooManyChannelConsumersError`)."""
 
     code = "E_SUB_FAILED"
 
 
-class TooManyChannelConsumersError(NSQServerError):
-    """``E_TOO_MANY_CHANNEL_CONSUMERS``: the channel has ``--max-channel-consumers``."""
+class TooManyChannelConsumersError(SubFailedError):
+    """The channel already has as many consumers as nsqd's ``--max-channel-consumers``
+    allows on this nsqd.
+
+    nsqd 1.2.0 sends ``E_TOO_MANY_CHANNEL_CONSUMERS``; later versions send
+    ``E_SUB_FAILED SUB failed consumers for <topic>:<channel> exceeds limit of <n>``,
+    which becomes this class too (its :attr:`code` then says ``E_SUB_FAILED``).
+    """
 
     code = "E_TOO_MANY_CHANNEL_CONSUMERS"
 
@@ -229,15 +246,65 @@ _BY_CODE: dict[str, type[NSQServerError]] = {
 
 NON_FATAL_CODES = frozenset(code for code, cls in _BY_CODE.items() if not cls.fatal)
 
+# nsqd >= 1.2.1: "SUB failed consumers for t:c exceeds limit of 1" (--max-channel-consumers).
+_CHANNEL_FULL: Final = re.compile(r"consumers for \S+ exceeds limit of \d+")
+
+# IDENTIFY values nsqd refuses with E_BAD_BODY "IDENTIFY <what> (<value>) is invalid": the
+# IdentifyOptions field and what nsqd accepts (its flags and their defaults, v1.2 and v1.3).
+_IDENTIFY_INVALID: Final = re.compile(r"IDENTIFY ([a-z ]+) \((-?\d+)\) is invalid")
+_IDENTIFY_LIMITS: Final = {
+    "heartbeat interval": (
+        "heartbeat_interval_ms",
+        "-1 (no heartbeats) or 1000 up to its --max-heartbeat-interval (60000 ms by default)",
+    ),
+    "output buffer timeout": (
+        "output_buffer_timeout_ms",
+        "-1 (no timeout) or its --min-output-buffer-timeout (25 ms by default since nsqd "
+        "1.2, so 1-24 ms is refused) up to its --max-output-buffer-timeout (30000 ms by "
+        "default)",
+    ),
+    "output buffer size": (
+        "output_buffer_size",
+        "-1 (no buffer) or 64 up to its --max-output-buffer-size (65536 bytes by default)",
+    ),
+    "sample rate": ("sample_rate", "0 to 99"),
+    "msg timeout": (
+        "msg_timeout_ms",
+        "1000 up to its --max-msg-timeout (900000 ms by default)",
+    ),
+}
+
+
+def _hint(code: str, text: str) -> str:
+    """The hint for an error frame whose text does not name what to change, or ``""``."""
+    if code == "E_BAD_BODY":
+        match = _IDENTIFY_INVALID.search(text)
+        if match is not None and match.group(1) in _IDENTIFY_LIMITS:
+            option, accepted = _IDENTIFY_LIMITS[match.group(1)]
+            return (
+                f"IdentifyOptions.{option}={match.group(2)} is outside what this nsqd "
+                f"accepts: {accepted}"
+            )
+    elif code == "E_TOO_MANY_CHANNEL_CONSUMERS" or (
+        code == "E_SUB_FAILED" and _CHANNEL_FULL.search(text)
+    ):
+        return "the channel already has as many consumers as nsqd's --max-channel-consumers allows"
+    return ""
+
 
 def error_from_frame(code: str, text: str = "") -> NSQServerError:
     """Return the exception for an error frame's ``code`` and ``text``.
 
     Unknown codes give a plain :class:`NSQServerError` (fatal) carrying the code.
+    ``E_SUB_FAILED`` for a channel at nsqd's ``--max-channel-consumers`` gives a
+    :class:`TooManyChannelConsumersError` (a :class:`SubFailedError`), as nsqd 1.2.0's
+    ``E_TOO_MANY_CHANNEL_CONSUMERS`` does.
     """
     cls = _BY_CODE.get(code)
     if cls is None:
         return NSQServerError(text, code=code)
+    if cls is SubFailedError and _CHANNEL_FULL.search(text):
+        return TooManyChannelConsumersError(text, code=code)
     return cls(text)
 
 

@@ -50,15 +50,24 @@ from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.errors import (
     ConnectionClosed,
+    DPubFailedError,
+    MPubFailedError,
     NotReady,
     NSQServerError,
     ProducerStopped,
+    PubFailedError,
     PublishQueueFull,
 )
 from txnsq.protocol import NSQProtocol
 from txnsq.tls import TLSOptions
 
 __all__ = ["Producer", "ProducerStopped", "PublishQueueFull", "default_retry_policy"]
+
+# What a publish with retries left is sent again after: a connection lost before nsqd
+# answered, or nsqd's E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED (fatal: nsqd could not
+# store it, e.g. its topic is exiting because nsqd is; nsqd 1.2.0 answers that way to
+# publishes that arrive while it stops).
+_RETRIABLE: Final = (ConnectionClosed, PubFailedError, MPubFailedError, DPubFailedError)
 
 _log: Final = Logger(namespace="txnsq.producer")
 
@@ -297,9 +306,11 @@ class Producer(Service):
         addresses; an endpoint carries its own).
     :param stop_timeout: seconds :meth:`stopService` waits for publishes in flight.
     :param retry: how many times a publish whose connection was lost before nsqd
-        answered is sent again (on another connection, or once reconnected). ``0`` (the
-        default) never re-sends: the Deferred fails with
-        :class:`~txnsq.errors.ConnectionClosed`. With ``retry``, a message may be stored
+        answered, or that nsqd could not store (``E_PUB_FAILED``, ``E_MPUB_FAILED``,
+        ``E_DPUB_FAILED``: e.g. its topic is exiting as nsqd stops), is sent again (on
+        another connection, or once reconnected). ``0`` (the default) never re-sends:
+        the Deferred fails with :class:`~txnsq.errors.ConnectionClosed` (or nsqd's
+        error). With ``retry``, a message may be stored
         twice (nsqd stored it, but its ``OK`` was lost with the connection): consumers
         must tolerate duplicates.
     :param retry_policy: how long to wait before reconnecting after the ``attempt``-th
@@ -683,12 +694,12 @@ class Producer(Service):
         if (
             type(result) is Failure
             and item.retries_left > 0
-            and isinstance(result.value, ConnectionClosed)
+            and isinstance(result.value, _RETRIABLE)
             and not self._stopped
         ):
             item.retries_left -= 1
-            _log.info("Publishing again after a lost connection ({left} retries left)",
-                      left=item.retries_left)
+            _log.info("Publishing again after {error} ({left} retries left)",
+                      error=result.value, left=item.retries_left)
             if not (self._ready and not self._queued and self._send_item(item)):
                 self._enqueue(item, front=True)
             return None

@@ -642,7 +642,7 @@ class NSQProtocol(Protocol):
         if self._handshake.state is HandshakeState.TLS:
             # Still waiting for nsqd's OK over TLS: the TLS handshake or the certificate
             # checks failed.
-            return HandshakeError(describe_tls_failure(lost))
+            return HandshakeError(describe_tls_failure(lost, self.transport))
         return ConnectionClosed("connection closed during the handshake", lost)
 
     def _protocol_error(self, error: ProtocolError) -> None:

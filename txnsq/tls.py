@@ -205,6 +205,10 @@ def _is_ip_literal(name: str) -> bool:
     return True
 
 
+_NOTHING_IN_COMMON: Final = "no TLS version or cipher suite in common with the server"
+_NO_CLIENT_CERTIFICATE: Final = "the server requires a TLS client certificate and none was sent"
+_HANDSHAKE_FAILURE: Final = "handshake failure"
+
 # What OpenSSL reports (lower-cased reason strings), mapped to what it means for a
 # client of nsqd. The first match wins.
 _SSL_REASONS: Final[tuple[tuple[tuple[str, ...], str], ...]] = (
@@ -244,10 +248,14 @@ _SSL_REASONS: Final[tuple[tuple[tuple[str, ...], str], ...]] = (
             "unsupported protocol",
             "alert protocol version",
             "no protocols available",
-            "alert handshake failure",
         ),
-        "no TLS version or cipher suite in common with the server",
+        _NOTHING_IN_COMMON,
     ),
+    # Before TLS 1.3 there is no "certificate required" alert: a TLS 1.2 server (nsqd
+    # before 1.3: Go's crypto/tls) answers a missing client certificate with a plain
+    # handshake failure, the alert it also sends when nothing in the ClientHello suits
+    # it. _handshake_failure() tells the two apart when it can.
+    (("alert handshake failure",), _HANDSHAKE_FAILURE),
 )
 
 
@@ -281,7 +289,27 @@ def _describe_mismatch(mismatch: Mismatch) -> str:
     return f"TLS certificate does not match {type(mismatch).__name__}"
 
 
-def describe_tls_failure(reason: Failure | BaseException) -> str:
+def _handshake_failure(transport: object) -> str:
+    """What a "handshake failure" alert from the server means, judged from how far the
+    handshake on ``transport`` (whose ``getHandle()`` is the OpenSSL connection) got."""
+    get_handle = getattr(transport, "getHandle", None)
+    connection = get_handle() if callable(get_handle) else None
+    if not isinstance(connection, SSL.Connection):
+        return (
+            f"{_NOTHING_IN_COMMON}, or it requires a TLS client certificate and none was "
+            "sent (a TLS 1.2 server, such as nsqd before 1.3, reports both as a handshake "
+            "failure)"
+        )
+    if connection.get_cipher_name() is None:
+        # Refused at the ClientHello: no version or cipher suite suited the server.
+        return _NOTHING_IN_COMMON
+    # A cipher suite was agreed, so the server read our certificate message, if any.
+    if connection.get_certificate() is None:
+        return _NO_CLIENT_CERTIFICATE
+    return "the server rejected the TLS client certificate (alert handshake failure)"
+
+
+def describe_tls_failure(reason: Failure | BaseException, transport: object = None) -> str:
     """Say in one short sentence which TLS check failed.
 
     ``reason`` is what a failed handshake hands ``connectionLost`` (or an errback): a
@@ -289,6 +317,12 @@ def describe_tls_failure(reason: Failure | BaseException) -> str:
     host, an ``OpenSSL.SSL.Error`` for an untrusted chain, a refused client
     certificate or a peer that does not speak TLS, or anything else. For example
     ``"TLS certificate does not match hostname 'wronghost'"``. Never raises.
+
+    ``transport``, the transport TLS was started on (optional), lets a TLS 1.2
+    server's "handshake failure" alert be told apart: refused at the ClientHello (no
+    TLS version or cipher suite in common) or after it (nsqd before 1.3 requires a
+    client certificate and none was sent, or it refused the one sent). Without it the
+    message names both causes. TLS 1.3 servers (nsqd 1.3) say which one it is.
     """
     error = reason.value if isinstance(reason, Failure) else reason
     if isinstance(error, VerificationError):
@@ -304,6 +338,8 @@ def describe_tls_failure(reason: Failure | BaseException) -> str:
         for needles, message in _SSL_REASONS:
             for r in lowered:
                 if any(n in r for n in needles):
+                    if message == _HANDSHAKE_FAILURE:
+                        return _handshake_failure(transport)
                     if message.startswith("the server rejected"):
                         return f"{message} ({r})"
                     return message

@@ -1,8 +1,13 @@
 """Run real ``nsqd`` and ``nsqlookupd`` processes for integration tests.
 
-The binaries come from ``$NSQ_BIN_DIR`` (``scripts/install-nsq`` builds them into
-``.nsq/bin``). When they are missing a test is skipped, except under ``CI=true``, where
-that is a failure: CI must never pass by skipping the integration suite.
+The binaries come from ``$NSQ_BIN_DIR`` (``scripts/install-nsq`` builds each nsq version
+into ``.nsq/<version>/bin``; ``.nsq/bin``, the default here, links to v1.3.0's). When they
+are missing a test is skipped, except under ``CI=true``, where that is a failure: CI must
+never pass by skipping the integration suite.
+
+The suite runs against several nsqd versions (``scripts/test``: v1.3.0, v1.2.1, v1.2.0).
+A test that depends on what a version does asks :func:`nsqd_version` (``nsqd --version``,
+run once per session) and expects what that version does.
 
 Every process listens on free ports of 127.0.0.1 only, keeps its data in a temporary
 directory, and is stopped (by pid) in the test's cleanup.
@@ -10,8 +15,10 @@ directory, and is stopped (by pid) in the test's cleanup.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -28,6 +35,10 @@ from unittest import SkipTest
 REPO = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 
+#: Set by ``tests/conftest.py`` for each test pytest runs: whether it is marked
+#: ``integration`` (``None`` outside pytest: anything goes).
+marked_integration: bool | None = None
+
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -38,7 +49,7 @@ def nsq_binary(name: str) -> str:
     bin_dir = Path(os.environ.get("NSQ_BIN_DIR") or REPO / ".nsq" / "bin")
     path = bin_dir / name
     if path.is_file() and os.access(path, os.X_OK):
-        return str(path)
+        return os.path.abspath(path)  # processes start in their own working directory
     found = shutil.which(name)
     if found:
         return found
@@ -46,6 +57,29 @@ def nsq_binary(name: str) -> str:
     if in_ci():
         raise RuntimeError(f"CI=true and {message}")
     raise SkipTest(message)
+
+
+@functools.cache
+def nsqd_version() -> tuple[int, int, int]:
+    """The version of the nsqd the tests start, e.g. ``(1, 2, 1)``.
+
+    Asked once per test session (``nsqd --version``, which prints
+    ``nsqd v1.2.1 (built w/go1.26.8)``). Skips, or fails under ``CI=true``, like
+    :func:`nsq_binary` when nsqd is missing.
+    """
+    out = subprocess.run(
+        [nsq_binary("nsqd"), "--version"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    match = re.search(r"\bv?(\d+)\.(\d+)\.(\d+)", out)
+    if match is None:
+        raise RuntimeError(f"cannot read a version in `nsqd --version`: {out!r}")
+    major, minor, patch = (int(part) for part in match.groups())
+    return (major, minor, patch)
+
+
+def nsqd_version_text() -> str:
+    """:func:`nsqd_version` as nsqd writes it in IDENTIFY and ``/info``: ``"1.2.1"``."""
+    return ".".join(str(part) for part in nsqd_version())
 
 
 def free_port() -> int:
@@ -115,6 +149,14 @@ class _Process:
     def start(self, timeout: float = 10.0) -> None:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"{self.name} already running")
+        if marked_integration is False:
+            # scripts/test selects the runs against the other nsqd versions with the
+            # marker: an unmarked test would silently be left out of them.
+            raise RuntimeError(
+                f"a test that starts {self.name} must be marked integration "
+                "(pytestmark = pytest.mark.integration, or @pytest.mark.integration on its "
+                "class)"
+            )
         log = open(self.log_path, "ab")
         self._log = log
         self.proc = subprocess.Popen(

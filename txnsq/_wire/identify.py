@@ -53,7 +53,9 @@ class IdentifyOptions:
     heartbeat_interval_ms: int | None = 30_000
     #: bytes nsqd buffers before writing to us; -1 disables output buffering
     output_buffer_size: int | None = None
-    #: milliseconds nsqd waits before flushing its buffer; -1 disables the timeout
+    #: milliseconds nsqd waits before flushing its buffer; -1 disables the timeout.
+    #: nsqd >= 1.2 refuses 1-24 (its --min-output-buffer-timeout defaults to 25 ms): the
+    #: handshake fails with a BadBodyError naming this option
     output_buffer_timeout_ms: int | None = None
     #: deliver only this percentage (1-99) of the channel's messages; 0 means all
     sample_rate: int = 0
