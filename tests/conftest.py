@@ -1,10 +1,19 @@
-"""pytest hooks for txnsq's suite."""
+"""pytest hooks for txnsq's suite.
+
+The reactor chosen by ``$TXNSQ_TEST_REACTOR`` (see ``tests/support/reactors.py``) is
+installed first, before any test module (or ``tests.support.processes``) imports the
+reactor.
+"""
 
 from __future__ import annotations
 
-import pytest
+from tests.support.reactors import install_test_reactor
 
-from tests.support import processes
+install_test_reactor()
+
+import pytest  # noqa: E402
+
+from tests.support import processes  # noqa: E402
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -21,7 +21,8 @@ import pytest
 from twisted.trial.unittest import TestCase
 
 from tests.support.certs import certs_for, nsqd_tls_args
-from tests.support.processes import REPO, start_lookupd, start_nsqd, wait_for
+from tests.support.processes import NSQD, REPO, start_lookupd, start_nsqd, wait_for
+from tests.support.reactors import on_test_reactor, twistd_reactor_args
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +49,7 @@ def block_containing(language: str, marker: str) -> str:
 def run_python(code: str, timeout: float = 60.0) -> str:
     """Run ``code`` in a fresh interpreter (the test's venv); return its stdout."""
     result = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", on_test_reactor(code)],
         capture_output=True,
         timeout=timeout,
         cwd=tempfile.gettempdir(),
@@ -67,7 +68,7 @@ class ReadmeExamplesTests(TestCase):
 
     def test_every_block_is_covered(self) -> None:
         # If an example is added, a test must be added here (or in test_spark.py).
-        self.assertEqual(len(readme_blocks("python")), 7)
+        self.assertEqual(len(readme_blocks("python")), 9)
         self.assertEqual(len(readme_blocks("shell")), 1)
 
     def test_publishing(self) -> None:
@@ -88,10 +89,30 @@ class ReadmeExamplesTests(TestCase):
         code = block_containing("python", "handled")
         out = run_python(code.replace("127.0.0.1:4161", lookupd.http_address))
         self.assertIn("handled 3 messages", out)
-        channel = nsqd.channel_stats("events", "archive")
+        self.assert_consumed(nsqd, "events", "archive", 3)
+
+    def test_blocking_handlers(self) -> None:
+        nsqd = start_nsqd(self)
+        for i in range(3):
+            nsqd.http_publish("invoices", b"invoice %d" % i)
+        code = block_containing("python", "handler_threads=20")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        self.assertIn("rendered 3 invoices", out)
+        self.assert_consumed(nsqd, "invoices", "pdf", 3)
+
+    def test_asyncio(self) -> None:
+        nsqd = start_nsqd(self)
+        code = block_containing("python", "asyncioreactor.install()")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        self.assertIn("counted 3 clicks", out)
+        self.assert_consumed(nsqd, "clicks", "stats", 3)
+
+    def assert_consumed(self, nsqd: NSQD, topic: str, channel_name: str, count: int) -> None:
+        """``count`` messages went through the channel, and none is left."""
+        channel = nsqd.channel_stats(topic, channel_name)
         assert channel is not None
         self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
-        self.assertEqual(channel["message_count"], 3)
+        self.assertEqual(channel["message_count"], count)
 
     def test_tls(self) -> None:
         certs = certs_for(self)
@@ -144,6 +165,7 @@ class ReadmeExamplesTests(TestCase):
         argv = shlex.split(command.replace("127.0.0.1:4161", lookupd.http_address))
         self.assertEqual(argv[0], "twistd")
         argv[0] = str(Path(sys.executable).with_name("twistd"))
+        argv[1:1] = twistd_reactor_args()
         workdir = tempfile.mkdtemp(prefix="txnsq-readme-")
         out_path = os.path.join(workdir, "out")
         with open(out_path, "wb") as out:

@@ -35,6 +35,7 @@ from twisted.trial.unittest import TestCase
 
 from tests.support.certs import certs_for, nsqd_tls_args
 from tests.support.processes import NSQD, start_lookupd, start_nsqd, wait_for
+from tests.support.reactors import twistd_reactor_args
 
 pytestmark = pytest.mark.integration
 
@@ -131,7 +132,15 @@ class TwistdTestCase(TestCase):
         killed in cleanup."""
         proto = Twistd()
         command = twistd_command()
-        args = [*command, "-n", "--pidfile=", *twistd_args, "nsq-consumer", *plugin_args]
+        args = [
+            *command,
+            "-n",
+            "--pidfile=",
+            *twistd_reactor_args(twistd_args),
+            *twistd_args,
+            "nsq-consumer",
+            *plugin_args,
+        ]
         transport = reactor.spawnProcess(
             proto, args[0], args, env={**child_environment(), **(env or {})}, path=str(REPO)
         )

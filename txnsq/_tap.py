@@ -17,6 +17,7 @@ like ``nsq_tail``. twistd's own log also goes to standard output with ``-n``; us
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -234,7 +235,7 @@ class Options(usage.Options):
         ["deflate", None, "Compress the connection with deflate."],
         ["auto-touch", None,
          "TOUCH messages whose handler has not answered yet (a handler returning a "
-         "Deferred), so nsqd does not time them out."],
+         "Deferred, or running in --handler-threads), so nsqd does not time them out."],
     ]
 
     optParameters = [
@@ -243,9 +244,14 @@ class Options(usage.Options):
         ["handler", None, None,
          "The message handler, as 'module.path:callable'. It gets a txnsq Message and "
          "returns True/None (finish), False (requeue), a Deferred or coroutine of "
-         "those, or raises (requeue). Default: print each body to stdout, one per line."],
+         "those, or raises (requeue); with twistd --reactor=asyncio a coroutine runs as "
+         "an asyncio task. Default: print each body to stdout, one per line."],
         ["max-in-flight", None, _default("max_in_flight"),
          "Messages in flight at once over all connections."],
+        ["handler-threads", None, _default("handler_threads"),
+         "Run --handler (a blocking function) in a pool of at most this many threads, "
+         "so the reactor keeps answering heartbeats; 0: on the reactor thread. Give "
+         "--max-in-flight at least as large."],
         ["max-attempts", None, _default("max_attempts"),
          "Deliveries after which a message is given up (finished and logged); 0: "
          "no limit."],
@@ -336,6 +342,14 @@ class Options(usage.Options):
         self["handler_callable"] = (
             resolve_handler(self["handler"]) if self["handler"] is not None else None
         )
+        if numbers["handler-threads"]:
+            if self["handler_callable"] is None:
+                raise usage.UsageError("--handler-threads needs --handler")
+            if inspect.iscoroutinefunction(self["handler_callable"]):
+                raise usage.UsageError(
+                    "--handler-threads runs a blocking handler; an async def handler "
+                    "needs no threads"
+                )
         try:
             self["consumer_options"] = ConsumerOptions(
                 max_in_flight=numbers["max-in-flight"],
@@ -347,6 +361,7 @@ class Options(usage.Options):
                 lookupd_poll_interval=numbers["lookupd-poll-interval"],
                 auto_touch=bool(self["auto-touch"]),
                 stop_timeout=numbers["stop-timeout"],
+                handler_threads=numbers["handler-threads"],
                 identify=identify,
                 tls=tls,
                 auth_secret=auth_secret,
@@ -358,6 +373,9 @@ class Options(usage.Options):
     def _parse_numbers(self) -> dict[str, Any]:
         n: dict[str, Any] = {
             "max-in-flight": _number("max-in-flight", self["max-in-flight"], integer=True),
+            "handler-threads": _number(
+                "handler-threads", self["handler-threads"], integer=True
+            ),
             "max-attempts": _number(
                 "max-attempts", self["max-attempts"], integer=True, maximum=65535
             ),

@@ -19,6 +19,7 @@ import inspect
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Final
 
 from twisted.application.internet import ClientService
@@ -30,8 +31,10 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from txnsq._aio import asyncio_loop, run_as_task
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._session import NSQDState, Session
+from txnsq._threads import HandlerThreads
 from txnsq._wire import commands
 from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
 from txnsq._wire.identify import IdentifyOptions
@@ -95,6 +98,9 @@ class ConsumerOptions:
     auto_touch: bool = False
     #: how long ``stopService`` waits for CLOSE_WAIT and in-flight handlers
     stop_timeout: float = 30.0
+    #: run the handler (a blocking function) in a pool of at most this many threads of
+    #: the consumer's own; 0 runs it on the reactor thread
+    handler_threads: int = 0
     identify: IdentifyOptions = field(default_factory=IdentifyOptions)
     tls: TLSOptions | None = None
     auth_secret: str | bytes | None = field(default=None, repr=False)
@@ -102,6 +108,7 @@ class ConsumerOptions:
     def __post_init__(self) -> None:
         check_number(self.max_in_flight, "max_in_flight", integer=True, minimum=0)
         check_number(self.max_attempts, "max_attempts", integer=True, minimum=0, maximum=65535)
+        check_number(self.handler_threads, "handler_threads", integer=True, minimum=0)
         for name in (
             "requeue_delay",
             "max_requeue_delay",
@@ -226,7 +233,10 @@ class _SessionOwner:
 
     @property
     def handler(self) -> Handler:
-        return self._consumer._handler
+        consumer = self._consumer
+        if consumer._threads is not None:
+            return partial(consumer._threads.run, consumer._handler)
+        return consumer._handler
 
     @property
     def max_attempts(self) -> int:
@@ -242,6 +252,12 @@ class Consumer(Service):
         handler may also answer the message itself (``message.finish()``,
         ``message.requeue(delay, backoff=False)``); call
         ``message.disable_auto_response()`` to answer it later, outside the handler.
+        On Twisted's asyncio reactor (``twisted.internet.asyncioreactor``) a coroutine
+        handler runs as an asyncio task, so it may await asyncio objects as well as
+        Deferreds. With ``handler_threads=N`` the handler is a blocking function run in
+        a pool of at most ``N`` threads (started by :meth:`startService`, stopped by
+        :meth:`stopService` once it has drained): it returns ``True``/``None``/``False``
+        or raises, and may answer or touch the message from its thread.
     :param nsqd_tcp_addresses: nsqds to connect to directly, each as ``"host:port"``
         (``"[::1]:4150"`` for IPv6; a bare host means port 4150), a ``(host, port)``
         pair, an endpoint string for
@@ -308,6 +324,18 @@ class Consumer(Service):
         self._reactor = reactor
         self._rng = rng or random.Random()
         opts = self.options
+        # Coroutine handlers run as asyncio tasks on the asyncio reactor (decided once).
+        self._asyncio_loop = asyncio_loop(reactor)
+        self._threads: HandlerThreads | None = None
+        if opts.handler_threads:
+            if inspect.iscoroutinefunction(handler):
+                raise ValueError(
+                    "handler_threads runs a blocking function in threads; an async def "
+                    "handler runs on the reactor thread (leave handler_threads at 0)"
+                )
+            self._threads = HandlerThreads(
+                reactor, opts.handler_threads, f"txnsq-{topic}/{channel}"
+            )
         self._max_attempts = opts.max_attempts
         self._rdy: RdyController[Session] = RdyController(
             opts.max_in_flight,
@@ -355,6 +383,8 @@ class Consumer(Service):
         self._backoff.reset()
         self._owner.in_backoff = False
         self._send_rdy(self._rdy.leave_backoff(self._reactor.seconds()))
+        if self._threads is not None:
+            self._threads.start()
         for address in self._static:
             self._add_nsqd(address, static=True)
         if self._poller is not None:
@@ -366,8 +396,10 @@ class Consumer(Service):
 
     def stopService(self) -> defer.Deferred[None]:
         """Stop gracefully: CLS on every connection, wait (up to ``stop_timeout``) for
-        ``CLOSE_WAIT`` and for in-flight messages to be answered, requeue what is still
-        unanswered, then close every connection.
+        ``CLOSE_WAIT`` and for in-flight messages to be answered (by handlers in
+        ``handler_threads`` too), requeue what is still unanswered, close every
+        connection, then stop the handler threads (a thread still in the handler is
+        not waited for: it ends when the handler returns).
 
         :returns: a Deferred that fires when every connection is closed; it never fails.
         """
@@ -710,9 +742,14 @@ class Consumer(Service):
         return requeue_delay(attempts, opts.requeue_delay, opts.max_requeue_delay)
 
     def _handle_async_result(self, session: Session, message: Message, result: Any) -> None:
-        if inspect.iscoroutine(result):
+        if isinstance(result, defer.Deferred):
+            pass
+        elif self._asyncio_loop is not None and inspect.isawaitable(result):
+            # An asyncio task, so that it can await asyncio objects (and Deferreds).
+            result = run_as_task(result, self._asyncio_loop)
+        elif inspect.iscoroutine(result):
             result = defer.Deferred.fromCoroutine(result)
-        elif inspect.isawaitable(result) and not isinstance(result, defer.Deferred):
+        elif inspect.isawaitable(result):
             result = defer.Deferred.fromCoroutine(_awaited(result))
         if not isinstance(result, defer.Deferred):
             # Anything else: truthy finishes, falsy requeues.
@@ -825,4 +862,13 @@ class Consumer(Service):
         # The NSQDState records stay, so stats() still reports what was consumed.
         if stops:
             await defer.DeferredList(stops, consumeErrors=True)
+        # 5. Stop the handler threads (those still busy finish on their own).
+        if self._threads is not None:
+            busy = self._threads.stop()
+            if busy:
+                self._log.warn(
+                    "{busy} handler thread(s) still running after the stop; what they "
+                    "return is dropped (their messages were requeued)",
+                    busy=busy,
+                )
         self._owner.draining = False

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Protocol
 
 from txnsq.errors import NSQError
 
-__all__ = ["Message", "MessageAlreadyAnswered", "MessageOwner"]
+__all__ = ["Message", "MessageAlreadyAnswered", "MessageOwner", "answer_from_threads"]
 
 # Message._state: one slot for "answered?" and "answered from the handler's result?",
 # read once per message on the consumer's hot path.
@@ -117,3 +119,51 @@ class Message:
         body = self.body if len(self.body) <= 40 else self.body[:40] + b"..."
         msg_id = self.id.decode("ascii", "replace")
         return f"<Message id={msg_id} attempts={self.attempts} body={body!r}>"
+
+
+class _ThreadSafeOwner:
+    """A message's owner as seen from other threads: answers given on the thread that
+    made it go straight to ``owner``; answers given on any other thread are handed to
+    ``call_from_thread`` (the reactor's ``callFromThread``), which runs them on the
+    reactor thread, in order."""
+
+    __slots__ = ("_call_from_thread", "_owner", "_thread")
+
+    def __init__(
+        self, owner: MessageOwner, call_from_thread: Callable[..., object]
+    ) -> None:
+        self._owner = owner
+        self._call_from_thread = call_from_thread
+        self._thread = threading.get_ident()
+
+    def message_finished(self, message: Message) -> None:
+        if threading.get_ident() == self._thread:
+            self._owner.message_finished(message)
+        else:
+            self._call_from_thread(self._owner.message_finished, message)
+
+    def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
+        if threading.get_ident() == self._thread:
+            self._owner.message_requeued(message, delay, backoff)
+        else:
+            self._call_from_thread(self._owner.message_requeued, message, delay, backoff)
+
+    def message_touched(self, message: Message) -> None:
+        if threading.get_ident() == self._thread:
+            self._owner.message_touched(message)
+        else:
+            self._call_from_thread(self._owner.message_touched, message)
+
+
+def answer_from_threads(message: Message, call_from_thread: Callable[..., object]) -> None:
+    """Let ``message`` be answered from any thread, from now on.
+
+    Call it on the reactor thread. :meth:`Message.finish`, :meth:`~Message.requeue` and
+    :meth:`~Message.touch` called later on another thread record the answer at once
+    (a second answer raises :class:`MessageAlreadyAnswered` there) and leave the
+    sending to ``call_from_thread`` (the reactor's ``callFromThread``); on the reactor
+    thread they work as before. An error sending the answer (the connection is gone)
+    is then the reactor's to log, not raised to the caller.
+    """
+    if not isinstance(message._owner, _ThreadSafeOwner):
+        message._owner = _ThreadSafeOwner(message._owner, call_from_thread)
