@@ -38,6 +38,7 @@ __all__ = [
     "BadTopicError",
     "ChannelNotFound",
     "ConnectionClosed",
+    "ConnectionSilent",
     "DPubFailedError",
     "FinFailedError",
     "HTTPConnectionError",
@@ -450,3 +451,15 @@ class HTTPConnectionError(NSQError):
 
 class HTTPTimeoutError(HTTPConnectionError, TimeoutError):
     """An HTTP request got no complete answer within the client's ``timeout``."""
+
+
+class ConnectionSilent(ConnectionClosed):
+    """Nothing was received for the read timeout: the connection was presumed dead and
+    closed.
+
+    A half-open TCP connection (a dead NAT entry, a peer that froze) delivers nothing
+    and reports no error; nsqd sends a heartbeat at least once per negotiated
+    ``heartbeat_interval``, so a connection that stays silent for about two intervals
+    (or for the read timeout when heartbeats are off) is given up like a lost one:
+    commands waiting on it, pending publishes included, fail with this error.
+    """

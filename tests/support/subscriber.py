@@ -18,6 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from txnsq._wire.frames import MessageFrame
 from txnsq._wire.identify import Features
+from txnsq._wire.liveness import read_timeout
 from txnsq._wire.lookup import lookup_url
 from txnsq.blocking import Subscriber, SubscriberOptions
 from txnsq.blocking._subscriber import ConnectionState
@@ -56,6 +57,8 @@ class FakeNsqd:
             max_msg_timeout_ms=max_msg_timeout_ms,
         )
         self.down = False
+        #: its connections receive nothing at all, heartbeats included (half-open)
+        self.silent = False
         self.conns: list[FakeConnection] = []
         self.dialled: list[float] = []  # the clock's time of every connection attempt
         self.published = 0
@@ -79,6 +82,16 @@ class FakeConnection:
         self.log: list[tuple[Any, ...]] = []  # (time, command, argument)
         self.closed = False
         self.broken: Exception | None = None
+        # Liveness as the real Connection has it: reads that returned bytes, and the
+        # bound from the subscriber's heartbeat interval.
+        self.reads = 0
+        self.heartbeats = 0  # sent by nsqd and not read yet
+        options = driver.options
+        self.liveness_timeout = read_timeout(
+            options.identify.heartbeat_interval_ms,
+            heartbeats_missed=options.heartbeats_missed,
+            without_heartbeats=options.read_timeout,
+        )
 
     # -- what the Subscriber calls
 
@@ -86,10 +99,13 @@ class FakeConnection:
         return -1
 
     def has_buffered_input(self) -> bool:
-        return bool(self.inbox) or self.broken is not None
+        return bool(self.inbox) or bool(self.heartbeats) or self.broken is not None
 
     def receive(self, timeout: float | None = None) -> list[MessageFrame]:
         self._check()
+        if self.inbox or self.heartbeats:
+            self.reads += 1
+            self.heartbeats = 0
         out, self.inbox = self.inbox, []
         return out
 
@@ -124,16 +140,25 @@ class FakeConnection:
     # -- what the test does
 
     def push(self, count: int, timestamp: int = 1) -> int:
-        """nsqd sends up to ``count`` new messages, as RDY allows; return how many."""
+        """nsqd sends up to ``count`` new messages, as RDY allows; return how many.
+
+        To a :attr:`FakeNsqd.silent` nsqd's connection they are sent (in flight) but
+        never arrive."""
         sent = 0
         while sent < count and len(self.in_flight) < self.rdy_count and not self.closed:
             self.nsqd.published += 1
             msg_id = b"%016d" % self.nsqd.published
             message = MessageFrame(timestamp, 1, msg_id, b"body %d" % self.nsqd.published)
             self.in_flight[msg_id] = message
-            self.inbox.append(message)
+            if not self.nsqd.silent:
+                self.inbox.append(message)
             sent += 1
         return sent
+
+    def heartbeat(self) -> None:
+        """nsqd sends a heartbeat (read, and answered, at the next I/O turn)."""
+        if not self.closed:
+            self.heartbeats += 1
 
     def redeliver(self, msg_id: bytes) -> None:
         """nsqd timed the message out and sends it again on this connection."""
@@ -250,8 +275,13 @@ class Driver:
         self.rdy_changed()
 
     def step(self, seconds: float = 0.0) -> None:
-        """Let ``seconds`` pass, then a discovery round and an I/O turn."""
+        """Let ``seconds`` pass (nsqds that are not :attr:`FakeNsqd.silent` send each
+        live connection a heartbeat meanwhile), then a discovery round and an I/O turn."""
         self.clock.advance(seconds)
+        if seconds:
+            for conn in self.live():
+                if not conn.nsqd.silent:
+                    conn.heartbeat()
         self.discover()
         self.io()
 

@@ -12,11 +12,14 @@ it: connections to every nsqd given or found through nsqlookupd, RDY shared unde
 messages and finishes or requeues them. It follows the Twisted Consumer's rules (the
 same :mod:`txnsq._wire` pieces).
 
-Every wait is bounded by the connection's ``timeout``. Errors are txnsq's own
-exceptions: a named :class:`~txnsq.errors.NSQServerError` subclass for an error frame,
+Every wait is bounded by the connection's ``timeout``, and a connection that receives
+nothing (not even a heartbeat) for about two heartbeat intervals is presumed dead
+(half-open) and closed. Errors are txnsq's own exceptions: a named
+:class:`~txnsq.errors.NSQServerError` subclass for an error frame,
 :class:`~txnsq.errors.HandshakeError` when negotiation fails,
-:class:`~txnsq.errors.ConnectionClosed` (and its subclass :class:`NSQTimeoutError`)
-when the connection is lost or times out, :class:`~txnsq.errors.ProtocolError` for bytes
+:class:`~txnsq.errors.ConnectionClosed` (and its subclasses :class:`NSQTimeoutError` and
+:class:`~txnsq.errors.ConnectionSilent`) when the connection is lost, times out or
+falls silent, :class:`~txnsq.errors.ProtocolError` for bytes
 that break the protocol. Arguments are checked before anything is sent.
 
 A :class:`Connection` is not thread-safe: use it from one thread at a time.

@@ -25,9 +25,17 @@ from txnsq._wire.frames import (
 )
 from txnsq._wire.handshake import Handshake, Ready, Send, StartCompression, StartTLS
 from txnsq._wire.identify import Features, IdentifyOptions
+from txnsq._wire.liveness import (
+    DEFAULT_HEARTBEATS_MISSED,
+    DEFAULT_READ_TIMEOUT,
+    SILENT,
+    Liveness,
+)
+from txnsq._wire.liveness import read_timeout as silence_bound
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq.errors import (
     ConnectionClosed,
+    ConnectionSilent,
     HandshakeError,
     NSQError,
     NSQServerError,
@@ -41,6 +49,7 @@ __all__ = [
     "Connection",
     "NSQTimeoutError",
     "TLSOptions",
+    "connection_silent",
     "parse_address",
 ]
 
@@ -106,6 +115,24 @@ class Connection:
     :param on_nonfatal_error: called with each non-fatal error frame (``E_FIN_FAILED``,
         ``E_REQ_FAILED``, ``E_TOUCH_FAILED``); they are otherwise only counted in
         :attr:`nonfatal_errors`.
+    :param heartbeats_missed: how many heartbeat intervals (``identify``'s
+        ``heartbeat_interval_ms``) may pass with nothing received before the connection
+        is presumed dead (see below).
+    :param read_timeout: seconds of silence after which the connection is presumed
+        dead when heartbeats are off (``heartbeat_interval_ms=-1`` or ``None``).
+
+    **Dead peers.** nsqd writes to every connection at least once per heartbeat
+    interval, so silence means a dead peer or a half-open connection (a dropped NAT
+    entry, a frozen host), which TCP alone may not report for hours. Whenever a call
+    waits (:meth:`receive`, an answer, a write, :meth:`poll`) and nothing has been
+    received for :attr:`liveness_timeout` seconds, the connection is closed and the call
+    raises :class:`~txnsq.errors.ConnectionSilent` (a
+    :class:`~txnsq.errors.ConnectionClosed`); commands still waiting, pipelined
+    publishes included, fail with it. With heartbeats on, time spent outside any call
+    counts too (nsqd's heartbeats wait in the socket meanwhile, and are read first);
+    with heartbeats off only time spent waiting inside a call counts, so an idle
+    connection is not presumed dead for being idle. TCP keepalive (``SO_KEEPALIVE``)
+    is on as well. The handshake is bounded by ``connect_timeout`` instead.
     """
 
     def __init__(
@@ -121,6 +148,8 @@ class Connection:
         max_msg_size: int | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         on_nonfatal_error: Callable[[NSQServerError], None] | None = None,
+        heartbeats_missed: float = DEFAULT_HEARTBEATS_MISSED,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
     ) -> None:
         self.host, self.port = parse_address(address)
         options = identify if identify is not None else IdentifyOptions()
@@ -139,6 +168,14 @@ class Connection:
             check_number(value, what, positive=True, allow_none=True)
         for what, limit in (("max_body_size", max_body_size), ("max_msg_size", max_msg_size)):
             check_number(limit, what, integer=True, positive=True, allow_none=True)
+        hb_ms = self._handshake.options.heartbeat_interval_ms
+        #: Seconds of silence after which the connection is presumed dead (from the
+        #: heartbeat interval asked for in IDENTIFY, or ``read_timeout`` without one).
+        self.liveness_timeout: float = silence_bound(
+            hb_ms, heartbeats_missed=heartbeats_missed, without_heartbeats=read_timeout
+        )
+        self.heartbeats_missed = heartbeats_missed
+        self.read_timeout = read_timeout
         #: The options IDENTIFY is sent with (defaults filled in).
         self.identify_options: IdentifyOptions = self._handshake.options
         self.tls_options: TLSOptions | None = tls
@@ -169,6 +206,14 @@ class Connection:
         self._unreported: NSQError | None = None
         self._handshaking = False
         self._closing = False
+        # Liveness (see the class docstring): reads that returned bytes, the tracker
+        # (made once the handshake is done), and, with heartbeats off, the seconds spent
+        # outside any wait, which do not count as silence.
+        self._reads = 0
+        self._liveness: Liveness | None = None
+        self._gaps_count = hb_ms is not None and hb_ms > 0
+        self._uncounted = 0.0
+        self._wait_ended = 0.0
 
     # -- public state ------------------------------------------------------------------
 
@@ -196,6 +241,12 @@ class Connection:
     def pending_publishes(self) -> int:
         """How many pipelined MPUBs still wait for their answer."""
         return self._pipelined
+
+    @property
+    def reads(self) -> int:
+        """How many reads from the socket returned bytes so far (heartbeats included):
+        a count that only grows, for an event loop's liveness check."""
+        return self._reads
 
     def fileno(self) -> int:
         """The socket's file descriptor, for selectors (``-1`` once closed)."""
@@ -238,10 +289,14 @@ class Connection:
             )
             self._error = err
             raise err from e
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:  # pragma: no cover - not a TCP socket on some platforms
-            pass
+        for level, option in (
+            (socket.IPPROTO_TCP, socket.TCP_NODELAY),
+            (socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+        ):
+            try:
+                sock.setsockopt(level, option, 1)
+            except OSError:  # not a TCP socket (a test's socketpair)
+                pass
         sock.setblocking(False)
         self._set_socket(sock)
         self._handshaking = True
@@ -253,6 +308,10 @@ class Connection:
         finally:
             self._handshaking = False
         assert self._features is not None
+        now = time.monotonic()
+        self._wait_ended = now
+        self._liveness = liveness = Liveness(self.liveness_timeout, now)
+        liveness.check(self._reads, now)  # silence counts from here
         return self._features
 
     def _run_handshake(self, deadline: float | None) -> None:
@@ -473,7 +532,9 @@ class Connection:
         ``timeout=0`` only looks at what is already there; ``None`` waits without limit.
         Heartbeats are answered on the way. Returns ``[]`` when nothing came in time.
 
-        :raises ConnectionClosed: if the connection is (or gets) closed.
+        :raises ConnectionClosed: if the connection is (or gets) closed;
+            :class:`~txnsq.errors.ConnectionSilent` when nothing at all (not even a
+            heartbeat) arrived for :attr:`liveness_timeout` seconds.
         :raises NSQServerError: for a fatal error frame from nsqd.
         """
         if self._messages:
@@ -558,7 +619,8 @@ class Connection:
 
     def poll(self) -> bool:
         """Process whatever is readable now (answering heartbeats); return whether the
-        connection is still usable. Never raises.
+        connection is still usable: ``False`` once it is closed, lost, or silent for
+        :attr:`liveness_timeout` (then it is closed). Never raises.
         """
         if self._error is not None or self._sock is None:
             return False
@@ -747,11 +809,49 @@ class Connection:
                 self._read_available()
 
     def _poll_io(self, read: bool, write: bool, timeout: float | None) -> tuple[bool, bool]:
-        """Return (readable, writable) within ``timeout`` seconds (``None``: no limit)."""
+        """Return (readable, writable) within ``timeout`` seconds (``None``: no limit).
+
+        Once connected, a wait lasts at most the liveness check interval, and one that
+        ends with nothing to do checks the liveness rule: a connection silent for
+        :attr:`liveness_timeout` is closed (:class:`~txnsq.errors.ConnectionSilent`).
+        """
         sock = self._sock
         assert sock is not None
+        liveness = self._liveness
         if read and isinstance(sock, ssl.SSLSocket) and sock.pending():
+            if liveness is not None:
+                self._wait_ended = time.monotonic()
             return True, False
+        if liveness is None:
+            return self._poll_socket(sock, read, write, timeout)
+        # Every counted read follows the wait before it at once: that wait's end dates
+        # it. With heartbeats off, the time since then is not waited, so not counted.
+        previous = self._wait_ended
+        if not self._gaps_count:
+            started = time.monotonic()
+            self._uncounted += started - previous
+            previous = started
+        interval = liveness.check_interval
+        if timeout is None or timeout > interval:
+            timeout = interval
+        readable, writable = self._poll_socket(sock, read, write, timeout)
+        ended = self._wait_ended = time.monotonic()
+        if not (readable or writable):
+            # The first check dates the reads since the last one, the second judges.
+            reads, shift = self._reads, self._uncounted
+            if (
+                liveness.check(reads, previous - shift) == SILENT
+                or liveness.check(reads, ended - shift) == SILENT
+            ):
+                raise self._fail(
+                    connection_silent(self.address, liveness.silent_for(ended - shift))
+                )
+        return readable, writable
+
+    def _poll_socket(
+        self, sock: socket.socket, read: bool, write: bool, timeout: float | None
+    ) -> tuple[bool, bool]:
+        """One ``poll()`` (or ``select()``) of ``sock``: (readable, writable)."""
         poller = self._poll
         if poller is not None:
             mask = (select.POLLIN if read else 0) | (select.POLLOUT if write else 0)
@@ -828,6 +928,7 @@ class Connection:
             if len(data) < _RECV_SIZE and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                 break
         if chunks:
+            self._reads += 1
             data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             decompressor = self._decompressor
             try:
@@ -838,6 +939,15 @@ class Connection:
                 raise self._fail(e) from e
         if eof and self._error is None:
             raise self._fail(ConnectionClosed(f"nsqd at {self.address} closed the connection"))
+
+
+def connection_silent(address: str, silent_for: float) -> ConnectionSilent:
+    """The error a connection to ``address`` is closed with after ``silent_for`` seconds
+    without receiving anything (the blocking Connection's and Subscriber's wording)."""
+    return ConnectionSilent(
+        f"nothing received from nsqd at {address} for {silent_for:.1f} s: the connection "
+        "is presumed dead (half-open or the peer is gone)"
+    )
 
 
 def _deadline(timeout: float | None) -> float | None:

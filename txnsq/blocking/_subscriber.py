@@ -14,7 +14,10 @@ It follows the same rules as the Twisted :class:`~txnsq.consumer.Consumer`, from
 :mod:`txnsq._wire`: RDY shared by :class:`~txnsq._wire.rdy.RdyController` (the total
 never above ``max_in_flight``), TOUCH timing by :func:`~txnsq._wire.touch.touch_schedule`,
 reconnect delays by :class:`~txnsq._wire.retry.RetryPolicy`, nsqlookupd answers merged by
-:class:`~txnsq._wire.lookup.LookupAnswers`.
+:class:`~txnsq._wire.lookup.LookupAnswers`, dead connections told by
+:class:`~txnsq._wire.liveness.Liveness` (nothing received for about two heartbeat
+intervals: the connection is closed and dialled again, as a lost one), and announced
+addresses mapped by :func:`~txnsq._wire.address.map_address`.
 
 This module needs neither Twisted nor pyspark.
 """
@@ -37,10 +40,23 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from txnsq._wire.address import format_address, parse_address
+from txnsq._wire.address import (
+    AddressMap,
+    check_address_map,
+    format_address,
+    map_address,
+    parse_address,
+)
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.frames import MessageFrame
 from txnsq._wire.identify import Features, IdentifyOptions
+from txnsq._wire.liveness import (
+    DEFAULT_HEARTBEATS_MISSED,
+    DEFAULT_READ_TIMEOUT,
+    SILENT,
+    Liveness,
+)
+from txnsq._wire.liveness import read_timeout as silence_bound
 from txnsq._wire.lookup import (
     LOOKUP_HEADERS,
     MAX_LOOKUP_RESPONSE_SIZE,
@@ -54,7 +70,7 @@ from txnsq._wire.numbers import check_number
 from txnsq._wire.rdy import DEFAULT_RDY_REDISTRIBUTE_INTERVAL, RdyController, RdyUpdate
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq._wire.touch import touch_schedule
-from txnsq.blocking._connection import DEFAULT_TIMEOUT, Connection
+from txnsq.blocking._connection import DEFAULT_TIMEOUT, Connection, connection_silent
 from txnsq.errors import NSQError
 from txnsq.tls_options import TLSOptions
 
@@ -113,6 +129,18 @@ class SubscriberOptions:
     :param rdy_redistribute_interval: seconds between two RDY redistributions when
         there are more connections than ``max_in_flight``.
     :param retry: the reconnect policy (the same as the Consumer's and the Producer's).
+    :param heartbeats_missed: how many of ``identify``'s heartbeat intervals a
+        connection may stay silent (nothing received) before it is presumed dead,
+        closed and replaced (nsqd redelivers its messages after ``msg_timeout``).
+    :param read_timeout: the same bound, in seconds, when heartbeats are off
+        (``heartbeat_interval_ms=-1``): a channel with nothing to deliver for that long
+        is then taken for a dead connection and reconnected.
+    :param address_map: how an nsqd address announced by nsqlookupd (its
+        ``broadcast_address`` and TCP port) becomes one this process can dial: a mapping
+        (``{"nsqd-0:4150": "127.0.0.1:24150"}``, or by host alone ``{"nsqd-0":
+        "10.0.0.5"}``, keeping the port) or a callable ``address -> address`` (see
+        :func:`~txnsq._wire.address.map_address`). Addresses given in ``nsqd`` are
+        dialled as they are.
     :raises TypeError: for a value of the wrong type (one address string where a
         sequence is expected, a non-int count, ...).
     :raises ValueError: for an invalid topic, channel, address or number, or neither
@@ -132,6 +160,9 @@ class SubscriberOptions:
     lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL
     rdy_redistribute_interval: float = DEFAULT_RDY_REDISTRIBUTE_INTERVAL
     retry: RetryPolicy = DEFAULT_RETRY
+    heartbeats_missed: float = DEFAULT_HEARTBEATS_MISSED
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    address_map: AddressMap | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         validate_topic_name(self.topic)
@@ -169,6 +200,11 @@ class SubscriberOptions:
             raise TypeError("auth_secret must be str or bytes")
         if not isinstance(self.retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
+        # The liveness bound's own checks (heartbeats_missed >= 1, read_timeout > 0).
+        silence_bound(
+            None, heartbeats_missed=self.heartbeats_missed, without_heartbeats=self.read_timeout
+        )
+        check_address_map(self.address_map)
 
     def connections_for(self, max_rdy_count: int) -> int:
         """How many connections to open to an nsqd whose ``max_rdy_count`` is given:
@@ -196,6 +232,14 @@ class SubscriberConnection(Protocol):
     @property
     def features(self) -> Features:
         """What nsqd agreed to in IDENTIFY."""
+
+    @property
+    def reads(self) -> int:
+        """A count of reads that returned bytes (heartbeats included); only grows."""
+
+    @property
+    def liveness_timeout(self) -> float:
+        """Seconds of silence after which the connection is presumed dead."""
 
     def fileno(self) -> int:
         """The socket's file descriptor, for a selector."""
@@ -269,13 +313,25 @@ class ConnectionState:
         can no longer be answered (nsqd redelivers them).
     """
 
-    __slots__ = ("address", "alive", "conn", "fd", "inflight", "paused", "rdy", "warned_old")
+    __slots__ = (
+        "address",
+        "alive",
+        "conn",
+        "fd",
+        "inflight",
+        "liveness",
+        "paused",
+        "rdy",
+        "warned_old",
+    )
 
     def __init__(self, conn: SubscriberConnection) -> None:
         self.conn = conn
         self.address = conn.address
         self.fd = -1
         self.alive = True
+        #: the liveness rule on the subscriber's clock (from when the I/O thread adopts it)
+        self.liveness: Liveness | None = None
         #: message id -> time of delivery (the subscriber's clock), for TOUCH and shutdown
         self.inflight: dict[bytes, float] = {}
         self.rdy = 0  # the RDY last sent
@@ -371,6 +427,7 @@ class Subscriber:
         self._touches: list[tuple[float, int, _TouchGroup]] = []  # a heap
         self._touch_seq = itertools.count()
         self._next_redistribute = clock() + options.rdy_redistribute_interval
+        self._next_liveness = math.inf  # when to check every connection's liveness next
         # -- the discovery thread's
         self._discovery_thread: threading.Thread | None = None
         self._discovery_wake = threading.Event()
@@ -621,6 +678,9 @@ class Subscriber:
         for state in states:
             self._states.append(state)
             state.fd = state.conn.fileno()
+            state.liveness = live = Liveness(state.conn.liveness_timeout, now)
+            live.check(state.conn.reads, now)  # silence counts from here
+            self._next_liveness = min(self._next_liveness, now + live.timeout)
             if self._selector is not None:
                 self._selector.register(state.fd, selectors.EVENT_READ, state)
         self._conn_count = len(self._states)
@@ -650,7 +710,7 @@ class Subscriber:
         except (NSQError, OSError) as e:
             self._lost(state, e)
             return
-        if not messages:
+        if not self._alive(state, now) or not messages:
             return
         inflight = state.inflight
         ids = [m.id for m in messages]
@@ -710,7 +770,7 @@ class Subscriber:
 
     def _next_due(self) -> float:
         """When :meth:`_tick` has something to do next."""
-        due = self._next_redistribute
+        due = min(self._next_redistribute, self._next_liveness)
         if self._touches:
             due = min(due, self._touches[0][0])
         release = self._rdy.next_release_at
@@ -719,7 +779,17 @@ class Subscriber:
         return due
 
     def _tick(self, now: float) -> None:
-        """Time passed: TOUCH what is due, grant held RDY, redistribute RDY."""
+        """Time passed: give up silent connections, TOUCH what is due, grant held RDY,
+        redistribute RDY."""
+        if now >= self._next_liveness:
+            # Reads are dated as they happen (_receive), so the next check is due when
+            # the quietest connection reaches its bound, not on a fixed beat.
+            due = math.inf
+            for state in list(self._states):
+                live = state.liveness
+                if live is not None and self._alive(state, now):
+                    due = min(due, now + live.timeout - live.silent_for(now))
+            self._next_liveness = due
         touches = self._touches
         while touches and touches[0][0] <= now:
             _, _, group = heapq.heappop(touches)
@@ -731,6 +801,15 @@ class Subscriber:
             self._next_redistribute = now + self.options.rdy_redistribute_interval
             if self._rdy.needs_redistribution:
                 self._send_rdy(self._rdy.redistribute(now))
+
+    def _alive(self, state: ConnectionState, now: float) -> bool:
+        """Apply the liveness rule to ``state``'s connection (once per read, and when
+        its bound comes; never per message); give up one silent for too long."""
+        live = state.liveness
+        if live is None or live.check(state.conn.reads, now) != SILENT:
+            return state.alive
+        self._lost(state, connection_silent(state.address, live.silent_for(now)))
+        return False
 
     def _touch(self, group: _TouchGroup, now: float) -> None:
         state = group.state
@@ -871,6 +950,20 @@ class Subscriber:
         found = self._lookup.producers(now) if self._lookup_urls else frozenset()
         return list(static) + sorted(found.difference(static))
 
+    def _mapped(self, announced: frozenset[str]) -> frozenset[str]:
+        """The nsqds nsqlookupd ``announced`` (broadcast addresses), as addresses to dial
+        through ``address_map``; one the map cannot translate is left out (logged)."""
+        mapping = self.options.address_map
+        if mapping is None:
+            return announced
+        dial: set[str] = set()
+        for address in announced:
+            try:
+                dial.add(map_address(address, mapping))
+            except Exception as e:  # a callable map is user code: log, skip, go on
+                _log.warning("nsq subscriber: address map failed for %s: %r", address, e)
+        return frozenset(dial)
+
     def _poll_lookupd(self) -> None:
         """Ask every nsqlookupd once; feed the answers to the merge rule."""
         timeout = self.options.timeout
@@ -880,7 +973,7 @@ class Subscriber:
                 if status == 404:  # the topic is unknown there: no producers
                     producers: frozenset[str] = frozenset()
                 elif status == 200:
-                    producers = parse_lookup_response(body)
+                    producers = self._mapped(parse_lookup_response(body))
                 else:
                     text = body[:200].decode("utf-8", "replace").strip()
                     raise LookupResponseError(f"HTTP {status} {text}".strip())
@@ -946,6 +1039,8 @@ class Subscriber:
             tls=opts.tls,
             auth_secret=opts.auth_secret,
             timeout=opts.timeout,
+            heartbeats_missed=opts.heartbeats_missed,
+            read_timeout=opts.read_timeout,
         )
         try:
             conn.connect()

@@ -50,6 +50,13 @@ them after ``msg_timeout``. So every message is delivered at least once, possibl
   large messages.
 * Spark may replay the last, uncommitted batch after a restart; that replay is empty
   (its messages were never FINished and come back from nsqd with ``attempts`` + 1).
+* A connection that receives nothing, not even nsqd's heartbeat, for two heartbeat
+  intervals (``heartbeatIntervalMs``, 30 s by default) is half-open or dead: the reader
+  closes it and connects again; what it held comes back from nsqd after
+  ``msgTimeoutMs`` (duplicates, never losses).
+* In Docker or Kubernetes, nsqlookupd hands out each nsqd's ``--broadcast-address``,
+  often a name only the nsqds' own network resolves: ``addressMap`` maps it to an
+  address the reader can reach.
 
 Options (case-insensitive)
 --------------------------
@@ -80,6 +87,14 @@ Reads:
   ``connectionsPerNsqd``    override the number of connections per nsqd
   ``msgTimeoutMs``          IDENTIFY msg_timeout: redelivery delay if the reader dies
   ``availableNowIdleMs``    quiet time that ends a Trigger.AvailableNow run (default 500)
+  ``heartbeatIntervalMs``   IDENTIFY heartbeat_interval (default 30000; -1: off); a
+                            connection silent for two intervals is replaced
+  ``readTimeout``           seconds of silence that end a connection when heartbeats
+                            are off (default 60)
+  ``addressMap``            ``announced=reachable[,...]``: dial ``reachable`` for an nsqd
+                            nsqlookupd announces as ``announced`` (``host:port``, or a
+                            host alone to keep the port), e.g.
+                            ``nsqd-0.nsqd:4150=10.0.0.5:4150,nsqd-1=10.0.0.6``
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from txnsq._wire.address import format_address, parse_address
+from txnsq._wire.address import check_address_map, format_address, parse_address
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.identify import IdentifyOptions
+from txnsq._wire.liveness import DEFAULT_READ_TIMEOUT
 from txnsq._wire.lookup import lookup_url
 from txnsq._wire.numbers import parse_number
 from txnsq.blocking import SubscriberOptions, TLSOptions
@@ -76,6 +77,9 @@ _READ_ONLY: Final = frozenset(
         "connectionspernsqd",
         "msgtimeoutms",
         "availablenowidlems",
+        "addressmap",
+        "heartbeatintervalms",
+        "readtimeout",
     }
 )
 
@@ -143,6 +147,10 @@ class ReadOptions:
     connections_per_nsqd: int | None = None
     msg_timeout_ms: int | None = None
     available_now_idle_ms: int = DEFAULT_AVAILABLE_NOW_IDLE_MS
+    #: nsqlookupd's broadcast addresses -> addresses to dial, from ``addressMap``
+    address_map: tuple[tuple[str, str], ...] = ()
+    heartbeat_interval_ms: int | None = None
+    read_timeout: float = DEFAULT_READ_TIMEOUT
 
     def subscriber_options(self) -> SubscriberOptions:
         """The options of the blocking :class:`~txnsq.blocking.Subscriber` that reads
@@ -158,6 +166,8 @@ class ReadOptions:
         }
         if self.msg_timeout_ms is not None:
             identify["msg_timeout_ms"] = self.msg_timeout_ms
+        if self.heartbeat_interval_ms is not None:
+            identify["heartbeat_interval_ms"] = self.heartbeat_interval_ms
         return SubscriberOptions(
             topic=self.topic,
             channel=self.channel,
@@ -170,6 +180,8 @@ class ReadOptions:
             auth_secret=settings.auth_secret,
             timeout=settings.timeout,
             lookupd_poll_interval=self.lookupd_poll_interval,
+            read_timeout=self.read_timeout,
+            address_map=dict(self.address_map) or None,
         )
 
 
@@ -240,6 +252,12 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         raise OptionError(
             f"option 'msgTimeoutMs' must be 0 (nsqd's default) or >= 1000, not {msg_timeout}"
         )
+    heartbeat = _int(opts, "heartbeatintervalms", "heartbeatIntervalMs", 0, low=-1)
+    if 0 < heartbeat < 1000:  # nsqd's minimum; 0 leaves the client default (30 s)
+        raise OptionError(
+            f"option 'heartbeatIntervalMs' must be -1 (off), 0 (the default, 30 s) or "
+            f">= 1000, not {heartbeat}"
+        )
     return ReadOptions(
         connection=connection,
         topic=topic,
@@ -255,6 +273,9 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         available_now_idle_ms=_int(
             opts, "availablenowidlems", "availableNowIdleMs", DEFAULT_AVAILABLE_NOW_IDLE_MS, low=1
         ),
+        address_map=_address_map(opts.get("addressmap", "")),
+        heartbeat_interval_ms=heartbeat or None,
+        read_timeout=_float(opts, "readtimeout", "readTimeout", DEFAULT_READ_TIMEOUT),
     )
 
 
@@ -332,6 +353,28 @@ def _number(
         )
     except ValueError as e:
         raise OptionError(str(e)) from None
+
+
+def _address_map(text: str) -> tuple[tuple[str, str], ...]:
+    """Option ``addressMap``: ``"announced=reachable,..."``, each side an address as
+    nsqlookupd announces it (``host:port``, or a host alone to keep the port).
+
+    :raises OptionError: for an entry that is not ``from=to`` or not an address.
+    """
+    pairs: dict[str, str] = {}
+    for entry in _split(text):
+        announced, sep, reachable = entry.partition("=")
+        if not sep or not announced.strip() or not reachable.strip():
+            raise OptionError(
+                f"option 'addressMap': expected 'announced=reachable' entries separated by "
+                f"commas (e.g. 'nsqd-0:4150=127.0.0.1:4150'), not {entry!r}"
+            )
+        pairs[announced.strip()] = reachable.strip()
+    try:
+        check_address_map(pairs)
+    except (TypeError, ValueError) as e:
+        raise OptionError(f"option 'addressMap': {e}") from None
+    return tuple(pairs.items())
 
 
 def _topic(opts: Mapping[str, str], required: bool) -> str | None:
