@@ -382,10 +382,15 @@ class LookupdPoller:
         self._answers.failed(s.address)
         url = s.url.decode("ascii")
         if isinstance(failure.value, _EXPECTED_FAILURES):
+            if isinstance(failure.value, TimeoutError):
+                # A lookupd that accepted the connection and never answered.
+                error = f"no complete answer within request_timeout={self._timeout:g} s"
+            else:
+                error = failure.getErrorMessage()
             self._log.warn(
                 "nsqlookupd {lookupd} failed ({kind}: {error}); asking again next round",
                 kind=type(failure.value).__name__,
-                error=failure.getErrorMessage(),
+                error=error,
                 lookupd=s.address,
                 topic=self.topic,
                 url=url,
