@@ -11,17 +11,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import CancelledError
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import ITCPTransport
 from twisted.internet.task import Clock
-from twisted.logger import LogLevel
+from twisted.logger import LogLevel, formatEvent
 from twisted.python import usage
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.client import ResponseNeverReceived
+from twisted.web.iweb import IResponse
 from zope.interface import implementer
 
 from tests.support.logs import LogCapture
 from tests.support.wire import FakeTransport, identify_answer
 from tests.test_consumer import B, C, FakeLookupd, Harness
+from tests.test_lookupd import A as LOOKUPD_A
+from tests.test_lookupd import B as LOOKUPD_B
+from tests.test_lookupd import PollerTestCase
 from tests.test_producer import FakeNSQD, ProducerTestCase
 from tests.test_protocol import HEARTBEAT, OK, Server, message_frame
 from txnsq import _tap
@@ -520,3 +526,31 @@ class TapAddressMapTests(SynchronousTestCase):
             with self.assertRaises(usage.UsageError) as caught:
                 self.parse(*args)
             self.assertIn(message, str(caught.exception))
+
+
+class SilentLookupdTests(PollerTestCase):
+    def test_accepted_and_never_answered(self) -> None:
+        """What Twisted's Agent does when a lookupd accepted the connection and never
+        answered: cancelling the request fails it with ResponseNeverReceived, not
+        CancelledError. It is still reported as the request timeout, in words."""
+        self.agent.serve(LOOKUPD_B, "n2:4150")
+
+        def never(url: bytes) -> Deferred[IResponse]:
+            def cancel(d: Deferred[IResponse]) -> None:
+                d.errback(ResponseNeverReceived([Failure(CancelledError())]))
+
+            return Deferred(cancel)
+
+        self.agent.handlers[LOOKUPD_A] = never
+        self.poller(request_timeout=2, poll_jitter=0).start()
+        self.clock.advance(1.9)
+        self.assertEqual(self.rounds, [])
+        self.clock.advance(0.1)
+        self.assertEqual(self.rounds, [{"n2:4150"}])
+        (event,) = self.warnings_about(LOOKUPD_A)
+        self.assertEqual(event["kind"], "TimeoutError")
+        self.assertEqual(
+            formatEvent(event),
+            f"nsqlookupd {LOOKUPD_A} failed (TimeoutError: no complete answer within "
+            "request_timeout=2 s); asking again next round",
+        )

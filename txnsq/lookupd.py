@@ -137,6 +137,13 @@ def _read_body(response: IResponse, limit: int) -> Deferred[bytes]:
     return finished
 
 
+def _timed_out(result: object, timeout: float) -> Failure:
+    """What a request that hit ``request_timeout`` fails with, whatever its cancellation
+    turned into (a lookupd that accepted and never answered gives
+    ``ResponseNeverReceived``, not ``CancelledError``)."""
+    return Failure(TimeoutError(timeout, "nsqlookupd request"))
+
+
 @dataclass(slots=True)
 class _Lookupd:
     address: str
@@ -355,7 +362,7 @@ class LookupdPoller:
 
     def _query(self, s: _Lookupd) -> Deferred[None]:
         fetching: Deferred[frozenset[str]] = Deferred.fromCoroutine(self._fetch(s.url))
-        fetching.addTimeout(self._timeout, self._reactor)
+        fetching.addTimeout(self._timeout, self._reactor, onTimeoutCancel=_timed_out)
         d = fetching.addCallbacks(self._answered, self._failed, callbackArgs=(s,), errbackArgs=(s,))
         if not d.called:
             s.pending = d

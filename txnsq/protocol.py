@@ -804,12 +804,13 @@ class NSQProtocol(Protocol):
             return
         now = self._clock.seconds()
         verdict = liveness.check(self._reads, now, len(self._pending), self._answers)
-        due = self._liveness_due
         if verdict == ALIVE:
-            # At a steady rate: a timer that fired a little late does not delay the next.
-            self._schedule_liveness_check(max(due + liveness.check_interval - now, 0.0))
+            # From now, not from when this check was due: the checks that count the
+            # silence are at least an interval apart, so it is found out at the bound
+            # (four intervals), not one interval later, when a timer fires a little late.
+            self._schedule_liveness_check(liveness.check_interval)
             return
-        if now - due > liveness.check_interval:
+        if now - self._liveness_due > liveness.check_interval:
             # This check comes late: the reactor was held up (a blocking handler, a
             # pause of the process), so what nsqd sent may be waiting, unread. Judge
             # again once the reactor has read it (timed calls run before I/O).
