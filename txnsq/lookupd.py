@@ -141,7 +141,7 @@ def _timed_out(result: object, timeout: float) -> Failure:
     """What a request that hit ``request_timeout`` fails with, whatever its cancellation
     turned into (a lookupd that accepted and never answered gives
     ``ResponseNeverReceived``, not ``CancelledError``)."""
-    return Failure(TimeoutError(timeout, "nsqlookupd request"))
+    return Failure(TimeoutError(timeout, "nsqlookupd request"))  # type: ignore[no-untyped-call]
 
 
 @dataclass(slots=True)
