@@ -9,6 +9,7 @@ a proxy that stops relaying are in ``test_faults_halfopen.py``.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred
@@ -141,24 +142,17 @@ class SilenceTests(SynchronousTestCase):
         at = dropped_at(server, 8.0 + 2 * 2.0 + 0.1)
         self.assertGreaterEqual(at, 8.0)
 
-    def test_heartbeats_left_to_nsqd_default_read_timeout(self) -> None:
-        identify = IdentifyOptions(client_id="t", hostname="t", heartbeat_interval_ms=None)
-        server = ready(self, identify)
-        self.assertEqual(server.protocol.read_timeout, 60.0)
-        server.clock.advance(59.9)
-        self.assertTrue(server.protocol.is_ready)
-        server.clock.advance(40)
-        self.assertTrue(server.transport.disconnecting)
-
-    def test_default_heartbeats(self) -> None:
-        """IdentifyOptions' default 30 s heartbeats: dead after 60.5 s of silence."""
-        server = Server(self)
-        server.handshake()
-        self.assertEqual(server.protocol.read_timeout, 60.5)
-        server.clock.advance(60)
-        self.assertTrue(server.protocol.is_ready)
-        server.clock.advance(30)
-        self.assertFalse(server.protocol.is_ready)
+    def test_default_and_nsqd_chosen_heartbeats(self) -> None:
+        """IdentifyOptions' default 30 s heartbeats: dead after 60.5 s of silence; with
+        the interval left to nsqd (``None``), after the 60 s read timeout."""
+        for interval, bound in ((30_000, 60.5), (None, 60.0)):
+            identify = IdentifyOptions(client_id="t", hostname="t", heartbeat_interval_ms=interval)
+            server = ready(self, identify)
+            self.assertEqual(server.protocol.read_timeout, bound)
+            server.clock.advance(bound - 0.1)
+            self.assertTrue(server.protocol.is_ready)
+            server.clock.advance(bound / 4)
+            self.assertFalse(server.protocol.is_ready)
 
     def test_not_checked_during_the_handshake(self) -> None:
         """The handshake has its own bound (``handshake_timeout``): a slow AUTH is not
@@ -554,3 +548,15 @@ class SilentLookupdTests(PollerTestCase):
             f"nsqlookupd {LOOKUPD_A} failed (TimeoutError: no complete answer within "
             "request_timeout=2 s); asking again next round",
         )
+
+
+class ErrorTests(SynchronousTestCase):
+    def test_kinds_of_closed_and_timeout(self) -> None:
+        for cls in (ConnectionSilent, CommandTimeout):
+            error = cls("nsqd 127.0.0.1:4150 sent nothing")
+            self.assertIsInstance(error, ConnectionClosed)
+            self.assertIsInstance(error, TimeoutError)
+            self.assertIsNone(error.reason)
+            copy = pickle.loads(pickle.dumps(error))  # Spark ships errors to the driver
+            self.assertIs(type(copy), cls)
+            self.assertEqual(str(copy), "nsqd 127.0.0.1:4150 sent nothing")
