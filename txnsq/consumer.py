@@ -105,7 +105,8 @@ class ConsumerOptions:
     #: this consumer can dial: a mapping (``{"nsqd-0:4150": "10.0.0.5:31500"}``, or a
     #: host alone, ``{"nsqd-0": "127.0.0.1"}``, keeping the port) or a callable
     #: ``announced -> address``. Only discovered addresses are mapped, not
-    #: ``nsqd_tcp_addresses`` (see :func:`txnsq._wire.address.map_address`)
+    #: ``nsqd_tcp_addresses`` (see :func:`txnsq._wire.address.map_address`); ``stats()``
+    #: and ``connections()`` name the address dialled
     address_map: AddressMap | None = None
     #: TOUCH messages whose handler has not answered yet, before nsqd's timeout runs out
     auto_touch: bool = False
