@@ -287,6 +287,9 @@ class Harness:
         self.conns: list[NSQDConn] = []
         # Shares are checked at once here; RdyTests.test_raise_waits_* covers settling.
         options.setdefault("rdy_settle_time", 0.0)
+        # The nsqds played here send no heartbeats: silence must not close them (the
+        # read timeout is tested in test_liveness_protocol.py).
+        options.setdefault("heartbeats_missed", 1e6)
         self.consumer = Consumer(
             TOPIC,
             CHANNEL,

@@ -942,7 +942,9 @@ class TimeoutTests(SynchronousTestCase):
     def test_timer_cancelled_when_ready(self) -> None:
         server = Server(self, handshake_timeout=5.0)
         server.handshake()
-        self.assertEqual(server.clock.getDelayedCalls(), [])
+        # What is left is the liveness check (tests/test_liveness_protocol.py).
+        [call] = server.clock.getDelayedCalls()
+        self.assertEqual(call.func, server.protocol._check_liveness)
         server.clock.advance(60)
         self.assertTrue(server.protocol.is_ready)
         self.assertFalse(server.transport.disconnecting)

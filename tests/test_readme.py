@@ -68,7 +68,7 @@ class ReadmeExamplesTests(TestCase):
 
     def test_every_block_is_covered(self) -> None:
         # If an example is added, a test must be added here (or in test_spark.py).
-        self.assertEqual(len(readme_blocks("python")), 9)
+        self.assertEqual(len(readme_blocks("python")), 10)
         self.assertEqual(len(readme_blocks("shell")), 1)
 
     def test_publishing(self) -> None:
@@ -144,6 +144,22 @@ class ReadmeExamplesTests(TestCase):
         channel = nsqd.channel_stats("orders", "billing")
         assert channel is not None
         self.assertEqual((channel["depth"], channel["paused"]), (2, False))
+
+    def test_address_map(self) -> None:
+        lookupd = start_lookupd(self)
+        # nsqd announces a name this machine cannot resolve (the last flag wins).
+        nsqd = start_nsqd(self, ["--broadcast-address=nsqd-0"], lookupds=[lookupd])
+        nsqd.http_publish("events", b"a message")
+        [producer] = wait_for(
+            lambda: lookupd.lookup("events")["producers"], what="lookupd registration"
+        )
+        self.assertEqual(producer["broadcast_address"], "nsqd-0")
+        code = block_containing("python", "address_map=")
+        out = run_python(code.replace("127.0.0.1:4161", lookupd.http_address))
+        self.assertIn("received a message from nsqd-0 through 127.0.0.1", out)
+        channel = nsqd.channel_stats("events", "from-the-host")
+        assert channel is not None
+        self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
 
     def test_testing_example(self) -> None:
         namespace: dict[str, object] = {}

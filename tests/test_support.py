@@ -565,6 +565,36 @@ class ProxyWithRecorderTests(TestCase):
         self.assertEqual(target.connections[0].received, b"held back")
 
     @defer.inlineCallbacks
+    def test_pause_current_leaves_new_connections_alone(self) -> Any:
+        """A half-open connection: the paused one relays nothing either way and stays
+        open; a new connection through the proxy works."""
+        from twisted.internet import reactor
+        from twisted.internet.task import deferLater
+
+        proxy, target = self.start()
+        first = yield threads.deferToThread(
+            socket.create_connection, ("127.0.0.1", proxy.port), TIMEOUT
+        )
+        self.addCleanup(first.close)
+        yield proxy.when_accepted(1)
+        self.assertEqual(proxy.pause_current(), 1)
+        self.assertTrue(proxy.history[0].stalled)
+        yield threads.deferToThread(first.sendall, b"held back")
+        second = yield threads.deferToThread(
+            socket.create_connection, ("127.0.0.1", proxy.port), TIMEOUT
+        )
+        self.addCleanup(second.close)
+        yield threads.deferToThread(second.sendall, b"relayed")
+        yield wait_until(lambda: len(target.connections) == 2 and target.connections[1].received)
+        self.assertEqual(target.connections[1].received, b"relayed")
+        yield deferLater(reactor, 0.1, lambda: None)
+        self.assertEqual(target.connections[0].received, b"")
+        self.assertFalse(proxy.history[0].closed)
+        proxy.history[0].resume()
+        yield wait_until(lambda: target.connections[0].received)
+        self.assertEqual(target.connections[0].received, b"held back")
+
+    @defer.inlineCallbacks
     def test_stop_closes_everything(self) -> Any:
         from twisted.internet import reactor
 

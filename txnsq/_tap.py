@@ -31,7 +31,7 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from txnsq._wire import commands
-from txnsq._wire.address import format_address, parse_address
+from txnsq._wire.address import check_address_map, format_address, parse_address
 from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
 from txnsq._wire.lookup import lookup_url
 from txnsq._wire.numbers import parse_number
@@ -294,6 +294,7 @@ class Options(usage.Options):
         super().__init__()  # type: ignore[no-untyped-call]
         self["nsqd_tcp_addresses"] = []
         self["lookupd_http_addresses"] = []
+        self["address_map"] = []
 
     def opt_nsqd_tcp_address(self, address: str) -> None:
         """An nsqd TCP address, HOST:PORT ([V6ADDR]:PORT for IPv6; a bare HOST means
@@ -304,6 +305,12 @@ class Options(usage.Options):
         """An nsqlookupd HTTP address, HOST:PORT or http(s)://HOST:PORT, to discover the
         topic's nsqds through (repeatable)."""
         self["lookupd_http_addresses"].append(address)
+
+    def opt_address_map(self, mapping: str) -> None:
+        """FROM=TO: dial TO for an nsqd that nsqlookupd announces as FROM (its
+        broadcast address, often a name only Docker or Kubernetes resolves). FROM is
+        HOST:PORT, or HOST for any port (kept when TO has none). Repeatable."""
+        self["address_map"].append(mapping)
 
     def postOptions(self) -> None:
         """Check every option and build what the service needs: ``consumer_options``
@@ -365,10 +372,27 @@ class Options(usage.Options):
                 identify=identify,
                 tls=tls,
                 auth_secret=auth_secret,
+                address_map=self._address_map(),
             )
         except (TypeError, ValueError) as e:
             raise usage.UsageError(f"invalid consumer options: {e}") from None
         self["stats_interval"] = numbers["stats-interval"]
+
+    def _address_map(self) -> dict[str, str] | None:
+        """``--address-map FROM=TO`` options as a mapping (``None`` without any)."""
+        mapping: dict[str, str] = {}
+        for entry in self["address_map"]:
+            source, sep, target = (part.strip() for part in entry.partition("="))
+            if not sep or not source or not target:
+                raise usage.UsageError(f"--address-map must look like FROM=TO, not {entry!r}")
+            if source in mapping:
+                raise usage.UsageError(f"--address-map: {source!r} is mapped twice")
+            mapping[source] = target
+        try:
+            check_address_map(mapping)
+        except (TypeError, ValueError) as e:
+            raise usage.UsageError(f"--address-map: {e}") from None
+        return mapping or None
 
     def _parse_numbers(self) -> dict[str, Any]:
         n: dict[str, Any] = {

@@ -36,8 +36,11 @@ from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_targ
 from txnsq._session import NSQDState, Session
 from txnsq._threads import HandlerThreads
 from txnsq._wire import commands
+from txnsq._wire.address import AddressMap, check_address_map, map_address
 from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
 from txnsq._wire.identify import IdentifyOptions
+from txnsq._wire.liveness import DEFAULT_HEARTBEATS_MISSED, DEFAULT_READ_TIMEOUT
+from txnsq._wire.liveness import read_timeout as _read_timeout
 from txnsq._wire.numbers import check_number
 from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
@@ -94,6 +97,20 @@ class ConsumerOptions:
     retry: RetryPolicy | None = None
     #: seconds the IDENTIFY/TLS/compression/AUTH handshake and SUB may take
     handshake_timeout: float = 10.0
+    #: a connection that has received nothing (no message, no heartbeat) for this many
+    #: heartbeat intervals (``identify.heartbeat_interval_ms``, 30 s by default) plus
+    #: 0.5 s is dead: it is closed and reconnected, its messages redelivered by nsqd
+    heartbeats_missed: float = DEFAULT_HEARTBEATS_MISSED
+    #: the same bound in seconds when heartbeats are off (``heartbeat_interval_ms=-1``)
+    #: or left to nsqd (``None``)
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    #: how an nsqd address given by nsqlookupd (its ``broadcast_address``) becomes one
+    #: this consumer can dial: a mapping (``{"nsqd-0:4150": "10.0.0.5:31500"}``, or a
+    #: host alone, ``{"nsqd-0": "127.0.0.1"}``, keeping the port) or a callable
+    #: ``announced -> address``. Only discovered addresses are mapped, not
+    #: ``nsqd_tcp_addresses`` (see :func:`txnsq._wire.address.map_address`); ``stats()``
+    #: and ``connections()`` name the address dialled
+    address_map: AddressMap | None = None
     #: TOUCH messages whose handler has not answered yet, before nsqd's timeout runs out
     auto_touch: bool = False
     #: how long ``stopService`` waits for CLOSE_WAIT and in-flight handlers
@@ -152,6 +169,12 @@ class ConsumerOptions:
             raise TypeError("tls must be a TLSOptions or None")
         if self.auth_secret is not None and not isinstance(self.auth_secret, str | bytes):
             raise TypeError("auth_secret must be str or bytes")
+        _read_timeout(
+            self.identify.heartbeat_interval_ms,
+            heartbeats_missed=self.heartbeats_missed,
+            without_heartbeats=self.read_timeout,
+        )
+        check_address_map(self.address_map)
 
     @property
     def reconnect_policy(self) -> RetryPolicy:
@@ -185,6 +208,8 @@ class _ConnectionFactory(Factory):
             tls_hostname=self.host,
             auth_secret=opts.auth_secret,
             handshake_timeout=opts.handshake_timeout,
+            heartbeats_missed=opts.heartbeats_missed,
+            read_timeout=opts.read_timeout,
             clock=self.consumer._reactor,
         )
 
@@ -616,6 +641,8 @@ class Consumer(Service):
     def _producers_changed(self, producers: frozenset[str]) -> None:
         if not self.running:
             return
+        if self.options.address_map is not None:
+            producers = self._map_addresses(producers)
         for address in producers:
             self._add_nsqd(address, static=False)
         for nsqd in list(self._nsqds.values()):
@@ -626,6 +653,29 @@ class Consumer(Service):
                 # Not connected and no lookupd lists it any more: stop retrying it.
                 self._log.info("nsqd {nsqd} is no longer listed by nsqlookupd", nsqd=nsqd.address)
                 self._remove_nsqd(nsqd)
+
+    def _map_addresses(self, producers: frozenset[str]) -> frozenset[str]:
+        """The addresses to dial for those nsqlookupd announced (``address_map``); one
+        the map cannot turn into an address is logged and left out."""
+        mapped = set()
+        for address in producers:
+            try:
+                target = map_address(address, self.options.address_map)
+            except (TypeError, ValueError) as e:
+                self._log.error(
+                    "Ignoring nsqd {nsqd} from nsqlookupd: address_map failed: {error}",
+                    nsqd=address,
+                    error=e,
+                )
+                continue
+            if target != address and target not in self._nsqds:
+                self._log.info(
+                    "nsqd {announced} (from nsqlookupd) is dialled as {nsqd} (address_map)",
+                    announced=address,
+                    nsqd=target,
+                )
+            mapped.add(target)
+        return frozenset(mapped)
 
     # --------------------------------------------------------------- RDY, backoff
 

@@ -7,7 +7,10 @@ a frame's code and text. Client-side failures have their own classes:
 command could not complete because its connection went away), :class:`NotReady` (no
 usable connection in time; a producer's :class:`ProducerStopped` and
 :class:`PublishQueueFull` are kinds of it) and :class:`HandshakeError` (IDENTIFY, TLS,
-compression or AUTH negotiation failed).
+compression or AUTH negotiation failed). A connection that goes quiet is closed with
+:class:`ConnectionSilent` (nothing received for the read timeout) or
+:class:`CommandTimeout` (commands waited too long for their answer); both are
+:class:`ConnectionClosed` and ``TimeoutError``.
 
 The HTTP clients (:mod:`txnsq.http`, :mod:`txnsq.blocking`) raise :class:`NSQHTTPError`
 when nsqd or nsqlookupd answers with an error (:class:`TopicNotFound` and
@@ -37,6 +40,7 @@ __all__ = [
     "BadMessageError",
     "BadTopicError",
     "ChannelNotFound",
+    "CommandTimeout",
     "ConnectionClosed",
     "ConnectionSilent",
     "DPubFailedError",
@@ -344,6 +348,23 @@ class ConnectionClosed(NSQError):
         super().__init__(message)
 
 
+class ConnectionSilent(ConnectionClosed, TimeoutError):
+    """The connection received nothing (no frame, not even a heartbeat) for its read
+    timeout: it is presumed dead (half-open: a dead NAT entry, a pulled cable, a frozen
+    host), closed, and reconnected like any lost connection. Commands still waiting on it
+    fail with this error; nsqd may or may not have acted on them.
+    """
+
+
+class CommandTimeout(ConnectionClosed, TimeoutError):
+    """Commands (a publish, say) waited for nsqd's answer longer than the connection's
+    answer timeout (a :class:`~txnsq.producer.Producer`'s ``publish_timeout``). nsqd
+    answers in order, so a connection that stopped answering cannot be trusted any more:
+    it is closed, and every command still waiting on it fails with this error (nsqd may
+    or may not have stored what they published).
+    """
+
+
 class NotReady(NSQError):
     """No ready connection was available in time (or the client is stopping)."""
 
@@ -452,14 +473,3 @@ class HTTPConnectionError(NSQError):
 class HTTPTimeoutError(HTTPConnectionError, TimeoutError):
     """An HTTP request got no complete answer within the client's ``timeout``."""
 
-
-class ConnectionSilent(ConnectionClosed):
-    """Nothing was received for the read timeout: the connection was presumed dead and
-    closed.
-
-    A half-open TCP connection (a dead NAT entry, a peer that froze) delivers nothing
-    and reports no error; nsqd sends a heartbeat at least once per negotiated
-    ``heartbeat_interval``, so a connection that stays silent for about two intervals
-    (or for the read timeout when heartbeats are off) is given up like a lost one:
-    commands waiting on it, pending publishes included, fail with this error.
-    """

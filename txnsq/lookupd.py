@@ -137,6 +137,13 @@ def _read_body(response: IResponse, limit: int) -> Deferred[bytes]:
     return finished
 
 
+def _timed_out(result: object, timeout: float) -> Failure:
+    """What a request that hit ``request_timeout`` fails with, whatever its cancellation
+    turned into (a lookupd that accepted and never answered gives
+    ``ResponseNeverReceived``, not ``CancelledError``)."""
+    return Failure(TimeoutError(timeout, "nsqlookupd request"))  # type: ignore[no-untyped-call]
+
+
 @dataclass(slots=True)
 class _Lookupd:
     address: str
@@ -355,7 +362,7 @@ class LookupdPoller:
 
     def _query(self, s: _Lookupd) -> Deferred[None]:
         fetching: Deferred[frozenset[str]] = Deferred.fromCoroutine(self._fetch(s.url))
-        fetching.addTimeout(self._timeout, self._reactor)
+        fetching.addTimeout(self._timeout, self._reactor, onTimeoutCancel=_timed_out)
         d = fetching.addCallbacks(self._answered, self._failed, callbackArgs=(s,), errbackArgs=(s,))
         if not d.called:
             s.pending = d
@@ -382,10 +389,15 @@ class LookupdPoller:
         self._answers.failed(s.address)
         url = s.url.decode("ascii")
         if isinstance(failure.value, _EXPECTED_FAILURES):
+            if isinstance(failure.value, TimeoutError):
+                # A lookupd that accepted the connection and never answered.
+                error = f"no complete answer within request_timeout={self._timeout:g} s"
+            else:
+                error = failure.getErrorMessage()
             self._log.warn(
                 "nsqlookupd {lookupd} failed ({kind}: {error}); asking again next round",
                 kind=type(failure.value).__name__,
-                error=failure.getErrorMessage(),
+                error=error,
                 lookupd=s.address,
                 topic=self.topic,
                 url=url,

@@ -46,6 +46,8 @@ from twisted.python.failure import Failure
 from txnsq._endpoints import NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._wire import commands
 from txnsq._wire.identify import Features, IdentifyOptions
+from txnsq._wire.liveness import DEFAULT_HEARTBEATS_MISSED, DEFAULT_READ_TIMEOUT
+from txnsq._wire.liveness import read_timeout as _read_timeout
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.errors import (
@@ -171,6 +173,7 @@ class _Connection:
             auth_secret=producer._auth_secret,
             handshake_timeout=producer._handshake_timeout,
             clock=producer._reactor,
+            **producer._liveness_options,
         )
         protocol.on_close = lambda reason: self.protocol_closed(protocol, reason)
         protocol.when_ready().addCallbacks(
@@ -302,6 +305,19 @@ class Producer(Service):
         one more fails at once with :class:`PublishQueueFull`.
     :param handshake_timeout: seconds a connection's handshake (IDENTIFY, TLS,
         compression, AUTH) may take.
+    :param publish_timeout: seconds a sent publish may wait for nsqd's answer (detected
+        up to half as late again). Past it the connection, which can no longer be
+        trusted to answer in order, is closed and reconnected, and every publish still
+        waiting on it fails with :class:`~txnsq.errors.CommandTimeout` (nsqd may or may
+        not have stored them; ``retry`` sends them again). ``None``: only the read
+        timeout bounds the wait.
+    :param heartbeats_missed: a connection that has received nothing (no answer, no
+        heartbeat) for this many heartbeat intervals (``identify``'s
+        ``heartbeat_interval_ms``, 30 s by default) plus 0.5 s is dead: it is closed and
+        reconnected, and publishes waiting on it fail with
+        :class:`~txnsq.errors.ConnectionSilent`.
+    :param read_timeout: the same bound in seconds when heartbeats are off
+        (``heartbeat_interval_ms=-1``; an idle connection is then reconnected after it).
     :param connect_timeout: seconds a TCP connect may take (for ``"host:port"``
         addresses; an endpoint carries its own).
     :param stop_timeout: seconds :meth:`stopService` waits for publishes in flight.
@@ -335,6 +351,9 @@ class Producer(Service):
         timeout: float = 10.0,
         max_queued: int = 10_000,
         handshake_timeout: float = 10.0,
+        publish_timeout: float | None = 30.0,
+        heartbeats_missed: float = DEFAULT_HEARTBEATS_MISSED,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
         connect_timeout: float = 30.0,
         stop_timeout: float = 10.0,
         retry: int = 0,
@@ -361,6 +380,18 @@ class Producer(Service):
             check_number(handshake_timeout, "handshake_timeout", positive=True)
         )
         self._stop_timeout = float(check_number(stop_timeout, "stop_timeout", minimum=0))
+        _read_timeout(
+            (identify or IdentifyOptions()).heartbeat_interval_ms,
+            heartbeats_missed=heartbeats_missed,
+            without_heartbeats=read_timeout,
+        )
+        self._liveness_options: dict[str, Any] = {
+            "answer_timeout": check_number(
+                publish_timeout, "publish_timeout", positive=True, allow_none=True
+            ),
+            "heartbeats_missed": heartbeats_missed,
+            "read_timeout": read_timeout,
+        }
         connect_timeout = float(check_number(connect_timeout, "connect_timeout", positive=True))
         self._max_queued = int(check_number(max_queued, "max_queued", integer=True, minimum=0))
         self._retry = int(check_number(retry, "retry", integer=True, minimum=0))
@@ -495,8 +526,13 @@ class Producer(Service):
             nsqd answered (the message may or may not have been stored),
             :class:`~txnsq.errors.NotReady` if no connection was ready within
             ``timeout`` (:class:`PublishQueueFull` when the wait queue was full),
-            :class:`ProducerStopped` once the producer is stopping, or ``CancelledError``
-            when cancelled.
+            :class:`~txnsq.errors.CommandTimeout` if nsqd did not answer within
+            ``publish_timeout`` (:class:`~txnsq.errors.ConnectionSilent` if the
+            connection went silent first), :class:`ProducerStopped` once the producer is
+            stopping, or ``CancelledError`` when cancelled. Cancelling a publish that is
+            still waiting for a connection means it is never sent; one already written
+            cannot be unsent: its Deferred fails at once, nsqd may still store the
+            message, and its answer is read in turn and dropped.
         :raises TypeError: if ``topic`` is not a str or ``body`` not bytes.
         :raises ValueError: for an invalid topic name or an empty body. Nothing is sent.
         """

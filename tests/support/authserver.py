@@ -12,6 +12,9 @@ when the answer's ``ttl`` has run out. What nsqd accepts (``internal/auth``):
 - any other status is a failure, so the client gets ``E_AUTH_FAILED``; on 403 nsqd first
   retries over https at the ``https_port`` of a JSON body, so :meth:`AuthServer.refuse`
   answers 403 with a body that is not JSON (no retry).
+- no answer at all (:meth:`AuthServer.hang`): nsqd gives up after its
+  ``--http-client-request-timeout`` (5 s by default) and the client gets
+  ``E_AUTH_FAILED``; until then the client's AUTH waits (its handshake timeout bounds it).
 
 Topic and channel patterns are Go regular expressions searched anywhere in the name (not
 anchored): use ``^name$`` to allow exactly one name.
@@ -34,7 +37,7 @@ from twisted.internet.protocol import Protocol
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.python.failure import Failure
 from twisted.web.resource import Resource
-from twisted.web.server import Request, Site
+from twisted.web.server import NOT_DONE_YET, Request, Site
 
 __all__ = [
     "AuthRequest",
@@ -89,6 +92,10 @@ class _Answer:
     content_type: bytes = b"application/json"
 
 
+#: The answer of a secret that :meth:`AuthServer.hang` was told about: none.
+_HANG = _Answer(0, b"")
+
+
 class _AuthResource(Resource):
     isLeaf = True
 
@@ -96,7 +103,7 @@ class _AuthResource(Resource):
         super().__init__()
         self._server = server
 
-    def render_GET(self, request: Request) -> bytes:
+    def render_GET(self, request: Request) -> bytes | int:
         return self._server._answer(request)
 
 
@@ -200,6 +207,11 @@ class AuthServer:
             raise ValueError("a refusal cannot be a 200")
         self.respond(secret, status, b"refused\n", content_type=b"text/plain")
 
+    def hang(self, secret: str) -> None:
+        """Accept requests for ``secret`` and never answer them (the connection stays
+        open until :meth:`stop`): an auth server that has stopped working."""
+        self._answers[secret] = _HANG
+
     def respond(
         self, secret: str, status: int, body: bytes, content_type: bytes = b"application/json"
     ) -> None:
@@ -212,7 +224,7 @@ class AuthServer:
         """The recorded requests that carried ``secret``."""
         return [r for r in self.requests if r.secret == secret]
 
-    def _answer(self, request: Request) -> bytes:
+    def _answer(self, request: Request) -> bytes | int:
         query = {
             k.decode("utf-8", "replace"): [v.decode("utf-8", "replace") for v in vs]
             for k, vs in (request.args or {}).items()
@@ -243,6 +255,8 @@ class AuthServer:
                 query=query,
             )
         )
+        if answer is _HANG:
+            return NOT_DONE_YET
         request.setResponseCode(answer.status)
         request.setHeader(b"content-type", answer.content_type)
         return answer.body

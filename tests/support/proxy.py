@@ -12,6 +12,9 @@ each accepted connection to the target. The test then points its client at
   large MPUB at a chosen byte;
 - :meth:`TCPProxy.pause` / :meth:`TCPProxy.resume`: stop relaying (both ways, all
   connections, new ones too) while keeping every TCP connection open: a stalled network;
+- :meth:`TCPProxy.pause_current` / :meth:`ProxyConnection.pause`: the same for the
+  connections open now only (new ones are relayed): each becomes half-open, as after a
+  dead NAT entry or a pulled cable, while reconnecting works;
 - :meth:`TCPProxy.refuse_new_connections` (the port closes: connection refused) /
   :meth:`TCPProxy.accept_new_connections` (same port again), and
   :attr:`TCPProxy.drop_new_connections` (accept, then reset at once);
@@ -74,6 +77,8 @@ class ProxyConnection:
         self.bytes_from_server = 0
         self.closed = False
         self.cut_reason: str | None = None
+        #: relaying stopped for this connection alone (:meth:`pause`)
+        self.paused = False
         self._client: _ClientSide | None = client
         self._server: _ServerSide | None = None
         self._connector: IConnector | None = None
@@ -114,6 +119,23 @@ class ProxyConnection:
         _check_direction(direction)
         self._limits[direction] = nbytes
 
+    def pause(self) -> None:
+        """Stop relaying this connection, both ways, and keep both TCP connections open
+        (see :meth:`TCPProxy.pause`): neither end hears from the other any more."""
+        self.paused = True
+        self._pause()
+
+    def resume(self) -> None:
+        """Relay this connection again (unless the whole proxy is paused)."""
+        self.paused = False
+        if not self.proxy.paused:
+            self._resume()
+
+    @property
+    def stalled(self) -> bool:
+        """Whether this connection relays nothing now (it or the whole proxy paused)."""
+        return self.paused or self.proxy.paused
+
     def when_closed(self) -> defer.Deferred[None]:
         """A Deferred that fires once both sides of this connection are gone."""
         if self.closed:
@@ -130,7 +152,7 @@ class ProxyConnection:
             assert server.transport is not None
             server.transport.loseConnection()
             return
-        if self.proxy.paused:
+        if self.stalled:
             assert server.transport is not None
             server.transport.pauseProducing()
         else:
@@ -145,7 +167,7 @@ class ProxyConnection:
     def _received(self, direction: Direction, data: bytes) -> None:
         pending = self._pending[direction]
         destination = self._server if direction == "client" else self._client
-        if pending or self.proxy.paused or destination is None:
+        if pending or self.stalled or destination is None:
             pending.append(data)
             return
         self._relay(direction, data)
@@ -224,7 +246,7 @@ class ProxyConnection:
             # while paused, the other side learns of it on resume. (A cut already
             # closed both sides its own way.)
             clean = reason.check(ConnectionDone) is not None
-            if self.proxy.paused:
+            if self.stalled:
                 self._close_on_resume = "clean" if clean else "reset"
             elif clean:
                 self._flush()
@@ -443,7 +465,16 @@ class TCPProxy:
         """Relay again, starting with whatever arrived while paused."""
         self.paused = False
         for connection in list(self._open):
-            connection._resume()
+            if not connection.paused:
+                connection._resume()
+
+    def pause_current(self) -> int:
+        """:meth:`ProxyConnection.pause` every connection open now (new ones are relayed
+        as usual); return how many there were."""
+        open_now = list(self._open)
+        for connection in open_now:
+            connection.pause()
+        return len(open_now)
 
     def refuse_new_connections(self) -> defer.Deferred[None]:
         """Close the listening port (clients get "connection refused"); open ones stay."""
