@@ -14,6 +14,7 @@ from typing import Final, TypedDict
 
 __all__ = [
     "LATENCY_BUCKETS",
+    "ConsumerCounters",
     "ConsumerNSQDStats",
     "ConsumerStats",
     "HistogramSnapshot",
@@ -112,11 +113,9 @@ class ProducerStats(TypedDict):
     nsqd: dict[str, ProducerNSQDStats]
 
 
-class ConsumerNSQDStats(TypedDict):
-    """One nsqd of a consumer (``ConsumerStats["nsqd"][address]``)."""
+class ConsumerCounters(TypedDict):
+    """What a consumer counts per nsqd, and in total (the sum over its nsqds)."""
 
-    #: whether a subscribed connection to it is up
-    connected: bool
     received: int
     finished: int
     requeued: int
@@ -132,22 +131,20 @@ class ConsumerNSQDStats(TypedDict):
     dead_letter_failed: int
     in_flight: int
     rdy: int
+
+
+class ConsumerNSQDStats(ConsumerCounters):
+    """One nsqd of a consumer (``ConsumerStats["nsqd"][address]``)."""
+
+    #: whether a subscribed connection to it is up
+    connected: bool
     #: connections that subscribed (a failed handshake is not one)
     connects: int
 
 
-class ConsumerStats(TypedDict):
+class ConsumerStats(ConsumerCounters):
     """What ``Consumer.stats()`` returns (totals over every nsqd, and per nsqd)."""
 
-    received: int
-    finished: int
-    requeued: int
-    timed_out: int
-    given_up: int
-    dead_lettered: int
-    dead_letter_failed: int
-    in_flight: int
-    rdy: int
     connections: int
     max_in_flight: int
     backoff_level: int

@@ -263,8 +263,8 @@ class Options(usage.Options):
         ["max-in-flight", None, _default("max_in_flight"),
          "Messages in flight at once over all connections."],
         ["max-attempts", None, _default("max_attempts"),
-         "Deliveries after which a message is given up (finished and logged); 0: "
-         "no limit."],
+         "Deliveries after which a message is given up (finished and logged, or sent "
+         "to --dead-letter-topic); 0: no limit."],
         ["requeue-delay", None, _default("requeue_delay"),
          "Delay of a requeue after a handler failure, times the message's attempts."],
         ["max-requeue-delay", None, _default("max_requeue_delay"),

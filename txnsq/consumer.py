@@ -33,6 +33,7 @@ from twisted.python.failure import Failure
 
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._session import NSQDState, Session
+from txnsq._stats import ConsumerCounters
 from txnsq._wire import commands
 from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
 from txnsq._wire.deadletter import DeadLetter, dead_letter_body
@@ -58,17 +59,7 @@ Handler = Callable[[Message], Any]
 _LAST_ERRORS_KEPT: Final = 4096
 
 #: The per-nsqd counters Consumer.stats() also sums.
-_TOTALS: Final = (
-    "received",
-    "finished",
-    "requeued",
-    "timed_out",
-    "given_up",
-    "dead_lettered",
-    "dead_letter_failed",
-    "in_flight",
-    "rdy",
-)
+_TOTALS: Final = tuple(ConsumerCounters.__annotations__)
 
 
 class DeadLetterPublisher(Protocol):
@@ -89,7 +80,7 @@ class ConsumerOptions:
 
     #: messages in flight over all connections; 0 pauses
     max_in_flight: int = 1
-    #: deliveries after which a message is finished and handed to ``giving_up``; 0 = no limit
+    #: deliveries after which a message is given up (see ``dead_letter``); 0 = no limit
     max_attempts: int = 5
     #: REQ delay per attempt when a handler fails (grows with attempts)
     requeue_delay: float = 90.0
@@ -458,8 +449,7 @@ class Consumer(Service):
             self._observers.append(observer)
 
     def remove_observer(self, observer: IConsumerObserver) -> None:
-        """Stop telling ``observer`` about events (nothing happens if it was not told).
-        """
+        """Stop telling ``observer`` about events (if it was told)."""
         if observer in self._observers:
             self._observers.remove(observer)
 

@@ -27,7 +27,7 @@ added up.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from twisted.web.resource import Resource
 from twisted.web.server import Request
@@ -122,6 +122,7 @@ _LATENCY_HELP: Final = (
 )
 
 _Labels = tuple[str, ...]
+_Source = TypeVar("_Source")
 
 
 def _family(
@@ -172,7 +173,26 @@ class _ConsumerEvents(ConsumerObserver):
         self.lookupd_failures[lookupd] = self.lookupd_failures.get(lookupd, 0) + 1
 
 
-class ConsumerCollector:
+class _Collector(Generic[_Source]):
+    """What the collectors share: the sources they read at scrape time, and
+    ``describe``/``collect`` (``prometheus_client``'s collector interface)."""
+
+    def __init__(self) -> None:
+        self._sources: list[_Source] = []
+
+    def describe(self) -> list[Metric]:
+        """The metric families, without samples (for the registry's name checks)."""
+        return list(self._collect(()))
+
+    def collect(self) -> list[Metric]:
+        """Every sample, from the clients' ``stats()`` now."""
+        return list(self._collect(tuple(self._sources)))
+
+    def _collect(self, sources: Iterable[_Source]) -> Iterator[Metric]:
+        raise NotImplementedError
+
+
+class ConsumerCollector(_Collector[_ConsumerEvents]):
     """The metrics of one or more :class:`~txnsq.consumer.Consumer` s, read at scrape
     time.
 
@@ -196,7 +216,7 @@ class ConsumerCollector:
         *,
         registry: CollectorRegistry | None = REGISTRY,
     ) -> None:
-        self._events: list[_ConsumerEvents] = []
+        super().__init__()
         for consumer in [consumers] if isinstance(consumers, Consumer) else consumers:
             self.add(consumer)
         if registry is not None:
@@ -204,26 +224,18 @@ class ConsumerCollector:
 
     def add(self, consumer: Consumer) -> None:
         """Report ``consumer`` too (its counters from its start; its events from now)."""
-        if any(events.consumer is consumer for events in self._events):
+        if any(events.consumer is consumer for events in self._sources):
             return
         events = _ConsumerEvents(consumer)
         consumer.add_observer(events)
-        self._events.append(events)
+        self._sources.append(events)
 
     def remove(self, consumer: Consumer) -> None:
         """Stop reporting ``consumer``."""
-        for events in list(self._events):
+        for events in list(self._sources):
             if events.consumer is consumer:
                 consumer.remove_observer(events)
-                self._events.remove(events)
-
-    def describe(self) -> list[Metric]:
-        """The metric families, without samples (for the registry's name checks)."""
-        return list(self._collect(()))
-
-    def collect(self) -> list[Metric]:
-        """Every sample, from each consumer's ``stats()`` now."""
-        return list(self._collect(self._events))
+                self._sources.remove(events)
 
     def _collect(self, sources: Iterable[_ConsumerEvents]) -> Iterator[Metric]:
         per_nsqd: dict[_Labels, dict[str, float]] = {}
@@ -278,7 +290,7 @@ def _counter(
     return family
 
 
-class ProducerCollector:
+class ProducerCollector(_Collector[Producer]):
     """The metrics of one or more :class:`~txnsq.producer.Producer` s, read at scrape
     time from ``Producer.stats()`` (keys of :class:`txnsq._stats.ProducerStats`).
 
@@ -286,8 +298,7 @@ class ProducerCollector:
     (gauge) and the publish latency (histogram, seconds); for all: publishes in flight
     and queued (gauges).
 
-    :param producers: a producer or several (more with :meth:`add`); anything with a
-        ``stats()`` returning :class:`~txnsq._stats.ProducerStats` will do.
+    :param producers: a producer or several (more with :meth:`add`).
     :param registry: as for :class:`ConsumerCollector`.
     """
 
@@ -297,7 +308,7 @@ class ProducerCollector:
         *,
         registry: CollectorRegistry | None = REGISTRY,
     ) -> None:
-        self._producers: list[Producer] = []
+        super().__init__()
         for producer in [producers] if isinstance(producers, Producer) else producers:
             self.add(producer)
         if registry is not None:
@@ -305,21 +316,13 @@ class ProducerCollector:
 
     def add(self, producer: Producer) -> None:
         """Report ``producer`` too."""
-        if producer not in self._producers:
-            self._producers.append(producer)
+        if producer not in self._sources:
+            self._sources.append(producer)
 
     def remove(self, producer: Producer) -> None:
         """Stop reporting ``producer``."""
-        if producer in self._producers:
-            self._producers.remove(producer)
-
-    def describe(self) -> list[Metric]:
-        """The metric families, without samples."""
-        return list(self._collect(()))
-
-    def collect(self) -> list[Metric]:
-        """Every sample, from each producer's ``stats()`` now."""
-        return list(self._collect(self._producers))
+        if producer in self._sources:
+            self._sources.remove(producer)
 
     def _collect(self, producers: Iterable[Producer]) -> Iterator[Metric]:
         per_nsqd: dict[_Labels, dict[str, float]] = {}
