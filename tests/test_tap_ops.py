@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import io
 
+from twisted.internet import defer
+from twisted.internet.error import CannotListenError
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.resource import Resource
 from twisted.web.server import Site
 
 from tests.test_tap import BASE, parse
@@ -87,3 +90,16 @@ class MetricsServiceTests(SynchronousTestCase):
     def test_no_metrics_service_without_port(self) -> None:
         service, _ = self.make()
         self.assertEqual([s for s in service if isinstance(s, _tap.MetricsService)], [])
+
+    def test_a_port_that_cannot_be_opened_fails_the_start(self) -> None:
+        """twistd then exits with the error instead of running without metrics."""
+
+        class Refusing:
+            def listen(self, factory: object) -> defer.Deferred[object]:
+                return defer.fail(CannotListenError("127.0.0.1", 9150, OSError("in use")))
+
+        service = _tap.MetricsService(Refusing(), Site(Resource()), "127.0.0.1:9150")  # type: ignore[arg-type]
+        with self.assertRaisesRegex(RuntimeError, "cannot serve metrics on 127.0.0.1:9150"):
+            service.privilegedStartService()
+        self.assertIsNone(service.port)
+        self.successResultOf(service.stopService())
