@@ -21,7 +21,7 @@ import pytest
 from twisted.trial.unittest import TestCase
 
 from tests.support.certs import certs_for, nsqd_tls_args
-from tests.support.processes import NSQD, REPO, start_lookupd, start_nsqd, wait_for
+from tests.support.processes import NSQD, REPO, free_port, start_lookupd, start_nsqd, wait_for
 from tests.support.reactors import on_test_reactor, twistd_reactor_args
 
 pytestmark = pytest.mark.integration
@@ -68,7 +68,7 @@ class ReadmeExamplesTests(TestCase):
 
     def test_every_block_is_covered(self) -> None:
         # If an example is added, a test must be added here (or in test_spark.py).
-        self.assertEqual(len(readme_blocks("python")), 10)
+        self.assertEqual(len(readme_blocks("python")), 12)
         self.assertEqual(len(readme_blocks("shell")), 1)
 
     def test_publishing(self) -> None:
@@ -160,6 +160,31 @@ class ReadmeExamplesTests(TestCase):
         channel = nsqd.channel_stats("events", "from-the-host")
         assert channel is not None
         self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
+
+    def test_metrics(self) -> None:
+        nsqd = start_nsqd(self)
+        code = block_containing("python", "MetricsResource")
+        code = code.replace("PORT = 9150", f"PORT = {free_port()}")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        labels = f'channel="workers",nsqd="{nsqd.tcp_address}",topic="jobs"'
+        self.assertIn(f"txnsq_consumer_messages_finished_total{{{labels}}} 10.0", out)
+        self.assertIn(f'txnsq_producer_publishes_total{{nsqd="{nsqd.tcp_address}"}} 10.0', out)
+
+    def test_dead_letters(self) -> None:
+        nsqd = start_nsqd(self)
+        nsqd.create_topic("payments_dead")
+        nsqd.create_channel("payments_dead", "check")
+        code = block_containing("python", "DeadLetter(")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        self.assertIn(f"subscribed on {nsqd.tcp_address}", out)
+        self.assertIn(f"gave up on b'payment-1' from {nsqd.tcp_address}", out)
+        self.assertIn("dead-lettered 2 messages", out)
+        dead = nsqd.channel_stats("payments_dead", "check")
+        source = nsqd.channel_stats("payments", "ledger")
+        assert dead is not None and source is not None
+        self.assertEqual(dead["message_count"], 2)
+        self.assertEqual((source["depth"], source["in_flight_count"], source["deferred_count"]),
+                         (0, 0, 0))
 
     def test_testing_example(self) -> None:
         namespace: dict[str, object] = {}

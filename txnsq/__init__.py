@@ -12,19 +12,24 @@ from typing import TYPE_CHECKING, Any
 from txnsq._version import __version__
 
 if TYPE_CHECKING:
+    from txnsq._wire.deadletter import DeadLetter
     from txnsq._wire.identify import Features, IdentifyOptions
     from txnsq.consumer import Consumer, ConsumerOptions, Handler
     from txnsq.errors import ProducerStopped, PublishQueueFull
     from txnsq.message import Message, MessageAlreadyAnswered
+    from txnsq.observers import ConsumerObserver, IConsumerObserver
     from txnsq.producer import Producer
     from txnsq.protocol import NSQProtocol
     from txnsq.tls_options import TLSOptions
 
 _LAZY = {
     "Consumer": "txnsq.consumer",
+    "ConsumerObserver": "txnsq.observers",
     "ConsumerOptions": "txnsq.consumer",
+    "DeadLetter": "txnsq._wire.deadletter",
     "Features": "txnsq._wire.identify",
     "Handler": "txnsq.consumer",
+    "IConsumerObserver": "txnsq.observers",
     "IdentifyOptions": "txnsq._wire.identify",
     "Message": "txnsq.message",
     "MessageAlreadyAnswered": "txnsq.message",
@@ -37,9 +42,12 @@ _LAZY = {
 
 __all__ = [
     "Consumer",
+    "ConsumerObserver",
     "ConsumerOptions",
+    "DeadLetter",
     "Features",
     "Handler",
+    "IConsumerObserver",
     "IdentifyOptions",
     "Message",
     "MessageAlreadyAnswered",

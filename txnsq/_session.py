@@ -17,14 +17,18 @@ from twisted.application.internet import ClientService
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
+from txnsq._wire.deadletter import give_up_above
 from txnsq._wire.identify import Features
 from txnsq._wire.rdy import RdyUpdate
 from txnsq._wire.touch import touch_schedule
-from txnsq.errors import NotReady
+from txnsq.errors import FinFailedError, NotReady, NSQServerError, ReqFailedError, TouchFailedError
 from txnsq.message import ANSWERED, FRESH, Message
 from txnsq.protocol import NSQProtocol
 
 __all__ = ["NSQDState", "Session", "SessionOwner"]
+
+#: nsqd's answers to a FIN, REQ or TOUCH of a message no longer in flight (timed out).
+_TIMED_OUT = (FinFailedError, ReqFailedError, TouchFailedError)
 
 
 class SessionOwner(Protocol):
@@ -62,9 +66,9 @@ class SessionOwner(Protocol):
     def send_rdy(self, updates: list[RdyUpdate[Session]]) -> None:
         """Write RDY changes to their connections."""
 
-    def give_up(self, message: Message) -> None:
-        """``message`` was delivered more than ``max_attempts`` times: finish it and hand
-        it to the user's giving-up hook."""
+    def give_up(self, session: Session, message: Message) -> None:
+        """``message`` was delivered more than ``max_attempts`` times: answer it (finish
+        it, or publish it to the dead-letter topic first) and tell whoever listens."""
 
     def handler_raised(self, session: Session, message: Message) -> None:
         """The handler raised on ``message`` (called in the ``except`` block: report the
@@ -150,8 +154,7 @@ class Session:
             self._send_rdy(updates)
         unanswered = self.unanswered
         handler = owner.handler
-        # attempts is a 16-bit field: without a limit, nothing is above 65535.
-        max_attempts = owner.max_attempts or 0xFFFF
+        max_attempts = give_up_above(owner.max_attempts)
         fins: list[bytes] = []
         add_fin = fins.append
         try:
@@ -166,7 +169,7 @@ class Session:
                     self._void(unanswered[msg_id])
                 unanswered[msg_id] = message
                 if message.attempts > max_attempts:
-                    owner.give_up(message)
+                    owner.give_up(self, message)
                     continue
                 try:
                     result = handler(message)
@@ -215,6 +218,11 @@ class Session:
             self._send_rdy(updates)
 
     # -- MessageOwner: answers out
+
+    @property
+    def nsqd_address(self) -> str:
+        """Where this connection's messages come from (the nsqd's name in stats)."""
+        return self.nsqd.address
 
     def message_finished(self, message: Message) -> None:
         msg_id = message.id
@@ -269,6 +277,7 @@ class Session:
 
     def _void(self, message: Message) -> None:
         """Forget a delivery nsqd has already timed out (it was sent again)."""
+        self.nsqd.timed_out += 1
         del self.unanswered[message.id]
         message._state = ANSWERED  # a late answer to it raises instead of being sent
         if self.touch_calls:
@@ -318,6 +327,12 @@ class Session:
         if call is not None and call.active():
             call.cancel()
 
+    def server_error(self, error: NSQServerError) -> None:
+        """nsqd sent a non-fatal error (the connection's ``on_error``): an answer to a
+        message that had timed out on nsqd is counted (the message comes back)."""
+        if isinstance(error, _TIMED_OUT):
+            self.nsqd.timed_out += 1
+
     def connection_lost(self, reason: Failure) -> None:
         if self.closed:
             return
@@ -344,3 +359,8 @@ class NSQDState:
         self.finished = 0
         self.requeued = 0
         self.connects = 0
+        # Counted off the hot path (errors, give-ups): see txnsq._stats.ConsumerNSQDStats.
+        self.timed_out = 0
+        self.given_up = 0
+        self.dead_lettered = 0
+        self.dead_letter_failed = 0

@@ -3,7 +3,8 @@
 ``twisted/plugins/txnsq_plugins.py`` points twistd here lazily: :class:`Options` parses
 the command line (every check happens in :meth:`Options.postOptions`, so a mistake is
 reported at start as one line, without a traceback) and :func:`makeService` builds the
-service: the :class:`~txnsq.consumer.Consumer`, plus an optional periodic stats line.
+service: the :class:`~txnsq.consumer.Consumer`, plus an optional periodic stats line and
+an optional Prometheus ``/metrics`` endpoint (``--metrics-port``).
 
 Stopping the service (twistd does it on SIGTERM/SIGINT, through its "before shutdown"
 trigger, which waits for the Deferred) is the consumer's graceful stop: CLS, wait for the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import ipaddress
 import os
 import sys
 from collections.abc import Callable
@@ -25,13 +27,22 @@ from typing import IO, Any, Final
 
 from twisted.application.service import IService, MultiService, Service
 from twisted.internet import defer
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
+from twisted.internet.interfaces import (
+    IDelayedCall,
+    IListeningPort,
+    IProtocolFactory,
+    IReactorTime,
+    IStreamServerEndpoint,
+)
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python import usage
+from twisted.web.server import Site
 
 from txnsq._wire import commands
 from txnsq._wire.address import check_address_map, format_address, parse_address
+from txnsq._wire.deadletter import DeadLetter
 from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
 from txnsq._wire.lookup import lookup_url
 from txnsq._wire.numbers import parse_number
@@ -42,9 +53,11 @@ from txnsq.tls import TLSOptions
 __all__ = [
     "BodyPrinter",
     "ConsumerService",
+    "MetricsService",
     "Options",
     "StatsReporter",
     "makeService",
+    "metrics_service",
     "resolve_handler",
     "stats_fields",
 ]
@@ -236,6 +249,9 @@ class Options(usage.Options):
         ["auto-touch", None,
          "TOUCH messages whose handler has not answered yet (a handler returning a "
          "Deferred, or running in --handler-threads), so nsqd does not time them out."],
+        ["dead-letter-envelope", None,
+         "With --dead-letter-topic: publish a JSON envelope (id, attempts, timestamp, "
+         "topic, channel, nsqd, last error, body) instead of the body as is."],
     ]
 
     optParameters = [
@@ -253,8 +269,8 @@ class Options(usage.Options):
          "so the reactor keeps answering heartbeats; 0: on the reactor thread. Give "
          "--max-in-flight at least as large."],
         ["max-attempts", None, _default("max_attempts"),
-         "Deliveries after which a message is given up (finished and logged); 0: "
-         "no limit."],
+         "Deliveries after which a message is given up (finished and logged, or sent "
+         "to --dead-letter-topic); 0: no limit."],
         ["requeue-delay", None, _default("requeue_delay"),
          "Delay of a requeue after a handler failure, times the message's attempts."],
         ["max-requeue-delay", None, _default("max_requeue_delay"),
@@ -288,6 +304,14 @@ class Options(usage.Options):
         ["stats-interval", None, "0",
          "Log a stats line (msgs/s, in flight, RDY, connections, backoff) this often; "
          "0: never."],
+        ["dead-letter-topic", None, None,
+         "Publish messages past --max-attempts to this topic (on the nsqd they came "
+         "from), and finish them only once nsqd acknowledged it (requeue if it fails)."],
+        ["metrics-port", None, None,
+         "Serve Prometheus metrics at http://INTERFACE:PORT/metrics (needs "
+         "prometheus_client: txnsq[metrics]); 0: any free port (logged)."],
+        ["metrics-interface", None, "127.0.0.1",
+         "With --metrics-port: the IP address to listen on (0.0.0.0 or :: for all)."],
     ]
 
     def __init__(self) -> None:
@@ -357,6 +381,8 @@ class Options(usage.Options):
                     "--handler-threads runs a blocking handler; an async def handler "
                     "needs no threads"
                 )
+        dead_letter = self._dead_letter()
+        self._metrics_options()
         try:
             self["consumer_options"] = ConsumerOptions(
                 max_in_flight=numbers["max-in-flight"],
@@ -373,6 +399,7 @@ class Options(usage.Options):
                 tls=tls,
                 auth_secret=auth_secret,
                 address_map=self._address_map(),
+                dead_letter=dead_letter,
             )
         except (TypeError, ValueError) as e:
             raise usage.UsageError(f"invalid consumer options: {e}") from None
@@ -393,6 +420,40 @@ class Options(usage.Options):
         except (TypeError, ValueError) as e:
             raise usage.UsageError(f"--address-map: {e}") from None
         return mapping or None
+
+    def _dead_letter(self) -> DeadLetter | None:
+        topic = self["dead-letter-topic"]
+        if topic is None:
+            if self["dead-letter-envelope"]:
+                raise usage.UsageError("--dead-letter-envelope needs --dead-letter-topic")
+            return None
+        try:
+            return DeadLetter(topic, envelope=bool(self["dead-letter-envelope"]))
+        except (TypeError, ValueError) as e:
+            raise usage.UsageError(f"--dead-letter-topic: {e}") from None
+
+    def _metrics_options(self) -> None:
+        """Set ``metrics_port`` (``None``: no metrics) and ``metrics_interface``."""
+        port_text, interface = self["metrics-port"], self["metrics-interface"]
+        if port_text is None:
+            self["metrics_port"] = None
+            if interface != "127.0.0.1":
+                raise usage.UsageError("--metrics-interface needs --metrics-port")
+            return
+        self["metrics_port"] = _number(
+            "metrics-port", port_text, integer=True, maximum=65535
+        )
+        try:
+            ipaddress.ip_address(interface)
+        except ValueError:
+            raise usage.UsageError(
+                f"--metrics-interface must be an IP address, not {interface!r}"
+            ) from None
+        self["metrics_interface"] = interface
+        try:
+            importlib.import_module("txnsq.metrics")
+        except ImportError as e:
+            raise usage.UsageError(f"--metrics-port: {e}") from None
 
     def _parse_numbers(self) -> dict[str, Any]:
         n: dict[str, Any] = {
@@ -594,6 +655,103 @@ class _StatsService(Service):
             self._loop.stop()
 
 
+# -------------------------------------------------------------------- metrics
+
+
+class MetricsService(Service):
+    """Serves ``/metrics`` on ``endpoint`` while running (the port is opened in
+    ``privilegedStartService``: a port that cannot be opened fails the start)."""
+
+    def __init__(
+        self, endpoint: IStreamServerEndpoint, factory: IProtocolFactory, where: str
+    ) -> None:
+        self._endpoint = endpoint
+        self._factory = factory
+        self._where = where
+        self._listening: defer.Deferred[IListeningPort] | None = None
+        #: the listening port, once open
+        self.port: IListeningPort | None = None
+
+    def privilegedStartService(self) -> None:
+        super().privilegedStartService()  # type: ignore[no-untyped-call]
+        if self._listening is not None:
+            return
+        failures: list[Any] = []
+        listening = self._endpoint.listen(self._factory)
+        listening.addCallbacks(self._listened, failures.append)
+        self._listening = listening
+        if failures:
+            self._listening = None
+            raise RuntimeError(
+                f"cannot serve metrics on {self._where}: {failures[0].getErrorMessage()}"
+            )
+
+    def startService(self) -> None:
+        super().startService()  # type: ignore[no-untyped-call]
+        self.privilegedStartService()
+
+    def _listened(self, port: IListeningPort) -> IListeningPort:
+        self.port = port
+        address = port.getHost()
+        host, number = getattr(address, "host", self._where), getattr(address, "port", 0)
+        _log.info(
+            "Serving metrics on http://{address}/metrics",
+            address=format_address(host, number),
+        )
+        return port
+
+    def stopService(self) -> defer.Deferred[None]:
+        super().stopService()  # type: ignore[no-untyped-call]
+        listening, self._listening = self._listening, None
+        port, self.port = self.port, None
+        if port is not None:
+            return defer.maybeDeferred(port.stopListening).addCallback(lambda _: None)
+        if listening is not None:
+            listening.cancel()
+        return defer.succeed(None)
+
+
+class _QuietSite(Site):
+    """A Site that writes no access log line per request (a scrape every few seconds
+    would fill the log)."""
+
+    noisy = False
+
+    def log(self, request: Any) -> None:
+        pass
+
+
+def metrics_service(
+    consumer: Consumer, port: int, interface: str, reactor: Any
+) -> MetricsService:
+    """A :class:`MetricsService` for ``consumer``: its :class:`~txnsq.metrics.ConsumerCollector`
+    and the process's (CPU, memory, file descriptors, GC) in a registry of its own."""
+    from prometheus_client import (
+        GCCollector,
+        PlatformCollector,
+        ProcessCollector,
+    )
+    from prometheus_client.registry import CollectorRegistry
+    from twisted.web.resource import Resource
+
+    from txnsq.metrics import ConsumerCollector, MetricsResource
+
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    ConsumerCollector(consumer, registry=registry)
+    root = Resource()  # type: ignore[no-untyped-call]
+    root.putChild(b"metrics", MetricsResource(registry))
+    site = _QuietSite(root)  # type: ignore[no-untyped-call]
+    endpoint: IStreamServerEndpoint
+    if ipaddress.ip_address(interface).version == 6:
+        endpoint = TCP6ServerEndpoint(reactor, port, interface=interface)  # type: ignore[no-untyped-call]
+    else:
+        endpoint = TCP4ServerEndpoint(reactor, port, interface=interface)  # type: ignore[no-untyped-call]
+    return MetricsService(endpoint, site, format_address(interface, port))
+
+
 # -------------------------------------------------------------------- service
 
 
@@ -666,6 +824,11 @@ def makeService(
         reactor=reactor,
     )
     service = ConsumerService(consumer, printer)
+    if options["metrics_port"] is not None:
+        metrics = metrics_service(
+            consumer, options["metrics_port"], options["metrics_interface"], reactor
+        )
+        metrics.setServiceParent(service)  # type: ignore[no-untyped-call]
     interval = options["stats_interval"]
     if interval > 0:
         stats = _StatsService(StatsReporter(consumer, reactor), interval, reactor)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import inspect
 import random
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from twisted.application.internet import ClientService
 from twisted.application.service import Service
@@ -34,10 +35,12 @@ from twisted.python.failure import Failure
 from txnsq._aio import asyncio_loop, run_as_task
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._session import NSQDState, Session
+from txnsq._stats import ConsumerCounters
 from txnsq._threads import HandlerThreads
 from txnsq._wire import commands
 from txnsq._wire.address import AddressMap, check_address_map, map_address
 from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
+from txnsq._wire.deadletter import DeadLetter, dead_letter_body
 from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.liveness import DEFAULT_HEARTBEATS_MISSED, DEFAULT_READ_TIMEOUT
 from txnsq._wire.liveness import read_timeout as _read_timeout
@@ -46,14 +49,32 @@ from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.errors import NotReady, NSQError
 from txnsq.message import FRESH, Message
+from txnsq.observers import IConsumerObserver
+from txnsq.producer import Producer
 from txnsq.protocol import NSQProtocol
 from txnsq.tls import TLSOptions
 
-__all__ = ["Consumer", "ConsumerOptions", "Handler"]
+__all__ = ["Consumer", "ConsumerOptions", "DeadLetter", "DeadLetterPublisher", "Handler"]
 
 #: A message handler: returns ``True``/``None`` (finish), ``False`` (requeue), a Deferred
 #: or coroutine of those, or raises (requeue with backoff).
 Handler = Callable[[Message], Any]
+
+#: How many message ids the consumer remembers the last handler error of (for the
+#: dead-letter envelope and the give-up reason); the oldest is forgotten first.
+_LAST_ERRORS_KEPT: Final = 4096
+
+#: The per-nsqd counters Consumer.stats() also sums.
+_TOTALS: Final = tuple(ConsumerCounters.__annotations__)
+
+
+class DeadLetterPublisher(Protocol):
+    """What publishes dead letters: a :class:`~txnsq.producer.Producer` (or anything with
+    its ``publish``)."""
+
+    def publish(self, topic: str, body: bytes) -> defer.Deferred[bytes]:
+        """Publish ``body``; the Deferred fires once nsqd acknowledged it, or fails."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +86,7 @@ class ConsumerOptions:
 
     #: messages in flight over all connections; 0 pauses
     max_in_flight: int = 1
-    #: deliveries after which a message is finished and handed to ``giving_up``; 0 = no limit
+    #: deliveries after which a message is given up (see ``dead_letter``); 0 = no limit
     max_attempts: int = 5
     #: REQ delay per attempt when a handler fails (grows with attempts)
     requeue_delay: float = 90.0
@@ -121,6 +142,11 @@ class ConsumerOptions:
     identify: IdentifyOptions = field(default_factory=IdentifyOptions)
     tls: TLSOptions | None = None
     auth_secret: str | bytes | None = field(default=None, repr=False)
+    #: where messages past ``max_attempts`` go: published there (by the consumer's
+    #: ``dead_letter_producer``, or a producer of its own to the nsqd the message came
+    #: from), then finished once nsqd acknowledged the publish; requeued if it fails,
+    #: never dropped. ``None``: finished and handed to ``giving_up``
+    dead_letter: DeadLetter | None = None
 
     def __post_init__(self) -> None:
         check_number(self.max_in_flight, "max_in_flight", integer=True, minimum=0)
@@ -175,6 +201,8 @@ class ConsumerOptions:
             without_heartbeats=self.read_timeout,
         )
         check_address_map(self.address_map)
+        if self.dead_letter is not None and not isinstance(self.dead_letter, DeadLetter):
+            raise TypeError("dead_letter must be a DeadLetter or None")
 
     @property
     def reconnect_policy(self) -> RetryPolicy:
@@ -294,8 +322,16 @@ class Consumer(Service):
     :param lookupd_http_addresses: nsqlookupds to poll for the topic's producers.
     :param options: a :class:`ConsumerOptions`; keyword arguments override its fields
         (``Consumer(..., max_in_flight=100)``).
-    :param giving_up: called with a message that exceeded ``max_attempts`` (it has been
-        finished already); the default logs it.
+    :param giving_up: called with a message that exceeded ``max_attempts`` once it has
+        been finished (with a dead-letter topic: once its dead letter was acknowledged);
+        the default logs it.
+    :param observers: :class:`~txnsq.observers.IConsumerObserver` objects told about
+        connections, backoff, given-up messages and nsqlookupd failures (more can be
+        added with :meth:`add_observer`).
+    :param dead_letter_producer: publishes the dead letters when
+        ``options.dead_letter`` is set (a :class:`~txnsq.producer.Producer` you start
+        and stop); by default the consumer keeps a producer of its own per nsqd and
+        publishes each dead letter to the nsqd the message came from.
     :param reactor: the reactor (time, TCP); the global one by default.
     :param endpoint_factory: ``(reactor, host, port) -> IStreamClientEndpoint`` to connect
         to a ``host:port`` address with (nsqds given as endpoints or endpoint strings
@@ -317,6 +353,8 @@ class Consumer(Service):
         lookupd_http_addresses: Sequence[str] = (),
         options: ConsumerOptions | None = None,
         giving_up: Callable[[Message], object] | None = None,
+        observers: Sequence[IConsumerObserver] = (),
+        dead_letter_producer: DeadLetterPublisher | None = None,
         reactor: Any = None,
         endpoint_factory: EndpointFactory | None = None,
         agent: Any = None,
@@ -346,6 +384,14 @@ class Consumer(Service):
         self.channel = channel
         self._handler = handler
         self._giving_up = giving_up
+        self._observers: list[IConsumerObserver] = list(observers)
+        if dead_letter_producer is not None and not callable(
+            getattr(dead_letter_producer, "publish", None)
+        ):
+            raise TypeError("dead_letter_producer must have a publish(topic, body) method")
+        self._dead_letter_producer = dead_letter_producer
+        self._own_dead_letter_producers: dict[str, Producer] = {}
+        self._last_errors: dict[bytes, str] = {}
         self._reactor = reactor
         self._rng = rng or random.Random()
         opts = self.options
@@ -388,6 +434,7 @@ class Consumer(Service):
                 poll_jitter=opts.lookupd_poll_jitter,
                 request_timeout=opts.lookupd_request_timeout,
                 rng=self._rng,
+                on_failure=self._lookupd_failed,
             )
         self._redistribute_loop: LoopingCall | None = None
         self._drain_waiters: list[defer.Deferred[None]] = []
@@ -452,16 +499,28 @@ class Consumer(Service):
     def max_in_flight(self) -> int:
         return self._rdy.max_in_flight
 
+    def add_observer(self, observer: IConsumerObserver) -> None:
+        """Tell ``observer`` (an :class:`~txnsq.observers.IConsumerObserver`) about this
+        consumer's events from now on."""
+        if observer not in self._observers:
+            self._observers.append(observer)
+
+    def remove_observer(self, observer: IConsumerObserver) -> None:
+        """Stop telling ``observer`` about events (if it was told)."""
+        if observer in self._observers:
+            self._observers.remove(observer)
+
     def connections(self) -> list[str]:
         """Addresses of the nsqds with a subscribed connection."""
         return [n.address for n in self._nsqds.values() if n.session and n.session.subscribed]
 
     def stats(self) -> dict[str, Any]:
-        """Counters, per nsqd and in total: received, finished, requeued, in flight, RDY,
-        connections, backoff level. Per nsqd, ``connects`` counts the connections that
-        subscribed (a failed handshake is not one)."""
+        """Counters, per nsqd and in total: received, finished, requeued, timed out,
+        given up, dead-lettered, in flight, RDY, connections, backoff level (the keys of
+        :class:`txnsq._stats.ConsumerStats`). Per nsqd, ``connects`` counts the
+        connections that subscribed (a failed handshake is not one)."""
         per: dict[str, dict[str, Any]] = {}
-        totals = {"received": 0, "finished": 0, "requeued": 0, "in_flight": 0, "rdy": 0}
+        totals = dict.fromkeys(_TOTALS, 0)
         for nsqd in self._nsqds.values():
             session = nsqd.session
             live = session is not None and session.subscribed and not session.closed
@@ -476,6 +535,10 @@ class Consumer(Service):
                 "received": nsqd.received,
                 "finished": nsqd.finished,
                 "requeued": nsqd.requeued,
+                "timed_out": nsqd.timed_out,
+                "given_up": nsqd.given_up,
+                "dead_lettered": nsqd.dead_lettered,
+                "dead_letter_failed": nsqd.dead_letter_failed,
                 "in_flight": in_flight,
                 "rdy": rdy,
                 "connects": nsqd.connects,
@@ -561,6 +624,7 @@ class Consumer(Service):
         nsqd.session = session
         protocol.on_close = session.connection_lost
         protocol.on_messages = session.on_messages
+        protocol.on_error = session.server_error
         protocol.set_message_owner(session)
         return defer.ensureDeferred(self._handshake(session))
 
@@ -601,6 +665,7 @@ class Consumer(Service):
             channel=self.channel,
             nsqd=nsqd.address,
         )
+        self._notify("connection_ready", nsqd.address)
         self._send_rdy(
             self._rdy.add_connection(session, self._reactor.seconds(), features.max_rdy_count)
         )
@@ -621,6 +686,7 @@ class Consumer(Service):
             )
             self._send_rdy(self._rdy.remove_connection(session, self._reactor.seconds()))
             self._check_drained()
+            self._notify("connection_lost", nsqd.address, reason)
         if not self.running:
             return
         if self._poller is not None:
@@ -738,10 +804,12 @@ class Consumer(Service):
             )
             self._cancel_backoff_timer()
             self._backoff_timer = self._reactor.callLater(action.delay, self._backoff_timer_fired)
+            self._notify("backoff_started", action.level, action.delay)
         elif step is BackoffStep.RESUME:
             self._owner.in_backoff = False
             self._cancel_backoff_timer()
             self._log.info("Backoff over: resuming full RDY")
+            self._notify("backoff_ended")
         self._send_rdy(self._rdy.on_backoff_step(step, now))
 
     def _finished_in_backoff(self) -> None:
@@ -765,13 +833,39 @@ class Consumer(Service):
 
     # ---------------------------------------------------------------- messages
 
-    def _give_up(self, message: Message) -> None:
+    def _give_up(self, session: Session, message: Message) -> None:
+        session.nsqd.given_up += 1
+        error = self._last_errors.pop(message.id, None)
+        reason = (
+            f"delivered {message.attempts} times, more than max_attempts {self._max_attempts}"
+        )
+        if error is not None:
+            reason += f"; last error: {error}"
+        self._notify("message_given_up", message, reason)
+        dead_letter = self.options.dead_letter
+        if dead_letter is not None:
+            self._publish_dead_letter(session, message, dead_letter, error)
+            return
         message.finish()
+        self._gave_up(message)
+
+    def _gave_up(self, message: Message, dead_letter_topic: str | None = None) -> None:
+        """``message`` was given up and answered (after its dead letter was acknowledged,
+        with a dead-letter topic): the ``giving_up`` hook, or a log line."""
         if self._giving_up is not None:
             try:
                 self._giving_up(message)
             except Exception:
                 self._log.failure("giving_up hook raised")
+        elif dead_letter_topic is not None:
+            self._log.warn(
+                "Gave up on message {id} from {nsqd} after {attempts} attempts: published it "
+                "to dead-letter topic {dead_letter_topic}",
+                id=message.id,
+                nsqd=message.nsqd_address,
+                attempts=message.attempts,
+                dead_letter_topic=dead_letter_topic,
+            )
         else:
             self._log.warn(
                 "Giving up on message {id} after {attempts} attempts: {body!r}",
@@ -780,7 +874,112 @@ class Consumer(Service):
                 body=message.body[:200],
             )
 
+    def _remember_error(self, message: Message, error: str) -> None:
+        """Keep the handler's last error for ``message`` (failures only: not per message)
+        for when it is given up."""
+        errors = self._last_errors
+        errors.pop(message.id, None)
+        errors[message.id] = error
+        if len(errors) > _LAST_ERRORS_KEPT:
+            del errors[next(iter(errors))]
+
+    def _publish_dead_letter(
+        self, session: Session, message: Message, dead_letter: DeadLetter, error: str | None
+    ) -> None:
+        """Publish a given-up message to the dead-letter topic; finish it once nsqd
+        acknowledged the publish, requeue it if the publish fails (never drop it)."""
+        nsqd = session.nsqd
+        body = dead_letter_body(
+            body=message.body,
+            message_id=message.id,
+            attempts=message.attempts,
+            timestamp_ns=message.timestamp,
+            topic=self.topic,
+            channel=self.channel,
+            nsqd_address=nsqd.address,
+            error=error,
+            envelope=dead_letter.envelope,
+        )
+        try:
+            published = self._dead_letter_publisher(nsqd).publish(dead_letter.topic, body)
+        except Exception as e:
+            published = defer.fail(e)
+        if self.options.auto_touch and not published.called:
+            session.schedule_touch(message)
+
+        def acknowledged(_: object) -> None:
+            nsqd.dead_lettered += 1
+            if message._state == FRESH:
+                message.finish()
+            self._gave_up(message, dead_letter.topic)
+
+        def failed(failure: Failure) -> None:
+            nsqd.dead_letter_failed += 1
+            self._log.warn(
+                "Publishing message {id} to dead-letter topic {dead_letter_topic} failed "
+                "({error}); requeueing it",
+                id=message.id,
+                dead_letter_topic=dead_letter.topic,
+                error=failure.getErrorMessage(),
+            )
+            if message._state == FRESH:
+                message.requeue(backoff=False)
+
+        published.addCallbacks(acknowledged, failed)
+        published.addErrback(
+            lambda f: self._log.failure("Answering given-up message {id} failed", f, id=message.id)
+        )
+
+    def _dead_letter_publisher(self, nsqd: NSQDState) -> DeadLetterPublisher:
+        """The ``dead_letter_producer``, or this consumer's own producer to ``nsqd``
+        (made and started on first use, stopped with the consumer)."""
+        if self._dead_letter_producer is not None:
+            return self._dead_letter_producer
+        producer = self._own_dead_letter_producers.get(nsqd.address)
+        if producer is None:
+            target = self._targets.get(nsqd.address) or nsqd_target(
+                nsqd.address, self._reactor, endpoint_factory=self._endpoint_factory
+            )
+            opts = self.options
+            tls = opts.tls
+            if tls is not None and tls.hostname is None and target.tls_hostname is not None:
+                # The producer dials the endpoint: keep the name the certificate carries.
+                tls = replace(tls, hostname=target.tls_hostname)
+            producer = Producer(
+                target.endpoint,
+                identify=opts.identify,
+                tls=tls,
+                auth_secret=opts.auth_secret,
+                handshake_timeout=opts.handshake_timeout,
+                retry_policy=opts.reconnect_policy,
+                reactor=self._reactor,
+                rng=self._rng,
+            )
+            producer.startService()
+            self._own_dead_letter_producers[nsqd.address] = producer
+        return producer
+
+    def _lookupd_failed(self, lookupd: str, reason: Failure) -> None:
+        self._notify("lookupd_poll_failed", lookupd, reason)
+
+    def _notify(self, event: str, *args: Any) -> None:
+        """Call ``event`` on every observer that has it; an observer's exception is
+        logged, not raised."""
+        for observer in tuple(self._observers):
+            method = getattr(observer, event, None)
+            if method is None:
+                continue
+            try:
+                method(*args)
+            except Exception:
+                self._log.failure(
+                    "Consumer observer {observer!r} raised on {event}",
+                    observer=observer,
+                    event=event,
+                )
+
     def _handler_raised(self, session: Session, message: Message) -> None:
+        self._remember_error(message, repr(sys.exc_info()[1]))
         self._log.failure(
             "Handler raised on message {id} from {nsqd}; requeueing it",
             id=message.id,
@@ -823,6 +1022,7 @@ class Consumer(Service):
             return value
 
         def failed(failure: Failure) -> None:
+            self._remember_error(message, repr(failure.value))
             self._log.failure(
                 "Handler failed on message {id} from {nsqd}; requeueing it",
                 failure,
@@ -909,6 +1109,9 @@ class Consumer(Service):
             service, nsqd.service = nsqd.service, None
             if service is not None and service.running:
                 stops.append(service.stopService())
+        # The consumer's own dead-letter producers (after the drain: it waited for them).
+        producers, self._own_dead_letter_producers = self._own_dead_letter_producers, {}
+        stops.extend(producer.stopService() for producer in producers.values())
         # The NSQDState records stay, so stats() still reports what was consumed.
         if stops:
             await defer.DeferredList(stops, consumeErrors=True)

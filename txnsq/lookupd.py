@@ -175,6 +175,9 @@ class LookupdPoller:
     :param stale_after: seconds a failing lookupd's last good answer keeps counting;
         default ``3 * poll_interval``.
     :param rng: the random source for jitter (a seeded :class:`random.Random` in tests).
+    :param on_failure: called with a lookupd's address and the ``Failure`` whenever a
+        request to it fails (after the failure is logged); an exception it raises is
+        logged.
     :raises ValueError: for no lookupds, a bad lookupd address or a bad parameter.
     """
 
@@ -194,6 +197,7 @@ class LookupdPoller:
         min_repoll_interval: float = DEFAULT_MIN_REPOLL_INTERVAL,
         stale_after: float | None = None,
         rng: _random.Random | None = None,
+        on_failure: Callable[[str, Failure], object] | None = None,
     ) -> None:
         if isinstance(lookupds, str):
             raise TypeError("lookupds must be a sequence of addresses, not one string")
@@ -216,6 +220,7 @@ class LookupdPoller:
         self._answers = LookupAnswers(self.lookupds, stale_after)
         self.topic = topic
         self._on_producers = on_producers
+        self._on_failure = on_failure
         if reactor is None:
             from twisted.internet import reactor as _global_reactor
 
@@ -410,3 +415,8 @@ class LookupdPoller:
                 topic=self.topic,
                 url=url,
             )
+        if self._on_failure is not None:
+            try:
+                self._on_failure(s.address, failure)
+            except Exception:
+                self._log.failure("on_failure hook raised ({lookupd})", lookupd=s.address)

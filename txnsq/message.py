@@ -25,7 +25,15 @@ class MessageAlreadyAnswered(NSQError):
 
 
 class MessageOwner(Protocol):
-    """Who a :class:`Message`'s answers go to (a connection, or a consumer's record of one)."""
+    """Who a :class:`Message`'s answers go to (a connection, or a consumer's record of one).
+
+    It also says where its messages came from: ``nsqd_address``, the nsqd's address
+    (``"host:port"``), read by :attr:`Message.nsqd_address` (an owner without it gives
+    ``None`` there).
+    """
+
+    @property
+    def nsqd_address(self) -> str | None: ...
 
     def message_finished(self, message: Message) -> None: ...
 
@@ -57,6 +65,17 @@ class Message:
         self.attempts = attempts
         self.id = id
         self.body = body
+
+    @property
+    def nsqd_address(self) -> str | None:
+        """The nsqd that delivered the message, as the consumer names it in
+        :meth:`~txnsq.consumer.Consumer.stats` (``"host:port"``, IPv6 in brackets, or the
+        endpoint string given), or the connection's peer for a bare
+        :class:`~txnsq.protocol.NSQProtocol`; ``None`` when unknown.
+
+        Read from the connection the message came on: nothing is stored per message.
+        """
+        return getattr(self._owner, "nsqd_address", None)
 
     def disable_auto_response(self) -> None:
         """Tell the consumer not to answer this message from the handler's result: the
@@ -135,6 +154,10 @@ class _ThreadSafeOwner:
         self._owner = owner
         self._call_from_thread = call_from_thread
         self._thread = threading.get_ident()
+
+    @property
+    def nsqd_address(self) -> str | None:
+        return getattr(self._owner, "nsqd_address", None)
 
     def message_finished(self, message: Message) -> None:
         if threading.get_ident() == self._thread:

@@ -44,6 +44,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from txnsq._endpoints import NSQDAddress, NSQDTarget, nsqd_target
+from txnsq._stats import LatencyHistogram, ProducerNSQDStats, ProducerStats
 from txnsq._wire import commands
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.liveness import DEFAULT_HEARTBEATS_MISSED, DEFAULT_READ_TIMEOUT
@@ -122,6 +123,31 @@ class _Publish:
             self.inner.cancel()
 
 
+class _Counters:
+    """What a producer counts for one nsqd (kept across restarts): see
+    :class:`~txnsq._stats.ProducerNSQDStats`."""
+
+    __slots__ = ("failed", "latency", "published")
+
+    def __init__(self) -> None:
+        self.published = 0
+        self.failed = 0
+        self.latency = LatencyHistogram()
+
+
+class _Write:
+    """One transport write of publishes: when it went out, how many of its publishes
+    are not answered yet, and how many failed."""
+
+    __slots__ = ("failed", "left", "sent_at", "size")
+
+    def __init__(self, size: int, sent_at: float) -> None:
+        self.size = size
+        self.left = size
+        self.failed = 0
+        self.sent_at = sent_at
+
+
 class _Connection:
     """One nsqd: its endpoint, its ClientService and its ready protocol, if any."""
 
@@ -137,6 +163,11 @@ class _Connection:
         self.service: ClientService | None = None
         #: False once the producer has let go of this connection (stopped).
         self.active = False
+        self.counters = producer._counters.setdefault(label, _Counters())
+        # The current protocol's writes of publishes not answered yet, oldest first:
+        # nsqd answers in order, so the head's send time is the next answer's.
+        self.writes: deque[_Write] = deque()
+        self._now = producer._reactor.seconds
 
     def start(self) -> None:
         producer = self.producer
@@ -175,6 +206,7 @@ class _Connection:
             clock=producer._reactor,
             **producer._liveness_options,
         )
+        protocol.on_commands_written = self.commands_written
         protocol.on_close = lambda reason: self.protocol_closed(protocol, reason)
         protocol.when_ready().addCallbacks(
             self.protocol_ready, self.handshake_failed,
@@ -189,6 +221,7 @@ class _Connection:
             return
         self.handshake_failures = 0
         self.protocol = protocol
+        self.writes.clear()  # the last protocol's publishes have all failed by now
         self.send = protocol.send_command
         _log.info(
             "Connected to nsqd {address} (version {version})",
@@ -217,14 +250,50 @@ class _Connection:
                 address=self.label, reason=reason.value,
             )
 
+    def commands_written(self, count: int) -> None:
+        """The protocol wrote ``count`` publishes in one write (one clock read)."""
+        self.writes.append(_Write(count, self._now()))
+
+    def publish_failed(self, error: BaseException | None) -> None:
+        """A publish sent on this connection failed (nsqd's error, the connection lost,
+        or cancelled)."""
+        writes = self.writes
+        if writes:
+            head = writes[0]
+            head.left -= 1
+            head.failed += 1
+            if not head.left:
+                writes.popleft()
+                self.write_answered(head)
+        else:
+            self.counters.failed += 1  # never written: the connection went first
+        if isinstance(error, NSQServerError) and error.fatal:
+            self.fatal_error(error)
+
+    def write_answered(self, write: _Write) -> None:
+        """Every publish of ``write`` was answered: count them, and time the acknowledged
+        ones from the write to now (one clock read per write)."""
+        counters = self.counters
+        acknowledged = write.size - write.failed
+        counters.failed += write.failed
+        if acknowledged:
+            counters.published += acknowledged
+            counters.latency.observe(self._now() - write.sent_at, acknowledged)
+
     def answered(self, result: Any) -> Any:
         """First callback of every publish sent on this connection."""
         producer = self.producer
         producer._in_flight -= 1
+        writes = self.writes
         if type(result) is Failure:
-            error = result.value
-            if isinstance(error, NSQServerError) and error.fatal:
-                self.fatal_error(error)
+            self.publish_failed(result.value)
+        elif writes:
+            # nsqd answers in order: this answers one of the oldest write's publishes.
+            head = writes[0]
+            head.left -= 1
+            if not head.left:
+                writes.popleft()
+                self.write_answered(head)
         if producer._in_flight == 0 and producer._drained is not None:
             d, producer._drained = producer._drained, None
             d.callback(None)
@@ -421,6 +490,9 @@ class Producer(Service):
             nsqd_target(a, reactor, connect_timeout=connect_timeout) for a in address_list
         ]
 
+        self._counters: dict[str, _Counters] = {
+            label: _Counters() for label, _, _ in self._addresses
+        }
         self._connections: list[_Connection] = []
         self._ready: list[_Connection] = []
         self._turn = 0
@@ -600,6 +672,35 @@ class Producer(Service):
     def queued(self) -> int:
         """How many publishes are waiting for a ready connection."""
         return self._queued
+
+    def stats(self) -> ProducerStats:
+        """Counters, per nsqd and in total (see :class:`txnsq._stats.ProducerStats`):
+        publish calls acknowledged and failed, the publish latency histogram, in flight,
+        queued, ready connections. Counters last across restarts.
+
+        The latency of a publish runs from the transport write that carried it to nsqd's
+        answer. The publishes of one write (the commands of one reactor turn go out
+        together) are counted and timed together once all of them are answered: from
+        the write to the last answer, two clock reads per write and none per publish.
+        """
+        ready = {connection.label for connection in self._ready}
+        per: dict[str, ProducerNSQDStats] = {
+            label: {
+                "connected": label in ready,
+                "published": counters.published,
+                "failed": counters.failed,
+                "publish_latency": counters.latency.snapshot(),
+            }
+            for label, counters in self._counters.items()
+        }
+        return {
+            "published": sum(s["published"] for s in per.values()),
+            "failed": sum(s["failed"] for s in per.values()),
+            "in_flight": self._in_flight,
+            "queued": self._queued,
+            "connections": len(self._ready),
+            "nsqd": per,
+        }
 
     # ---------------------------------------------------------------- internals
 

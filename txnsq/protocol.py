@@ -55,6 +55,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from txnsq._wire import commands
+from txnsq._wire.address import format_address
 from txnsq._wire.compression import Compressor, Decompressor
 from txnsq._wire.frames import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -171,6 +172,10 @@ class NSQProtocol(Protocol):
     :param on_error: called with each non-fatal server error (an
         :class:`~txnsq.errors.NSQServerError`) and with fatal ones that answer no command.
     :param on_close: called with the reason (a ``Failure``) when the connection is lost.
+    :param on_commands_written: called after each transport write that carried commands
+        nsqd answers (PUB, MPUB, DPUB, SUB, CLS...), with how many: they are answered in
+        the order written. A producer times its publishes with it, one clock read per
+        write.
     :param clock: the reactor's time interface (the global reactor by default).
     :raises TypeError, ValueError: for an ``auth_secret`` that is not bytes or str, or
         is empty, or a timeout that is not a positive number (``heartbeats_missed``
@@ -200,6 +205,7 @@ class NSQProtocol(Protocol):
         on_messages: Callable[[list[Message]], object] | None = None,
         on_error: Callable[[NSQServerError], object] | None = None,
         on_close: Callable[[Failure], object] | None = None,
+        on_commands_written: Callable[[int], object] | None = None,
         clock: IReactorTime | None = None,
     ) -> None:
         if clock is None:
@@ -239,6 +245,9 @@ class NSQProtocol(Protocol):
         self.on_messages = on_messages
         self.on_error = on_error
         self.on_close = on_close
+        self.on_commands_written = on_commands_written
+        # Commands awaiting an answer queued since the last write (on_commands_written).
+        self._unwritten_commands = 0
 
         self._parser = FrameParser(max_frame_size, partial(Message, self))
         self._state = ProtocolState.CONNECTING
@@ -295,6 +304,23 @@ class NSQProtocol(Protocol):
             return "<unknown>"
         host, port = getattr(addr, "host", None), getattr(addr, "port", None)
         return f"{host}:{port}" if host is not None else str(addr)
+
+    @property
+    def nsqd_address(self) -> str | None:
+        """The peer's address, ``"host:port"`` (IPv6 in brackets), for the messages this
+        connection owns (:attr:`txnsq.message.Message.nsqd_address`); ``None`` when not
+        connected or not an IP address."""
+        transport = self.transport
+        if transport is None:
+            return None
+        try:
+            addr = transport.getPeer()
+        except Exception:
+            return None
+        host, port = getattr(addr, "host", None), getattr(addr, "port", None)
+        if not isinstance(host, str) or not isinstance(port, int):
+            return None
+        return format_address(host, port)
 
     def when_ready(self) -> defer.Deferred[Features]:
         """Return a Deferred that fires with the negotiated features once the handshake
@@ -647,6 +673,7 @@ class NSQProtocol(Protocol):
             raise NotReady(f"connection is not ready ({self._state.value})")
         d: defer.Deferred[bytes] = defer.Deferred()
         self._pending.append(d)
+        self._unwritten_commands += 1
         self._write(data)
         return d
 
@@ -674,6 +701,9 @@ class NSQProtocol(Protocol):
         out, self._out = self._out, None
         if out and self._state is not _CLOSED and self.transport is not None:
             self._write_raw(out[0] if len(out) == 1 else b"".join(out))
+            written, self._unwritten_commands = self._unwritten_commands, 0
+            if written and self.on_commands_written is not None:
+                self.on_commands_written(written)
 
     def _write_raw(self, data: bytes) -> None:
         if self._compressor is not None:

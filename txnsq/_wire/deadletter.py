@@ -19,16 +19,33 @@ from typing import Final
 
 from txnsq._wire.commands import validate_topic_name
 
-__all__ = ["ENVELOPE_VERSION", "DeadLetter", "dead_letter_body", "should_give_up"]
+__all__ = [
+    "ENVELOPE_VERSION",
+    "DeadLetter",
+    "dead_letter_body",
+    "give_up_above",
+    "should_give_up",
+]
 
 #: The ``"v"`` field of the JSON envelope.
 ENVELOPE_VERSION: Final = 1
+
+#: ``attempts`` is a 16-bit field on the wire: no delivery count is above this.
+_MAX_ATTEMPTS_FIELD: Final = 0xFFFF
+
+
+def give_up_above(max_attempts: int) -> int:
+    """The delivery count above which a message is given up, for a per-message
+    ``attempts > limit`` test (computed once, outside the loop over messages):
+    ``max_attempts``, or 65535 (which no 16-bit attempts count exceeds) for ``0``, no
+    limit."""
+    return max_attempts if max_attempts > 0 else _MAX_ATTEMPTS_FIELD
 
 
 def should_give_up(attempts: int, max_attempts: int) -> bool:
     """Whether a message delivered for the ``attempts``-th time is past ``max_attempts``
     (``0``: never give up)."""
-    return max_attempts > 0 and attempts > max_attempts
+    return attempts > give_up_above(max_attempts)
 
 
 @dataclass(frozen=True)
