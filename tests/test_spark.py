@@ -472,14 +472,16 @@ class SubscriberTests(TestCase):
         nsqd = start_nsqd(self, ["--max-rdy-count=100"])
         publish(nsqd, "s", [b"%d" % i for i in range(1000)])
         sub = self.subscriber(
-            self.options(nsqd, "s", maxMessagesPerTrigger="150", msgTimeoutMs="1000")
+            # A 2 s timeout TOUCHed every second: a loaded machine's late TOUCH (seen at
+            # 1 s / 0.5 s) must not let one expire.
+            self.options(nsqd, "s", maxMessagesPerTrigger="150", msgTimeoutMs="2000")
         )
         # maxInFlight 300 with at most RDY 100 per connection: 3 connections.
         wait_for(lambda: sub.connection_count == 3)
         first = self.take_all(sub, 150)
         self.assertEqual(sum(len(m) for _, m in first), 150)
         # Never more than maxInFlight in flight; TOUCH keeps them past msg_timeout.
-        time.sleep(2.5)
+        time.sleep(4.5)
         stats = channel(nsqd, "s", "c")
         self.assertEqual(stats["in_flight_count"], 300)
         self.assertEqual(stats["timeout_count"], 0)
