@@ -8,8 +8,8 @@ can read the process's own CPU time and peak RSS (``os.wait4``).
 Roles:
 
 - ``publish``: ``count`` messages of ``size`` bytes as PUB (``batch`` 1) or MPUB
-  (``batch`` > 1), ``window`` commands in flight. Timed from the ready connection to the
-  last answer.
+  (``batch`` > 1), ``window`` commands in flight (txnsq: with ``batching``, a Producer
+  with ``batch=True``). Timed from the ready connection to the last answer.
 - ``consume``: read ``count`` prefilled messages with ``max_in_flight``, optionally over
   snappy, deflate or TLS. The rate is the *steady* one, first message to message
   ``count - tail``: nsqd holds the last < 16 KB of messages until its 250 ms output
@@ -17,6 +17,8 @@ Roles:
 - ``lat-pub``: publish ``count`` messages at ``rate`` per second, each body starting with
   the send time (``time.monotonic_ns``, one clock for every process on Linux).
 - ``lat-sub``: consume those and record publish-to-handler latency.
+- ``lat-ok``: publish ``count`` messages at ``rate`` per second and record
+  publish-to-OK latency (txnsq with ``batching``: ``batch=True``).
 - ``floor``: the CPU a codec needs by itself, no sockets: decompressing nsqd's stream of
   100-byte messages plus compressing the FINs (snappy, deflate), or decrypting and
   encrypting the same bytes through OpenSSL memory BIOs (TLS).
@@ -235,7 +237,13 @@ def tx_publish(spec: dict[str, Any]) -> dict[str, Any]:
     batch_size, window, count = spec["batch"], spec["window"], spec["count"]
     body = b"m" * spec["size"]
     commands_total = max(1, count // batch_size)
-    producer = Producer(spec["address"], identify=identify, tls=tls, reactor=reactor)
+    producer = Producer(
+        spec["address"],
+        identify=identify,
+        tls=tls,
+        reactor=reactor,
+        batch=bool(spec.get("batching")),
+    )
     topic = spec["topic"]
     batch = [body] * batch_size
     publish, multi_publish = producer.publish, producer.multi_publish
@@ -244,6 +252,10 @@ def tx_publish(spec: dict[str, Any]) -> dict[str, Any]:
 
     def finish() -> None:
         out.update(_publish_result(state, batch_size))
+        stats = producer.stats()
+        if stats["batches"]:
+            out["batch_mean"] = stats["batched"] / stats["batches"]
+            out["batch_max"] = stats["max_batch"]
         producer.stopService().addBoth(lambda _: reactor.stop())
 
     def answered(result: Any) -> None:
@@ -396,6 +408,80 @@ def tx_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
     return {"sent": state["sent"], "rate": state["sent"] / elapsed, "errors": state["errors"]}
 
 
+def _paced(rate: int, count: int, publish: Callable[[int], None]) -> Callable[[float], bool]:
+    """A tick for a 1 ms timer: ``publish(i)`` for every message due since ``start``
+    at ``rate`` per second; returns True once all ``count`` are published."""
+    sent = 0
+
+    def tick(start: float) -> bool:
+        nonlocal sent
+        due = min(count, int((time.perf_counter() - start) * rate) + 1)
+        while sent < due:
+            publish(sent)
+            sent += 1
+        return sent == count
+
+    return tick
+
+
+def _ok_latency_result(
+    latencies: list[int], spec: dict[str, Any], errors: int
+) -> dict[str, Any]:
+    edge = min(int(spec["rate"] * LATENCY_EDGE_SECONDS), spec["count"] // 4)
+    out: dict[str, Any] = {"received": len(latencies), "errors": errors}
+    out.update(_percentiles(latencies[edge : max(edge + 1, len(latencies) - edge)]))
+    if len(latencies) < spec["count"]:
+        out["error"] = f"{len(latencies):,} of {spec['count']:,} publishes answered"
+    return out
+
+
+def tx_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
+    from twisted.internet import reactor as _reactor
+    from twisted.internet.task import LoopingCall
+
+    from txnsq.producer import Producer
+
+    reactor: Any = _reactor
+    producer = Producer(spec["address"], reactor=reactor, batch=bool(spec.get("batching")))
+    topic, count = spec["topic"], spec["count"]
+    body = b"p" * spec["size"]
+    latencies: list[int] = [0] * count
+    answered: list[int] = []
+    state = {"errors": 0, "start": 0.0}
+    now = time.monotonic_ns
+    publish = producer.publish
+
+    def done(result: Any, i: int) -> None:
+        latencies[i] = now() - latencies[i]
+        answered.append(i)
+        if not isinstance(result, bytes):
+            state["errors"] += 1
+        if len(answered) == count:
+            producer.stopService().addBoth(lambda _: reactor.stop())
+
+    def one(i: int) -> None:
+        latencies[i] = now()
+        publish(topic, body).addBoth(done, i)
+
+    tick = _paced(spec["rate"], count, one)
+
+    def step() -> None:
+        if tick(state["start"]):
+            loop.stop()
+
+    loop = LoopingCall(step)
+
+    def go(_: object) -> None:
+        state["start"] = time.perf_counter()
+        loop.start(0.001)
+
+    producer.startService()
+    producer.when_ready().addCallback(go)
+    _watchdog(spec.get("timeout", 120), lambda: reactor.callFromThread(reactor.stop))
+    reactor.run()
+    return _ok_latency_result([latencies[i] for i in sorted(answered)], spec, state["errors"])
+
+
 def _latency_result(latencies: list[int], spec: dict[str, Any]) -> dict[str, Any]:
     # Left out: the first messages (connection warm-up) and the last ones (nsqd holds
     # the final partial output buffer until its 250 ms timer fires: the end of the run,
@@ -486,6 +572,55 @@ def py_publish(spec: dict[str, Any]) -> dict[str, Any]:
     for conn in list(writer.conns.values()):
         conn.close()
     return out or {"error": f"timed out after {state['done'] * batch_size:,} messages"}
+
+
+def py_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
+    import nsq
+    import tornado.ioloop
+
+    _py_quiet()
+    loop = tornado.ioloop.IOLoop.current()
+    writer = nsq.Writer([spec["address"]])
+    topic, count = spec["topic"], spec["count"]
+    body = b"p" * spec["size"]
+    latencies: list[int] = [0] * count
+    answered: list[int] = []
+    state = {"errors": 0, "start": 0.0}
+    now = time.monotonic_ns
+
+    def one(i: int) -> None:
+        def done(conn: Any, data: Any) -> None:
+            latencies[i] = now() - latencies[i]
+            answered.append(i)
+            if isinstance(data, nsq.Error):
+                state["errors"] += 1
+            if len(answered) == count:
+                loop.stop()
+
+        latencies[i] = now()
+        writer.pub(topic, body, callback=done)
+
+    tick = _paced(spec["rate"], count, one)
+
+    def step() -> None:
+        if tick(state["start"]):
+            periodic.stop()
+
+    periodic = tornado.ioloop.PeriodicCallback(step, 1)
+
+    def wait_ready() -> None:
+        if not any(conn.connected() for conn in writer.conns.values()):
+            loop.call_later(0.01, wait_ready)
+            return
+        state["start"] = time.perf_counter()
+        periodic.start()
+
+    loop.add_callback(wait_ready)
+    loop.call_later(spec.get("timeout", 120), loop.stop)
+    loop.start()
+    for conn in list(writer.conns.values()):
+        conn.close()
+    return _ok_latency_result([latencies[i] for i in sorted(answered)], spec, state["errors"])
 
 
 def _run_py_reader(
@@ -675,10 +810,12 @@ RUNNERS = {
     ("txnsq", "consume"): tx_consume,
     ("txnsq", "lat-sub"): tx_lat_sub,
     ("txnsq", "lat-pub"): tx_lat_pub,
+    ("txnsq", "lat-ok"): tx_lat_ok,
     ("pynsq", "publish"): py_publish,
     ("pynsq", "consume"): py_consume,
     ("pynsq", "lat-sub"): py_lat_sub,
     ("pynsq", "lat-pub"): py_lat_pub,
+    ("pynsq", "lat-ok"): py_lat_ok,
     ("none", "floor"): floor,
 }
 

@@ -25,6 +25,7 @@ __all__ = [
     "is_valid_topic_name",
     "mpub",
     "pub",
+    "publish_batch",
     "rdy",
     "req",
     "req_many",
@@ -247,6 +248,31 @@ def mpub(
         raise ValueError(
             f"MPUB body of {total} bytes is above the server's limit of {max_body_size}"
         )
+    parts[0] = b"MPUB " + name + b"\n" + _MPUB_HEADER.pack(total, count)
+    return b"".join(parts)
+
+
+def publish_batch(topic: str, bodies: Sequence[bytes]) -> bytes:
+    """Return the command publishing ``bodies`` (a batch made of single publishes): a
+    ``PUB`` for one body, an ``MPUB`` for more, built with one join.
+
+    The bodies are not checked again: each must already be non-empty ``bytes`` (what
+    :func:`pub` checks when the publish is made).
+
+    :raises TypeError, ValueError: on an invalid topic, or no bodies.
+    """
+    name = _name(topic, "topic")
+    count = len(bodies)
+    if count == 1:
+        body = bodies[0]
+        return b"PUB " + name + b"\n" + _pack_size(len(body)) + body
+    if not count:
+        raise ValueError("a batch needs at least one message")
+    # Sizes and bodies interleaved by two slice assignments (C loops), then one join.
+    parts: list[bytes] = [b""] * (2 * count + 1)
+    parts[1::2] = map(_pack_size, map(len, bodies))
+    parts[2::2] = bodies
+    total = 4 + 4 * count + sum(map(len, bodies))
     parts[0] = b"MPUB " + name + b"\n" + _MPUB_HEADER.pack(total, count)
     return b"".join(parts)
 
