@@ -257,11 +257,14 @@ class _Batcher:
         # anything: they go out below, in this read's write.
         self.call = _ANSWERING
         try:
+            # connection.answered counted the command as one publish: the rest here.
             if type(result) is Failure:
+                producer._failed -= 1
+                connection.failed -= 1
                 self.failed(result, connection, bodies, tokens, times)
             else:
-                producer._published += n
-                connection.published += n
+                producer._published += n - 1
+                connection.published += n - 1
                 if producer._retries:
                     for d in tokens:
                         producer._retries.pop(d, None)
@@ -270,7 +273,7 @@ class _Batcher:
                         d.callback(result)
         finally:
             self.call = None
-            producer._landed(n)
+            producer._landed(n - 1)
         self.send_due()
         if self.expiry is None and queue.bodies:
             self.arm_expiry(producer._reactor.seconds())
@@ -484,6 +487,7 @@ class _Connection:
             clock=producer._reactor,
         )
         protocol.on_close = lambda reason: self.protocol_closed(protocol, reason)
+        protocol.on_answer = self.answered
         protocol.when_ready().addCallbacks(
             self.protocol_ready, self.handshake_failed,
             callbackArgs=(protocol,), errbackArgs=(protocol,),
@@ -525,23 +529,24 @@ class _Connection:
                 address=self.label, reason=reason.value,
             )
 
-    def answered(self, result: Any) -> Any:
-        """First callback of every publish sent on this connection."""
+    def answered(self, error: BaseException | None) -> None:
+        """nsqd answered a command sent on this connection (``None``: OK), or it failed
+        with ``error``: the protocol's ``on_answer``, called just before the command's
+        Deferred fires (cheaper than one more callback on every publish's Deferred).
+        A batch counts as one publish here; :class:`_Batcher` adds the rest."""
         producer = self.producer
         producer._in_flight -= 1
-        if type(result) is Failure:
-            producer._failed += 1
-            self.failed += 1
-            error = result.value
-            if isinstance(error, NSQServerError) and error.fatal:
-                self.fatal_error(error)
-        else:
+        if error is None:
             producer._published += 1
             self.published += 1
+        else:
+            producer._failed += 1
+            self.failed += 1
+            if isinstance(error, NSQServerError) and error.fatal:
+                self.fatal_error(error)
         if producer._in_flight == 0 and producer._drained is not None:
             d, producer._drained = producer._drained, None
             d.callback(None)
-        return result
 
     def unusable(self) -> None:
         """The protocol refused a command (it is closing): stop using it, and make sure
@@ -1066,8 +1071,7 @@ class Producer(Service):
                 except NotReady:
                     pass
                 else:
-                    self._in_flight += 1
-                    d.addBoth(connection.answered)
+                    self._in_flight += 1  # counted down by connection.answered
                     return d
             connection.unusable()
             return self._submit(data)
@@ -1075,17 +1079,13 @@ class Producer(Service):
 
     def _submit_slow(self, data: bytes) -> Deferred[bytes]:
         if self._stopped:
+            self._failed += 1
             return defer.fail(ProducerStopped("the producer is stopped"))
         item = _Publish(data, self._retry)
         if self._ready and not self._queued and self._send_item(item):
             return item.deferred
-        if self._queued >= self._max_queued:
-            return defer.fail(
-                PublishQueueFull(
-                    f"no nsqd connection is ready and {self._queued} publishes are already "
-                    f"waiting (max_queued={self._max_queued})"
-                )
-            )
+        if self.queued >= self._max_queued:
+            return self._queue_full()
         self._enqueue(item)
         return item.deferred
 
@@ -1102,6 +1102,7 @@ class Producer(Service):
 
     def _queued_cancelled(self, item: _Publish) -> None:
         self._queued -= 1
+        self._failed += 1
         timer, item.timer = item.timer, None
         if timer is not None and timer.active():
             timer.cancel()
@@ -1113,6 +1114,7 @@ class Producer(Service):
             return
         item.state = _DONE
         self._queued -= 1
+        self._failed += 1
         self._compact_queue()
         item.deferred.errback(NotReady(f"no nsqd connection was ready within {self._timeout} s"))
 
@@ -1128,6 +1130,7 @@ class Producer(Service):
             if item.state != _QUEUED:
                 continue
             item.state = _DONE
+            self._failed += 1
             timer, item.timer = item.timer, None
             if timer is not None and timer.active():
                 timer.cancel()
@@ -1163,8 +1166,7 @@ class Producer(Service):
             timer.cancel()
         item.state = _SENT
         item.inner = inner
-        self._in_flight += 1
-        inner.addBoth(connection.answered)
+        self._in_flight += 1  # counted down by connection.answered
         inner.addBoth(self._relay, item)
         return True
 
@@ -1180,6 +1182,7 @@ class Producer(Service):
             and not self._stopped
         ):
             item.retries_left -= 1
+            self._failed -= 1  # counted by connection.answered, but it goes again
             _log.info("Publishing again after a lost connection ({left} retries left)",
                       left=item.retries_left)
             if not (self._ready and not self._queued and self._send_item(item)):
