@@ -364,50 +364,6 @@ def tx_lat_sub(spec: dict[str, Any]) -> dict[str, Any]:
     return _latency_result(latencies, spec)
 
 
-def tx_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
-    from twisted.internet import reactor as _reactor
-    from twisted.internet.task import LoopingCall
-
-    from txnsq.producer import Producer
-
-    reactor: Any = _reactor
-    producer = Producer(spec["address"], reactor=reactor)
-    topic, count, rate = spec["topic"], spec["count"], spec["rate"]
-    pad = b"p" * (spec["size"] - 20)
-    state: dict[str, Any] = {"sent": 0, "done": 0, "errors": 0}
-    publish = producer.publish
-    now = time.monotonic_ns
-
-    def answered(result: Any) -> None:
-        state["done"] += 1
-        if not isinstance(result, bytes):
-            state["errors"] += 1
-        if state["done"] == count:
-            producer.stopService().addBoth(lambda _: reactor.stop())
-
-    def tick() -> None:
-        due = min(count, int((time.perf_counter() - state["start"]) * rate) + 1)
-        while state["sent"] < due:
-            state["sent"] += 1
-            publish(topic, b"%020d" % now() + pad).addBoth(answered)
-        if state["sent"] == count:
-            state["end"] = time.perf_counter()
-            loop.stop()
-
-    loop = LoopingCall(tick)
-
-    def go(_: object) -> None:
-        state["start"] = time.perf_counter()
-        loop.start(0.001)
-
-    producer.startService()
-    producer.when_ready().addCallback(go)
-    _watchdog(spec.get("timeout", 120), lambda: reactor.callFromThread(reactor.stop))
-    reactor.run()
-    elapsed = state.get("end", time.perf_counter()) - state.get("start", 0.0)
-    return {"sent": state["sent"], "rate": state["sent"] / elapsed, "errors": state["errors"]}
-
-
 def _paced(rate: int, count: int, publish: Callable[[int], None]) -> Callable[[float], bool]:
     """A tick for a 1 ms timer: ``publish(i)`` for every message due since ``start``
     at ``rate`` per second; returns True once all ``count`` are published."""
@@ -424,20 +380,74 @@ def _paced(rate: int, count: int, publish: Callable[[int], None]) -> Callable[[f
     return tick
 
 
+def _tx_paced(spec: dict[str, Any], producer: Any, publish: Callable[[int], None]) -> float:
+    """Start ``producer`` and, once it is ready, call ``publish(i)`` for ``spec["count"]``
+    messages at ``spec["rate"]`` per second from a 1 ms timer; run the reactor until
+    something stops it. Return the seconds the publishing took."""
+    from twisted.internet import reactor as _reactor
+    from twisted.internet.task import LoopingCall
+
+    reactor: Any = _reactor
+    tick = _paced(spec["rate"], spec["count"], publish)
+    times: dict[str, float] = {}
+
+    def step() -> None:
+        if tick(times["start"]):
+            times["end"] = time.perf_counter()
+            loop.stop()
+
+    loop = LoopingCall(step)
+
+    def go(_: object) -> None:
+        times["start"] = time.perf_counter()
+        loop.start(0.001)
+
+    producer.startService()
+    producer.when_ready().addCallback(go)
+    _watchdog(spec.get("timeout", 120), lambda: reactor.callFromThread(reactor.stop))
+    reactor.run()
+    return times.get("end", time.perf_counter()) - times.get("start", 0.0)
+
+
+def tx_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
+    from twisted.internet import reactor as _reactor
+
+    from txnsq.producer import Producer
+
+    reactor: Any = _reactor
+    producer = Producer(spec["address"], reactor=reactor)
+    topic, count = spec["topic"], spec["count"]
+    pad = b"p" * (spec["size"] - 20)
+    state: dict[str, Any] = {"done": 0, "errors": 0}
+    publish = producer.publish
+    now = time.monotonic_ns
+
+    def answered(result: Any) -> None:
+        state["done"] += 1
+        if not isinstance(result, bytes):
+            state["errors"] += 1
+        if state["done"] == count:
+            producer.stopService().addBoth(lambda _: reactor.stop())
+
+    def one(i: int) -> None:
+        publish(topic, b"%020d" % now() + pad).addBoth(answered)
+
+    elapsed = _tx_paced(spec, producer, one)
+    return {"sent": count, "rate": count / elapsed, "errors": state["errors"]}
+
+
 def _ok_latency_result(
     latencies: list[int], spec: dict[str, Any], errors: int
 ) -> dict[str, Any]:
-    edge = min(int(spec["rate"] * LATENCY_EDGE_SECONDS), spec["count"] // 4)
-    out: dict[str, Any] = {"received": len(latencies), "errors": errors}
-    out.update(_percentiles(latencies[edge : max(edge + 1, len(latencies) - edge)]))
-    if len(latencies) < spec["count"]:
+    out = _latency_result(latencies, spec)
+    out["errors"] = errors
+    if "error" in out:
         out["error"] = f"{len(latencies):,} of {spec['count']:,} publishes answered"
     return out
 
 
 def tx_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
     from twisted.internet import reactor as _reactor
-    from twisted.internet.task import LoopingCall
 
     from txnsq.producer import Producer
 
@@ -447,7 +457,7 @@ def tx_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
     body = b"p" * spec["size"]
     latencies: list[int] = [0] * count
     answered: list[int] = []
-    state = {"errors": 0, "start": 0.0}
+    errors = [0]
     now = time.monotonic_ns
     publish = producer.publish
 
@@ -455,7 +465,7 @@ def tx_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
         latencies[i] = now() - latencies[i]
         answered.append(i)
         if not isinstance(result, bytes):
-            state["errors"] += 1
+            errors[0] += 1
         if len(answered) == count:
             producer.stopService().addBoth(lambda _: reactor.stop())
 
@@ -463,23 +473,8 @@ def tx_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
         latencies[i] = now()
         publish(topic, body).addBoth(done, i)
 
-    tick = _paced(spec["rate"], count, one)
-
-    def step() -> None:
-        if tick(state["start"]):
-            loop.stop()
-
-    loop = LoopingCall(step)
-
-    def go(_: object) -> None:
-        state["start"] = time.perf_counter()
-        loop.start(0.001)
-
-    producer.startService()
-    producer.when_ready().addCallback(go)
-    _watchdog(spec.get("timeout", 120), lambda: reactor.callFromThread(reactor.stop))
-    reactor.run()
-    return _ok_latency_result([latencies[i] for i in sorted(answered)], spec, state["errors"])
+    _tx_paced(spec, producer, one)
+    return _ok_latency_result([latencies[i] for i in sorted(answered)], spec, errors[0])
 
 
 def _latency_result(latencies: list[int], spec: dict[str, Any]) -> dict[str, Any]:
@@ -574,6 +569,39 @@ def py_publish(spec: dict[str, Any]) -> dict[str, Any]:
     return out or {"error": f"timed out after {state['done'] * batch_size:,} messages"}
 
 
+def _py_paced(
+    spec: dict[str, Any], writer: Any, loop: Any, publish: Callable[[int], None]
+) -> float:
+    """Once ``writer`` is connected, call ``publish(i)`` for ``spec["count"]`` messages
+    at ``spec["rate"]`` per second from a 1 ms timer; run ``loop`` until something stops
+    it; close the writer. Return the seconds the publishing took."""
+    import tornado.ioloop
+
+    tick = _paced(spec["rate"], spec["count"], publish)
+    times: dict[str, float] = {}
+
+    def step() -> None:
+        if tick(times["start"]):
+            times["end"] = time.perf_counter()
+            periodic.stop()
+
+    periodic = tornado.ioloop.PeriodicCallback(step, 1)
+
+    def wait_ready() -> None:
+        if not any(conn.connected() for conn in writer.conns.values()):
+            loop.call_later(0.01, wait_ready)
+            return
+        times["start"] = time.perf_counter()
+        periodic.start()
+
+    loop.add_callback(wait_ready)
+    loop.call_later(spec.get("timeout", 120), loop.stop)
+    loop.start()
+    for conn in list(writer.conns.values()):
+        conn.close()
+    return times.get("end", time.perf_counter()) - times.get("start", 0.0)
+
+
 def py_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
     import nsq
     import tornado.ioloop
@@ -585,7 +613,7 @@ def py_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
     body = b"p" * spec["size"]
     latencies: list[int] = [0] * count
     answered: list[int] = []
-    state = {"errors": 0, "start": 0.0}
+    errors = [0]
     now = time.monotonic_ns
 
     def one(i: int) -> None:
@@ -593,34 +621,15 @@ def py_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
             latencies[i] = now() - latencies[i]
             answered.append(i)
             if isinstance(data, nsq.Error):
-                state["errors"] += 1
+                errors[0] += 1
             if len(answered) == count:
                 loop.stop()
 
         latencies[i] = now()
         writer.pub(topic, body, callback=done)
 
-    tick = _paced(spec["rate"], count, one)
-
-    def step() -> None:
-        if tick(state["start"]):
-            periodic.stop()
-
-    periodic = tornado.ioloop.PeriodicCallback(step, 1)
-
-    def wait_ready() -> None:
-        if not any(conn.connected() for conn in writer.conns.values()):
-            loop.call_later(0.01, wait_ready)
-            return
-        state["start"] = time.perf_counter()
-        periodic.start()
-
-    loop.add_callback(wait_ready)
-    loop.call_later(spec.get("timeout", 120), loop.stop)
-    loop.start()
-    for conn in list(writer.conns.values()):
-        conn.close()
-    return _ok_latency_result([latencies[i] for i in sorted(answered)], spec, state["errors"])
+    _py_paced(spec, writer, loop, one)
+    return _ok_latency_result([latencies[i] for i in sorted(answered)], spec, errors[0])
 
 
 def _run_py_reader(
@@ -672,9 +681,9 @@ def py_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
     _py_quiet()
     loop = tornado.ioloop.IOLoop.current()
     writer = nsq.Writer([spec["address"]])
-    topic, count, rate = spec["topic"], spec["count"], spec["rate"]
+    topic, count = spec["topic"], spec["count"]
     pad = b"p" * (spec["size"] - 20)
-    state: dict[str, Any] = {"sent": 0, "done": 0, "errors": 0}
+    state: dict[str, Any] = {"done": 0, "errors": 0}
     now = time.monotonic_ns
 
     def answered(conn: Any, data: Any) -> None:
@@ -684,31 +693,11 @@ def py_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
         if state["done"] == count:
             loop.stop()
 
-    def tick() -> None:
-        due = min(count, int((time.perf_counter() - state["start"]) * rate) + 1)
-        while state["sent"] < due:
-            state["sent"] += 1
-            writer.pub(topic, b"%020d" % now() + pad, callback=answered)
-        if state["sent"] == count:
-            state["end"] = time.perf_counter()
-            periodic.stop()
+    def one(i: int) -> None:
+        writer.pub(topic, b"%020d" % now() + pad, callback=answered)
 
-    periodic = tornado.ioloop.PeriodicCallback(tick, 1)
-
-    def wait_ready() -> None:
-        if not any(conn.connected() for conn in writer.conns.values()):
-            loop.call_later(0.01, wait_ready)
-            return
-        state["start"] = time.perf_counter()
-        periodic.start()
-
-    loop.add_callback(wait_ready)
-    loop.call_later(spec.get("timeout", 120), loop.stop)
-    loop.start()
-    for conn in list(writer.conns.values()):
-        conn.close()
-    elapsed = state.get("end", time.perf_counter()) - state.get("start", 0.0)
-    return {"sent": state["sent"], "rate": state["sent"] / elapsed, "errors": state["errors"]}
+    elapsed = _py_paced(spec, writer, loop, one)
+    return {"sent": count, "rate": count / elapsed, "errors": state["errors"]}
 
 
 # --------------------------------------------------------------------------- codec floor

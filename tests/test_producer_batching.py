@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.defer import CancelledError
-from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.wire import mpub_bodies
-from tests.test_producer import FakeNSQD, fixed_policy
+from tests.test_producer import FakeNSQD, ProducerTestCase, fixed_policy
 from txnsq._wire.frames import encode_error
 from txnsq._wire.identify import IdentifyOptions
 from txnsq.errors import (
@@ -35,37 +34,16 @@ def sent(nsqd: FakeNSQD) -> list[tuple[bytes, list[bytes]]]:
     return out
 
 
-class BatchingTestCase(SynchronousTestCase):
-    def setUp(self) -> None:
-        from twisted.internet.testing import MemoryReactorClock
-
-        self.reactor = MemoryReactorClock()
-
-    def make(self, **kwargs: Any) -> Producer:
-        kwargs.setdefault("retry_policy", fixed_policy)
-        kwargs.setdefault("identify", IdentifyOptions(client_id="test", hostname="test"))
+class BatchingTestCase(ProducerTestCase):
+    def make(self, addresses: Any = "127.0.0.1:4150", **kwargs: Any) -> Producer:
         kwargs.setdefault("batch", True)
-        return Producer("127.0.0.1:4150", reactor=self.reactor, **kwargs)
-
-    def started(self, **kwargs: Any) -> tuple[Producer, FakeNSQD]:
-        producer = self.make(**kwargs)
-        producer.startService()
-        nsqd = FakeNSQD(self.reactor)
-        nsqd.identify()
-        self.assertTrue(producer.is_ready)
-        return producer, nsqd
+        return super().make(addresses, **kwargs)
 
     def reconnect(self) -> FakeNSQD:
         self.reactor.advance(2)  # fixed_policy(1)
         nsqd = FakeNSQD(self.reactor)
         nsqd.identify()
         return nsqd
-
-    def stop(self, producer: Producer) -> None:
-        d = producer.stopService()
-        self.reactor.advance(0)
-        self.successResultOf(d)
-        self.assertEqual(self.reactor.getDelayedCalls(), [])
 
 
 class CoalescingTests(BatchingTestCase):
