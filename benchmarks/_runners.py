@@ -237,13 +237,12 @@ def tx_publish(spec: dict[str, Any]) -> dict[str, Any]:
     batch_size, window, count = spec["batch"], spec["window"], spec["count"]
     body = b"m" * spec["size"]
     commands_total = max(1, count // batch_size)
-    producer = Producer(
-        spec["address"],
-        identify=identify,
-        tls=tls,
-        reactor=reactor,
-        batch=bool(spec.get("batching")),
-    )
+    batching: dict[str, Any] = {}
+    if spec.get("batching"):
+        batching["batch"] = True
+        if spec.get("batch_max_count"):
+            batching["batch_max_count"] = spec["batch_max_count"]
+    producer = Producer(spec["address"], identify=identify, tls=tls, reactor=reactor, **batching)
     topic = spec["topic"]
     batch = [body] * batch_size
     publish, multi_publish = producer.publish, producer.multi_publish

@@ -254,8 +254,13 @@ class _Batcher:
         queue.answered()
         n = len(tokens)
         # The publishes that the callbacks make join the queue without scheduling
-        # anything: they go out below, in this read's write.
+        # anything: they go out below, in this read's write (send_due schedules again
+        # what must wait).
+        call = self.call
+        if call is not None and call.active():
+            call.cancel()
         self.call = _ANSWERING
+        self.lingering = False
         try:
             # connection.answered counted the command as one publish: the rest here.
             if type(result) is Failure:
@@ -292,14 +297,17 @@ class _Batcher:
         if isinstance(error, NSQServerError):
             connection.fatal_error(error)
             refusal = classify_refusal(error.code, error.text)
-            kind = refusal.kind
+            kind, limit = refusal.kind, refusal.limit
+            queue = self.queue
+            if kind is RefusalKind.MESSAGE_TOO_BIG and limit is not None:
+                known = queue.max_message_size
+                queue.max_message_size = limit if known is None else min(known, limit)
+            elif kind is RefusalKind.BODY_TOO_BIG and limit is not None:
+                queue.max_bytes = max(1, min(queue.max_bytes, limit))
             if len(tokens) == 1 or kind is RefusalKind.WHOLE:
                 self.fail(tokens, error, connection)
             elif kind is RefusalKind.MESSAGE_TOO_BIG:
-                limit = refusal.limit
                 assert limit is not None
-                known = self.queue.max_message_size
-                self.queue.max_message_size = limit if known is None else min(known, limit)
                 bad = [i for i, body in enumerate(bodies) if len(body) > limit]
                 if not bad:  # nsqd named another limit: find the bad one alone
                     self.resend(bodies, tokens, times, one_by_one=True)
@@ -317,9 +325,6 @@ class _Batcher:
                     [bodies[i] for i in keep], [tokens[i] for i in keep], [times[i] for i in keep]
                 )
             elif kind is RefusalKind.BODY_TOO_BIG:
-                limit = refusal.limit
-                assert limit is not None
-                self.queue.max_bytes = max(1, min(self.queue.max_bytes, limit))
                 self.resend(bodies, tokens, times)
             else:
                 self.resend(bodies, tokens, times, one_by_one=True)
@@ -687,6 +692,7 @@ class Producer(Service):
 
             reactor = global_reactor
         self._reactor = reactor
+        self._seconds: Callable[[], float] = reactor.seconds
         if identify is not None and not isinstance(identify, IdentifyOptions):
             raise TypeError(f"identify must be IdentifyOptions, not {type(identify).__name__}")
         if tls is not None and not isinstance(tls, TLSOptions):
@@ -897,14 +903,19 @@ class Producer(Service):
         if not self._ready and self._batch_queued >= self._max_queued:
             return self._queue_full()
         d: Deferred[bytes] = Deferred(batcher.cancel)
-        now = self._reactor.seconds()
-        batcher.queue.add(body, d, now)
+        now = self._seconds()
+        queue = batcher.queue
+        # BatchQueue.add, inlined (this runs for every message).
+        queue.bodies.append(body)
+        queue.tokens.append(d)
+        queue.times.append(now)
+        queue.body_bytes += len(body)
         self._batch_queued += 1
         call = batcher.call
         if call is None:
-            if batcher.queue.in_flight < batcher.queue.window:
+            if queue.in_flight < queue.window:
                 batcher.schedule()
-        elif batcher.lingering and batcher.queue.is_full():
+        elif batcher.lingering and queue.is_full():
             batcher.send_soon()
         if batcher.expiry is None:
             batcher.arm_expiry(now)
