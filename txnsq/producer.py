@@ -13,6 +13,10 @@ before nsqd answered fails with :class:`~txnsq.errors.ConnectionClosed`: nsqd ma
 not have stored it, so it is not sent again unless ``retry`` asks for that (and accepts
 duplicates).
 
+With ``batch=True``, :meth:`Producer.publish` calls to one topic are coalesced into MPUBs
+(each call keeps its own Deferred); the rule (when a batch goes, how it is cut, what a
+refusal means for each message) is :mod:`txnsq._wire.batching`.
+
 Example::
 
     producer = Producer("127.0.0.1:4150")
