@@ -8,8 +8,8 @@ can read the process's own CPU time and peak RSS (``os.wait4``).
 Roles:
 
 - ``publish``: ``count`` messages of ``size`` bytes as PUB (``batch`` 1) or MPUB
-  (``batch`` > 1), ``window`` commands in flight. Timed from the ready connection to the
-  last answer.
+  (``batch`` > 1), ``window`` commands in flight (txnsq: with ``batching``, a Producer
+  with ``batch=True``). Timed from the ready connection to the last answer.
 - ``consume``: read ``count`` prefilled messages with ``max_in_flight``, optionally over
   snappy, deflate or TLS. The rate is the *steady* one, first message to message
   ``count - tail``: nsqd holds the last < 16 KB of messages until its 250 ms output
@@ -17,6 +17,8 @@ Roles:
 - ``lat-pub``: publish ``count`` messages at ``rate`` per second, each body starting with
   the send time (``time.monotonic_ns``, one clock for every process on Linux).
 - ``lat-sub``: consume those and record publish-to-handler latency.
+- ``lat-ok``: publish ``count`` messages at ``rate`` per second and record
+  publish-to-OK latency (txnsq with ``batching``: ``batch=True``).
 - ``floor``: the CPU a codec needs by itself, no sockets: decompressing nsqd's stream of
   100-byte messages plus compressing the FINs (snappy, deflate), or decrypting and
   encrypting the same bytes through OpenSSL memory BIOs (TLS).
@@ -235,7 +237,12 @@ def tx_publish(spec: dict[str, Any]) -> dict[str, Any]:
     batch_size, window, count = spec["batch"], spec["window"], spec["count"]
     body = b"m" * spec["size"]
     commands_total = max(1, count // batch_size)
-    producer = Producer(spec["address"], identify=identify, tls=tls, reactor=reactor)
+    batching: dict[str, Any] = {}
+    if spec.get("batching"):
+        batching["batch"] = True
+        if spec.get("batch_max_count"):
+            batching["batch_max_count"] = spec["batch_max_count"]
+    producer = Producer(spec["address"], identify=identify, tls=tls, reactor=reactor, **batching)
     topic = spec["topic"]
     batch = [body] * batch_size
     publish, multi_publish = producer.publish, producer.multi_publish
@@ -244,6 +251,10 @@ def tx_publish(spec: dict[str, Any]) -> dict[str, Any]:
 
     def finish() -> None:
         out.update(_publish_result(state, batch_size))
+        stats = producer.stats()
+        if stats["batches"]:
+            out["batch_mean"] = stats["batched"] / stats["batches"]
+            out["batch_max"] = stats["max_batch"]
         producer.stopService().addBoth(lambda _: reactor.stop())
 
     def answered(result: Any) -> None:
@@ -352,17 +363,61 @@ def tx_lat_sub(spec: dict[str, Any]) -> dict[str, Any]:
     return _latency_result(latencies, spec)
 
 
-def tx_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
+def _paced(rate: int, count: int, publish: Callable[[int], None]) -> Callable[[float], bool]:
+    """A tick for a 1 ms timer: ``publish(i)`` for every message due since ``start``
+    at ``rate`` per second; returns True once all ``count`` are published."""
+    sent = 0
+
+    def tick(start: float) -> bool:
+        nonlocal sent
+        due = min(count, int((time.perf_counter() - start) * rate) + 1)
+        while sent < due:
+            publish(sent)
+            sent += 1
+        return sent == count
+
+    return tick
+
+
+def _tx_paced(spec: dict[str, Any], producer: Any, publish: Callable[[int], None]) -> float:
+    """Start ``producer`` and, once it is ready, call ``publish(i)`` for ``spec["count"]``
+    messages at ``spec["rate"]`` per second from a 1 ms timer; run the reactor until
+    something stops it. Return the seconds the publishing took."""
     from twisted.internet import reactor as _reactor
     from twisted.internet.task import LoopingCall
+
+    reactor: Any = _reactor
+    tick = _paced(spec["rate"], spec["count"], publish)
+    times: dict[str, float] = {}
+
+    def step() -> None:
+        if tick(times["start"]):
+            times["end"] = time.perf_counter()
+            loop.stop()
+
+    loop = LoopingCall(step)
+
+    def go(_: object) -> None:
+        times["start"] = time.perf_counter()
+        loop.start(0.001)
+
+    producer.startService()
+    producer.when_ready().addCallback(go)
+    _watchdog(spec.get("timeout", 120), lambda: reactor.callFromThread(reactor.stop))
+    reactor.run()
+    return times.get("end", time.perf_counter()) - times.get("start", 0.0)
+
+
+def tx_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
+    from twisted.internet import reactor as _reactor
 
     from txnsq.producer import Producer
 
     reactor: Any = _reactor
     producer = Producer(spec["address"], reactor=reactor)
-    topic, count, rate = spec["topic"], spec["count"], spec["rate"]
+    topic, count = spec["topic"], spec["count"]
     pad = b"p" * (spec["size"] - 20)
-    state: dict[str, Any] = {"sent": 0, "done": 0, "errors": 0}
+    state: dict[str, Any] = {"done": 0, "errors": 0}
     publish = producer.publish
     now = time.monotonic_ns
 
@@ -373,27 +428,52 @@ def tx_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
         if state["done"] == count:
             producer.stopService().addBoth(lambda _: reactor.stop())
 
-    def tick() -> None:
-        due = min(count, int((time.perf_counter() - state["start"]) * rate) + 1)
-        while state["sent"] < due:
-            state["sent"] += 1
-            publish(topic, b"%020d" % now() + pad).addBoth(answered)
-        if state["sent"] == count:
-            state["end"] = time.perf_counter()
-            loop.stop()
+    def one(i: int) -> None:
+        publish(topic, b"%020d" % now() + pad).addBoth(answered)
 
-    loop = LoopingCall(tick)
+    elapsed = _tx_paced(spec, producer, one)
+    return {"sent": count, "rate": count / elapsed, "errors": state["errors"]}
 
-    def go(_: object) -> None:
-        state["start"] = time.perf_counter()
-        loop.start(0.001)
 
-    producer.startService()
-    producer.when_ready().addCallback(go)
-    _watchdog(spec.get("timeout", 120), lambda: reactor.callFromThread(reactor.stop))
-    reactor.run()
-    elapsed = state.get("end", time.perf_counter()) - state.get("start", 0.0)
-    return {"sent": state["sent"], "rate": state["sent"] / elapsed, "errors": state["errors"]}
+def _ok_latency_result(
+    latencies: list[int], spec: dict[str, Any], errors: int
+) -> dict[str, Any]:
+    out = _latency_result(latencies, spec)
+    out["errors"] = errors
+    if "error" in out:
+        out["error"] = f"{len(latencies):,} of {spec['count']:,} publishes answered"
+    return out
+
+
+def tx_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
+    from twisted.internet import reactor as _reactor
+
+    from txnsq.producer import Producer
+
+    reactor: Any = _reactor
+    producer = Producer(spec["address"], reactor=reactor, batch=bool(spec.get("batching")))
+    topic, count = spec["topic"], spec["count"]
+    body = b"p" * spec["size"]
+    latencies: list[int] = [0] * count
+    answered: list[int] = []
+    errors = [0]
+    now = time.monotonic_ns
+    publish = producer.publish
+
+    def done(result: Any, i: int) -> None:
+        latencies[i] = now() - latencies[i]
+        answered.append(i)
+        if not isinstance(result, bytes):
+            errors[0] += 1
+        if len(answered) == count:
+            producer.stopService().addBoth(lambda _: reactor.stop())
+
+    def one(i: int) -> None:
+        latencies[i] = now()
+        publish(topic, body).addBoth(done, i)
+
+    _tx_paced(spec, producer, one)
+    return _ok_latency_result([latencies[i] for i in sorted(answered)], spec, errors[0])
 
 
 def _latency_result(latencies: list[int], spec: dict[str, Any]) -> dict[str, Any]:
@@ -488,6 +568,69 @@ def py_publish(spec: dict[str, Any]) -> dict[str, Any]:
     return out or {"error": f"timed out after {state['done'] * batch_size:,} messages"}
 
 
+def _py_paced(
+    spec: dict[str, Any], writer: Any, loop: Any, publish: Callable[[int], None]
+) -> float:
+    """Once ``writer`` is connected, call ``publish(i)`` for ``spec["count"]`` messages
+    at ``spec["rate"]`` per second from a 1 ms timer; run ``loop`` until something stops
+    it; close the writer. Return the seconds the publishing took."""
+    import tornado.ioloop
+
+    tick = _paced(spec["rate"], spec["count"], publish)
+    times: dict[str, float] = {}
+
+    def step() -> None:
+        if tick(times["start"]):
+            times["end"] = time.perf_counter()
+            periodic.stop()
+
+    periodic = tornado.ioloop.PeriodicCallback(step, 1)
+
+    def wait_ready() -> None:
+        if not any(conn.connected() for conn in writer.conns.values()):
+            loop.call_later(0.01, wait_ready)
+            return
+        times["start"] = time.perf_counter()
+        periodic.start()
+
+    loop.add_callback(wait_ready)
+    loop.call_later(spec.get("timeout", 120), loop.stop)
+    loop.start()
+    for conn in list(writer.conns.values()):
+        conn.close()
+    return times.get("end", time.perf_counter()) - times.get("start", 0.0)
+
+
+def py_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
+    import nsq
+    import tornado.ioloop
+
+    _py_quiet()
+    loop = tornado.ioloop.IOLoop.current()
+    writer = nsq.Writer([spec["address"]])
+    topic, count = spec["topic"], spec["count"]
+    body = b"p" * spec["size"]
+    latencies: list[int] = [0] * count
+    answered: list[int] = []
+    errors = [0]
+    now = time.monotonic_ns
+
+    def one(i: int) -> None:
+        def done(conn: Any, data: Any) -> None:
+            latencies[i] = now() - latencies[i]
+            answered.append(i)
+            if isinstance(data, nsq.Error):
+                errors[0] += 1
+            if len(answered) == count:
+                loop.stop()
+
+        latencies[i] = now()
+        writer.pub(topic, body, callback=done)
+
+    _py_paced(spec, writer, loop, one)
+    return _ok_latency_result([latencies[i] for i in sorted(answered)], spec, errors[0])
+
+
 def _run_py_reader(
     spec: dict[str, Any],
     make_handler: Callable[[Callable[[], None]], Callable[[Any], object]],
@@ -537,9 +680,9 @@ def py_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
     _py_quiet()
     loop = tornado.ioloop.IOLoop.current()
     writer = nsq.Writer([spec["address"]])
-    topic, count, rate = spec["topic"], spec["count"], spec["rate"]
+    topic, count = spec["topic"], spec["count"]
     pad = b"p" * (spec["size"] - 20)
-    state: dict[str, Any] = {"sent": 0, "done": 0, "errors": 0}
+    state: dict[str, Any] = {"done": 0, "errors": 0}
     now = time.monotonic_ns
 
     def answered(conn: Any, data: Any) -> None:
@@ -549,31 +692,11 @@ def py_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
         if state["done"] == count:
             loop.stop()
 
-    def tick() -> None:
-        due = min(count, int((time.perf_counter() - state["start"]) * rate) + 1)
-        while state["sent"] < due:
-            state["sent"] += 1
-            writer.pub(topic, b"%020d" % now() + pad, callback=answered)
-        if state["sent"] == count:
-            state["end"] = time.perf_counter()
-            periodic.stop()
+    def one(i: int) -> None:
+        writer.pub(topic, b"%020d" % now() + pad, callback=answered)
 
-    periodic = tornado.ioloop.PeriodicCallback(tick, 1)
-
-    def wait_ready() -> None:
-        if not any(conn.connected() for conn in writer.conns.values()):
-            loop.call_later(0.01, wait_ready)
-            return
-        state["start"] = time.perf_counter()
-        periodic.start()
-
-    loop.add_callback(wait_ready)
-    loop.call_later(spec.get("timeout", 120), loop.stop)
-    loop.start()
-    for conn in list(writer.conns.values()):
-        conn.close()
-    elapsed = state.get("end", time.perf_counter()) - state.get("start", 0.0)
-    return {"sent": state["sent"], "rate": state["sent"] / elapsed, "errors": state["errors"]}
+    elapsed = _py_paced(spec, writer, loop, one)
+    return {"sent": count, "rate": count / elapsed, "errors": state["errors"]}
 
 
 # --------------------------------------------------------------------------- codec floor
@@ -675,10 +798,12 @@ RUNNERS = {
     ("txnsq", "consume"): tx_consume,
     ("txnsq", "lat-sub"): tx_lat_sub,
     ("txnsq", "lat-pub"): tx_lat_pub,
+    ("txnsq", "lat-ok"): tx_lat_ok,
     ("pynsq", "publish"): py_publish,
     ("pynsq", "consume"): py_consume,
     ("pynsq", "lat-sub"): py_lat_sub,
     ("pynsq", "lat-pub"): py_lat_pub,
+    ("pynsq", "lat-ok"): py_lat_ok,
     ("none", "floor"): floor,
 }
 

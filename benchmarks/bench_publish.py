@@ -7,7 +7,9 @@ enough that nothing spills to disk, then measures, with 100-byte messages:
 - ``pub-window``: PUB with 100 publishes in flight (pipelined);
 - ``pub-sync``: PUB one at a time (wait for OK before the next);
 - ``mpub-sync``: MPUB of 100 messages, one at a time;
-- ``mpub-window``: MPUB of 100 messages, 100 in flight.
+- ``mpub-window``: MPUB of 100 messages, 100 in flight;
+- ``pub-batched``: one message per publish call, 1,000 calls in flight; txnsq with
+  ``Producer(batch=True)`` (coalesced into MPUBs), pynsq with plain PUB.
 
 The clients' code is :mod:`benchmarks._runners`, shared with ``benchmarks.compare``.
 Each measurement runs in a fresh subprocess (so Twisted's and Tornado's loops never
@@ -16,6 +18,14 @@ alternates between the clients; the median of ``--repeat`` runs is printed with 
 runs and the client's CPU use. pynsq (``pip install pynsq tornado``) is skipped when it
 is not installed. Nothing is asserted: these are numbers to read, not a test.
 ``--profile`` runs one txnsq measurement under cProfile instead.
+
+``--memory`` measures the producer's own CPU per publish without socket or nsqd: a
+:class:`~txnsq.producer.Producer` on a :class:`~twisted.internet.task.Clock`, connected
+to a transport that only counts the commands written, is answered one ``OK`` per
+command in one read per round (100 PUBs in flight, or 1,000 publishes with
+``batch=True``), each answer's callback publishing the next message, as the socket
+runs do. It prints CPU µs per publish (process time), best and median of ``--repeat``
+runs; ``--profile --memory`` profiles it.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ WINDOW = 100
 
 #: mode -> (messages per command, commands in flight, default messages for txnsq, pynsq)
 MODES: dict[str, tuple[int, int, int, int]] = {
+    "pub-batched": (1, 1000, 500_000, 50_000),
     "pub-window": (1, WINDOW, 200_000, 50_000),
     "pub-sync": (1, 1, 30_000, 10_000),
     "mpub-sync": (BATCH, 1, 500_000, 200_000),
@@ -57,7 +68,89 @@ def _spec(client: str, address: str, topic: str, mode: str, messages: int) -> di
         "window": window,
         "count": messages,
         "size": SIZE,
+        "batching": client == "txnsq" and mode == "pub-batched",
     }
+
+
+# --------------------------------------------------------------------------- in memory
+
+
+def _memory_run(batch: bool, count: int) -> float:
+    """CPU µs per publish of one in-memory run (see the module's docstring)."""
+    import gc
+    import time
+
+    from twisted.internet import defer, task
+    from twisted.internet.interfaces import IStreamClientEndpoint
+    from twisted.internet.testing import StringTransport
+    from zope.interface import implementer
+
+    from tests.support.wire import identify_answer
+    from txnsq._wire.frames import encode_response
+    from txnsq.producer import Producer
+
+    ok = encode_response(b"OK")
+
+    class CountingTransport(StringTransport):
+        commands = 0
+
+        def write(self, data: bytes) -> None:
+            self.commands += data.count(b"PUB ")  # "PUB " and "MPUB " (bodies are b"m"s)
+
+    @implementer(IStreamClientEndpoint)
+    class Endpoint:
+        def connect(self, factory: Any) -> defer.Deferred[Any]:
+            self.protocol = factory.buildProtocol(None)
+            self.transport = CountingTransport()
+            self.protocol.makeConnection(self.transport)
+            return defer.succeed(self.protocol)
+
+    clock = task.Clock()
+    endpoint = Endpoint()
+    producer = Producer(endpoint, reactor=clock, batch=batch)
+    producer.startService()
+    protocol, transport = endpoint.protocol, endpoint.transport
+    protocol.dataReceived(identify_answer())
+    clock.advance(0)
+    body = b"m" * SIZE
+    publish = producer.publish
+    state = {"issued": 0, "done": 0}
+
+    def answered(result: object) -> None:
+        state["done"] += 1
+        if state["issued"] < count:
+            state["issued"] += 1
+            publish("bench", body).addBoth(answered)
+
+    gc.collect()
+    start = time.process_time()
+    for _ in range(1000 if batch else WINDOW):
+        state["issued"] += 1
+        publish("bench", body).addBoth(answered)
+    clock.advance(0)
+    while state["done"] < count:
+        answers, transport.commands = transport.commands, 0
+        protocol.dataReceived(ok * answers)
+        clock.advance(0)
+    cpu = time.process_time() - start
+    producer.stopService()
+    clock.advance(0)
+    return cpu / count * 1e6
+
+
+def _memory(args: argparse.Namespace) -> None:
+    count = int(100_000 * args.scale)
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(_memory_run, True, count)
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+        return
+    print(f"txnsq Producer in memory, {count:,} publishes per run, {args.repeat} runs")
+    for batch in (False, True):
+        runs = [_memory_run(batch, count) for _ in range(args.repeat)]
+        name = "batch=True, 1000 in flight" if batch else "PUB, 100 in flight"
+        print(f"{name:<28} {min(runs):6.3f} µs/publish best  "
+              f"{statistics.median(runs):6.3f} median")
 
 
 # --------------------------------------------------------------------------- driver
@@ -96,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-pynsq", action="store_true", help="measure txnsq only")
     parser.add_argument("--profile", action="store_true",
                         help="profile one txnsq run of the first mode (cProfile, to stderr)")
+    parser.add_argument("--memory", action="store_true",
+                        help="the producer's CPU per publish in memory (no socket, no nsqd)")
     # Internal: one measurement in this process.
     parser.add_argument("--worker", choices=("txnsq", "pynsq"), help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
@@ -105,6 +200,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.worker:
         _worker(args)
+        return
+    if args.memory:
+        _memory(args)
         return
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,6 +15,10 @@ Workloads (100-byte bodies):
   in flight on each: it does not pipeline).
 - ``mpub``: MPUB of 100 messages, 100 commands in flight; go-nsq: ``bench_writer
   --batch-size 100`` (2 connections, one MPUB in flight each).
+- ``pub-batched``: one message per publish call, 1,000 calls in flight, as an
+  application publishes events: txnsq with ``Producer(batch=True)`` (the calls are
+  coalesced into MPUBs), pynsq's ``Writer.pub`` (no batching: PUB), go-nsq's
+  ``bench_writer --batch-size 1``.
 - ``consume``: read a prefilled channel over one connection with max_in_flight 2500
   (txnsq ``Consumer``, pynsq ``Reader``); go-nsq: ``bench_reader --rdy 2500`` with
   ``GOMAXPROCS=1``, which makes it open one connection (it opens one per GOMAXPROCS),
@@ -31,6 +35,9 @@ Workloads (100-byte bodies):
   processes of the same client). ``latency`` uses nsqd's default output buffering (16 KB
   or 250 ms, whichever comes first: at 2,000 msgs/s that alone is ~60 ms);
   ``latency-nobuf`` asks nsqd to write every message at once (``output_buffer_size``).
+- ``latency-pub``, ``latency-batched``: publish-to-OK latency (the publisher alone: from
+  the publish call to its Deferred or callback firing) at ``--latency-rate`` messages/s
+  for ``--latency-seconds``, plain PUB (txnsq, pynsq) and txnsq with ``batch=True``.
 - ``rss``: txnsq's consumer over ``--rss-count`` messages (1,000,000 by default),
   sampling its RSS every tenth of the way: it must stay flat.
 
@@ -64,6 +71,8 @@ RESULTS = REPO / "benchmarks" / "results"
 SIZE = 100
 WINDOW = 100
 BATCH = 100
+#: Publish calls in flight in ``pub-batched``.
+BATCHED_WINDOW = 1000
 MAX_IN_FLIGHT = 2500
 TAIL = 1000
 CHANNEL = "bench"
@@ -72,6 +81,7 @@ PREFILL_BATCH = 20_000
 WORKLOADS = [
     "pub",
     "mpub",
+    "pub-batched",
     "consume",
     "consume-2conn",
     "consume-snappy",
@@ -79,11 +89,14 @@ WORKLOADS = [
     "consume-tls",
     "latency",
     "latency-nobuf",
+    "latency-pub",
+    "latency-batched",
     "rss",
 ]
 CLIENTS = {
     "pub": ["txnsq", "pynsq", "go-nsq"],
     "mpub": ["txnsq", "pynsq", "go-nsq"],
+    "pub-batched": ["txnsq", "pynsq", "go-nsq"],
     "consume": ["txnsq", "pynsq", "go-nsq"],
     "consume-2conn": ["txnsq", "pynsq", "go-nsq"],
     "consume-snappy": ["txnsq", "pynsq"],
@@ -91,19 +104,25 @@ CLIENTS = {
     "consume-tls": ["txnsq", "pynsq"],
     "latency": ["txnsq", "pynsq"],
     "latency-nobuf": ["txnsq", "pynsq"],
+    "latency-pub": ["txnsq", "pynsq"],
+    "latency-batched": ["txnsq"],
     "rss": ["txnsq"],
 }
 GO_TOOL = {
     "pub": "bench_writer",
     "mpub": "bench_writer",
+    "pub-batched": "bench_writer",
     "consume": "bench_reader",
     "consume-2conn": "bench_reader",
 }
+#: The latency workloads measured at the publisher (publish call to OK).
+OK_LATENCY = ("latency-pub", "latency-batched")
 #: The consume variants that run through a codec or TLS (and have a CPU floor).
 CODEC_VARIANTS = ("snappy", "deflate", "tls")
 TITLES = {
     "pub": "PUB, 100 in flight",
     "mpub": "MPUB x100, 100 in flight",
+    "pub-batched": "1 msg/call, 1000 in flight",
     "consume": "consume, mif 2500",
     "consume-2conn": "consume, 2 x mif 2500",
     "consume-snappy": "consume + snappy",
@@ -355,7 +374,7 @@ def _finish(bench: Bench, out: dict[str, Any], done: Done, nsqd_share: float) ->
 
 def run_publish(bench: Bench, workload: str, client: str) -> dict[str, Any]:
     a = bench.args
-    batch = 1 if workload == "pub" else BATCH
+    batch = BATCH if workload == "mpub" else 1
     topic = bench.topic(workload, client)
     try:
         if client == "go-nsq":
@@ -372,17 +391,21 @@ def run_publish(bench: Bench, workload: str, client: str) -> dict[str, Any]:
         else:
             if workload == "pub":
                 count = a.pub_count if client == "txnsq" else a.pynsq_pub_count
+            elif workload == "pub-batched":
+                count = a.batched_count if client == "txnsq" else a.pynsq_pub_count
             else:
                 count = a.mpub_count if client == "txnsq" else a.pynsq_mpub_count
+            batched = workload == "pub-batched"
             spec = _spec(
                 bench,
                 client,
                 "publish",
                 topic,
                 batch=batch,
-                window=WINDOW,
+                window=BATCHED_WINDOW if batched else WINDOW,
                 count=count,
                 timeout=a.timeout,
+                batching=batched,
             )
             done, nsqd_share = bench.measure(python_cmd(spec), a.timeout + 30)
             out = _parse_json(done, f"{client} {workload}")
@@ -495,6 +518,29 @@ def run_latency(bench: Bench, workload: str, client: str) -> dict[str, Any]:
     return _finish(bench, out, sub_done, share)
 
 
+def run_latency_ok(bench: Bench, workload: str, client: str) -> dict[str, Any]:
+    """Publish-to-OK latency: one publisher process, nothing consuming."""
+    a = bench.args
+    topic = bench.topic(workload, client)
+    spec = _spec(
+        bench,
+        client,
+        "lat-ok",
+        topic,
+        count=int(a.latency_rate * a.latency_seconds),
+        rate=a.latency_rate,
+        timeout=a.latency_seconds + 60,
+        batching=workload == "latency-batched",
+    )
+    try:
+        bench.http_post("/topic/create", {"topic": topic})
+        done, nsqd_share = bench.measure(python_cmd(spec), a.latency_seconds + 90)
+        out = _parse_json(done, f"{client} {workload}")
+    finally:
+        bench.delete_topic(topic)
+    return _finish(bench, out, done, nsqd_share)
+
+
 def run_floor(bench: Bench, codec: str) -> dict[str, Any]:
     spec = {
         "client": "none",
@@ -517,8 +563,10 @@ def _nsq_binary(name: str) -> str:
 
 
 def run_one(bench: Bench, workload: str, client: str) -> None:
-    if workload in ("pub", "mpub"):
+    if workload in ("pub", "mpub", "pub-batched"):
         out = run_publish(bench, workload, client)
+    elif workload in OK_LATENCY:
+        out = run_latency_ok(bench, workload, client)
     elif workload.startswith("latency"):
         out = run_latency(bench, workload, client)
     else:
@@ -708,6 +756,33 @@ def latency_table(bench: Bench, workloads: list[str]) -> str:
     return _rst_table(headers, rows, right={2, 3, 4, 5, 7, 8})
 
 
+def ok_latency_table(bench: Bench, workloads: list[str]) -> str:
+    headers = ["publishing", "client", "p50 ms", "p90 ms", "p99 ms", "max ms", "runs p50 / p99"]
+    rows = []
+    for workload in OK_LATENCY:
+        if workload not in workloads:
+            continue
+        label = "batch=True" if workload == "latency-batched" else "PUB"
+        for client in [c for c in CLIENTS[workload] if c in bench.clients]:
+            outs = bench.results.get((workload, client))
+            if not outs:
+                rows.append([label, client, "failed", "", "", "", ""])
+                continue
+            runs = ", ".join(f"{o['p50_ms']:.2f}/{o['p99_ms']:.2f}" for o in outs)
+            rows.append(
+                [
+                    label,
+                    client,
+                    f"{_m(bench, workload, client, 'p50_ms'):.3f}",
+                    f"{_m(bench, workload, client, 'p90_ms'):.3f}",
+                    f"{_m(bench, workload, client, 'p99_ms'):.3f}",
+                    f"{_m(bench, workload, client, 'max_ms'):.1f}",
+                    runs,
+                ]
+            )
+    return _rst_table(headers, rows, right={2, 3, 4, 5})
+
+
 def rss_report(bench: Bench) -> str:
     outs = bench.results.get(("rss", "txnsq"))
     if not outs:
@@ -735,6 +810,21 @@ def targets_table(bench: Bench) -> str:
         tx, it = _m(bench, workload, "txnsq"), _m(bench, workload, other)
         return tx / it if tx and it else None
 
+    def across(workload: str, other: str, key: str = "rate") -> float | None:
+        """txnsq's ``key`` in ``workload`` over its ``key`` in ``other``."""
+        a, b = _m(bench, workload, "txnsq", key), _m(bench, other, "txnsq", key)
+        return a / b if a and b else None
+
+    def nsqd_per_message(workload: str, other: str) -> float | None:
+        """nsqd's CPU per message with txnsq in ``workload`` over that in ``other``."""
+        values = []
+        for w in (workload, other):
+            share, rate = _m(bench, w, "txnsq", "nsqd_cpu"), _m(bench, w, "txnsq")
+            if not share or not rate:
+                return None
+            values.append(share / rate)
+        return values[0] / values[1]
+
     checks = [
         ("consume, 1 connection >= 1.0x bench_reader", ratio("consume", "go-nsq"), 1.0, False),
         (
@@ -747,6 +837,30 @@ def targets_table(bench: Bench) -> str:
         ("PUB pipelined >= 4x pynsq", ratio("pub", "pynsq"), 4.0, False),
         ("PUB pipelined > go-nsq (bench_writer, batch 1)", ratio("pub", "go-nsq"), 1.0, True),
         ("MPUB >= bench_writer", ratio("mpub", "go-nsq"), 1.0, False),
+        (
+            "publish() batched, 1000 in flight >= 5x PUB pipelined",
+            across("pub-batched", "pub"),
+            5.0,
+            False,
+        ),
+        (
+            "publish() batched, 1000 in flight >= 0.5x MPUB x100",
+            across("pub-batched", "mpub"),
+            0.5,
+            False,
+        ),
+        (
+            "nsqd CPU per message: PUB pipelined / publish() batched > 1",
+            nsqd_per_message("pub", "pub-batched"),
+            1.0,
+            True,
+        ),
+        (
+            "p99 publish-to-OK: PUB / batch=True >= 1/1.2 (batched <= 1.2x)",
+            across("latency-pub", "latency-batched", "p99_ms"),
+            1 / 1.2,
+            False,
+        ),
     ]
     dry = any(
         o.get("note")
@@ -834,7 +948,8 @@ def report(
             "",
             throughput_table(bench, thr),
             "",
-            f"Counts: txnsq PUB {a.pub_count:,}, MPUB {a.mpub_count:,}, consume {a.count:,}; "
+            f"Counts: txnsq PUB {a.pub_count:,}, MPUB {a.mpub_count:,}, pub-batched "
+            f"{a.batched_count:,}, consume {a.count:,}; "
             f"pynsq PUB {a.pynsq_pub_count:,}, MPUB {a.pynsq_mpub_count:,}, consume "
             f"{a.pynsq_count:,}; bench_writer --runfor {a.go_seconds}s; bench_reader "
             f"--runfor {max(0.1, a.count / 1_250_000):.2f}s on {a.count:,} prefilled.",
@@ -857,7 +972,7 @@ def report(
             cost_table(bench, workloads, floors),
             "",
         ]
-    if any(w.startswith("latency") for w in workloads):
+    if any(w in ("latency", "latency-nobuf") for w in workloads):
         parts += [
             f"Publish-to-handler latency at {a.latency_rate:,} msgs/s for "
             f"{a.latency_seconds:g} s (publisher and consumer in separate processes of "
@@ -866,9 +981,18 @@ def report(
             latency_table(bench, workloads),
             "",
         ]
+    if any(w in OK_LATENCY for w in workloads):
+        parts += [
+            f"Publish-to-OK latency at {a.latency_rate:,} msgs/s for {a.latency_seconds:g} s "
+            "(the publisher alone, from the publish call to its answer; the first and the "
+            "last 0.5 s left out):",
+            "",
+            ok_latency_table(bench, workloads),
+            "",
+        ]
     if "rss" in workloads:
         parts += [rss_report(bench), ""]
-    if thr:
+    if thr or any(w in OK_LATENCY for w in workloads):
         parts += ["Targets:", "", targets_table(bench), ""]
     if bench.failures:
         parts += ["Failed runs (left out of the medians):", *(f"  {f}" for f in bench.failures), ""]
@@ -895,6 +1019,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pynsq-pub-count", type=int, default=60_000, help="pynsq PUB messages")
     p.add_argument("--mpub-count", type=int, default=2_000_000, help="txnsq MPUB messages")
     p.add_argument("--pynsq-mpub-count", type=int, default=1_000_000, help="pynsq MPUB messages")
+    p.add_argument(
+        "--batched-count", type=int, default=1_000_000, help="txnsq pub-batched messages"
+    )
     p.add_argument("--go-seconds", type=float, default=2.0, help="bench_writer --runfor")
     p.add_argument("--latency-rate", type=int, default=2000, help="messages/s for latency")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="seconds of latency run")
@@ -930,6 +1057,7 @@ def main(argv: list[str] | None = None) -> None:
         args.pynsq_count = 5_000
         args.pub_count = args.pynsq_pub_count = 5_000
         args.mpub_count = args.pynsq_mpub_count = 50_000
+        args.batched_count = 50_000
         args.go_seconds = 0.3
         args.latency_seconds = 1.0
         args.latency_rate = 500
@@ -1049,17 +1177,18 @@ def _profile(bench: Bench, workload: str) -> None:
     topic = bench.topic(workload, "txnsq")
     variant = workload.partition("-")[2]
     try:
-        if workload in ("pub", "mpub"):
-            batch = 1 if workload == "pub" else BATCH
-            count = a.pub_count if workload == "pub" else a.mpub_count
+        if workload in ("pub", "mpub", "pub-batched"):
+            batched = workload == "pub-batched"
+            count = {"pub": a.pub_count, "mpub": a.mpub_count}.get(workload, a.batched_count)
             spec = _spec(
                 bench,
                 "txnsq",
                 "publish",
                 topic,
-                batch=batch,
-                window=WINDOW,
+                batch=BATCH if workload == "mpub" else 1,
+                window=BATCHED_WINDOW if batched else WINDOW,
                 count=count,
+                batching=batched,
                 profile=35,
             )
         elif workload.startswith("consume") or workload == "rss":
@@ -1074,7 +1203,9 @@ def _profile(bench: Bench, workload: str) -> None:
                 **_variant_spec(bench, variant),
             )
         else:
-            raise SystemExit(f"--profile supports pub, mpub and consume*, not {workload}")
+            raise SystemExit(
+                f"--profile supports pub, mpub, pub-batched and consume*, not {workload}"
+            )
         done = reap(spawn(python_cmd(spec), a.timeout + 30))
         sys.stderr.write(done.stderr)
         out = _parse_json(done, "profile")

@@ -412,8 +412,10 @@ class ProducerStatsTests(ProducerTestCase):
         self.reactor.advance(0)  # one write, at t0
         self.reactor.advance(0.003)
         nsqd.answer_ok(1)
-        # Counted once the whole write is answered.
-        self.assertEqual(producer.stats()["published"], 0)
+        # Counted as answered; timed once the whole write is answered.
+        self.assertEqual(producer.stats()["published"], 1)
+        latency = producer.stats()["nsqd"]["127.0.0.1:4150"]["publish_latency"]
+        self.assertEqual(sum(latency["counts"]), 0)
         later = producer.publish("t", b"3")
         self.reactor.advance(0)  # a second write, 3 ms after the first
         self.reactor.advance(0.5)

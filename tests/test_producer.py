@@ -420,8 +420,9 @@ class CancelTests(ProducerTestCase):
         d.addTimeout(3, self.reactor)
         self.reactor.advance(3)
         self.failureResultOf(d)
-        self.assertEqual(producer.in_flight, 0)
+        self.assertEqual(producer.in_flight, 1)  # on the wire until nsqd answers
         nsqd.answer_ok()
+        self.assertEqual(producer.in_flight, 0)
         self.stop(producer)
 
 

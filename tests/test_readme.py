@@ -68,7 +68,7 @@ class ReadmeExamplesTests(TestCase):
 
     def test_every_block_is_covered(self) -> None:
         # If an example is added, a test must be added here (or in test_spark.py).
-        self.assertEqual(len(readme_blocks("python")), 12)
+        self.assertEqual(len(readme_blocks("python")), 13)
         self.assertEqual(len(readme_blocks("shell")), 1)
 
     def test_publishing(self) -> None:
@@ -79,6 +79,18 @@ class ReadmeExamplesTests(TestCase):
         topic = nsqd.topic_stats("events")
         assert topic is not None
         self.assertEqual(topic["message_count"], 1004)
+
+    def test_batching(self) -> None:
+        nsqd = start_nsqd(self)
+        code = block_containing("python", "batch=True")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        match = re.search(r"published (\d+) messages in (\d+) batches", out)
+        assert match is not None, out
+        self.assertEqual(int(match.group(1)), 10_000)
+        self.assertLess(int(match.group(2)), 100)
+        topic = nsqd.topic_stats("clicks")
+        assert topic is not None
+        self.assertEqual(topic["message_count"], 10_000)
 
     def test_consuming(self) -> None:
         lookupd = start_lookupd(self)

@@ -85,11 +85,13 @@ class ProducerNSQDStats(TypedDict):
 
     #: whether a connection to it is ready for publishes
     connected: bool
-    #: publish calls nsqd acknowledged (``OK``) on it; one ``multi_publish`` counts once
-    #: (counted when every publish of the same write has been answered)
+    #: publishes nsqd acknowledged (``OK``) on it (a ``multi_publish`` or a batch's
+    #: MPUB counts every message of a batch, a ``multi_publish`` once)
     published: int
     #: publish calls sent to it that failed (nsqd's error, or the connection lost)
     failed: int
+    #: batches sent to it (``batch=True``)
+    batches: int
     #: seconds from the write that carried a publish to nsqd's answer, for the
     #: acknowledged ones. The publishes of one write (the commands of one reactor turn
     #: go out together) share that write's send time and the time its last answer
@@ -105,8 +107,16 @@ class ProducerStats(TypedDict):
     failed: int
     #: publishes sent and not answered yet
     in_flight: int
-    #: publishes waiting for a ready connection
+    #: publishes waiting for a ready connection (or, batched, for their batch)
     queued: int
+    #: batches sent (``batch=True``), the publishes they carried, the largest
+    batches: int
+    batched: int
+    max_batch: int
+    #: batches per size: index ``i`` counts those of at most ``batch_size_bounds[i]``
+    #: messages (and more than the bound before), the last index the larger ones
+    batch_sizes: list[int]
+    batch_size_bounds: list[int]
     #: ready connections
     connections: int
     #: per nsqd, by its address (as the producer names it in logs)

@@ -64,6 +64,7 @@ from txnsq._wire.frames import (
     Heartbeat,
     ParsedFrame,
     Response,
+    encode_response,
 )
 from txnsq._wire.handshake import (
     Action,
@@ -101,6 +102,8 @@ __all__ = ["NSQProtocol", "ProtocolState"]
 
 _OK = b"OK"
 _CLOSE_WAIT = b"CLOSE_WAIT"
+#: nsqd's answer to a PUB or MPUB, as a whole frame (10 bytes).
+_OK_FRAME = encode_response(_OK)
 
 #: The bytes of frames parsed and handed over at a time (about 240 messages of 100 bytes).
 #: A read that holds more (a 64 KiB read, or what a compressed read inflates to) is
@@ -176,6 +179,12 @@ class NSQProtocol(Protocol):
         nsqd answers (PUB, MPUB, DPUB, SUB, CLS...), with how many: they are answered in
         the order written. A producer times its publishes with it, one clock read per
         write.
+    :ivar on_answer: when set, called once for every command nsqd answered, just before
+        its Deferred fires: with ``None`` for ``OK`` (also when the Deferred was
+        cancelled: its command was still on the wire until then), with the exception
+        its Deferred fails with otherwise (nsqd's error, or
+        :class:`~txnsq.errors.ConnectionClosed`). A producer counts its publishes with
+        it instead of one more callback on every Deferred.
     :param clock: the reactor's time interface (the global reactor by default).
     :raises TypeError, ValueError: for an ``auth_secret`` that is not bytes or str, or
         is empty, or a timeout that is not a positive number (``heartbeats_missed``
@@ -248,6 +257,7 @@ class NSQProtocol(Protocol):
         self.on_commands_written = on_commands_written
         # Commands awaiting an answer queued since the last write (on_commands_written).
         self._unwritten_commands = 0
+        self.on_answer: Callable[[BaseException | None], object] | None = None
 
         self._parser = FrameParser(max_frame_size, partial(Message, self))
         self._state = ProtocolState.CONNECTING
@@ -389,7 +399,18 @@ class NSQProtocol(Protocol):
 
         :raises NotReady: if the handshake has not completed or the connection is closing.
         """
-        return self._command(data)
+        # _command, inlined: this is a producer's path for every publish.
+        if self._state is not _READY:
+            raise NotReady(f"connection is not ready ({self._state.value})")
+        d: defer.Deferred[bytes] = defer.Deferred()
+        self._pending.append(d)
+        self._unwritten_commands += 1
+        out = self._out
+        if out is not None:
+            out.append(data)
+        else:
+            self._write(data)
+        return d
 
     def rdy(self, count: int) -> None:
         """Send ``RDY count`` (checked against the server's ``max_rdy_count``)."""
@@ -517,18 +538,16 @@ class NSQProtocol(Protocol):
         pending, self._pending = self._pending, deque()
         if pending:
             cause = self._closing_reason
-            if isinstance(cause, ConnectionClosed):
-                # Closed by the liveness check: the commands fail with what it found.
-                for d in pending:
-                    if not d.called:
-                        d.errback(cause)
-            else:
-                cause = cause or reason
-                for d in pending:
-                    if not d.called:
-                        d.errback(
-                            ConnectionClosed("connection closed before nsqd answered", cause)
-                        )
+            if not isinstance(cause, ConnectionClosed):
+                # (A ConnectionClosed is the liveness check's finding: the commands fail
+                # with it as it is.)
+                cause = ConnectionClosed("connection closed before nsqd answered", cause or reason)
+            on_answer = self.on_answer
+            for d in pending:
+                if on_answer is not None:
+                    on_answer(cause)
+                if not d.called:
+                    d.errback(cause)
         if self.on_close is not None:
             try:
                 self.on_close(reason)
@@ -551,6 +570,25 @@ class NSQProtocol(Protocol):
             self._out = []
         self._in_read = True
         try:
+            size = len(data)
+            if (
+                size % 10 == 0
+                and size
+                and data.count(_OK_FRAME) * 10 == size
+                and not parser.buffered()
+            ):
+                # A producer's read: nsqd's OKs and nothing else (they tile the read).
+                # Answered without building a frame for each.
+                response = self._response
+                for i in range(size // 10):
+                    if self._state is not _READY:
+                        if not self._answering:
+                            return
+                        data = data[i * 10 :]  # CLOSING: CLOSE_WAIT rules, below
+                        break
+                    response(_OK)
+                else:
+                    return
             while True:
                 before = parser.control_frames
                 frames = parser.feed(data, max_bytes=READ_BATCH_BYTES)
@@ -646,6 +684,9 @@ class NSQProtocol(Protocol):
             raise ProtocolError(f"response {data[:60]!r} where {expected.decode()} was expected")
         d = pending.popleft()
         self._answers += 1
+        on_answer = self.on_answer
+        if on_answer is not None:
+            on_answer(None)
         if not d.called:  # a cancelled command keeps its place in the queue
             d.callback(data)
 
@@ -656,9 +697,12 @@ class NSQProtocol(Protocol):
             # nothing (a retry from an errback, say) is written into a dying connection.
             head = self._pending.popleft() if self._pending else None
             self._tear_down(error)
-            if head is not None and not head.called:
-                head.errback(error)
-                return
+            if head is not None:
+                if self.on_answer is not None:
+                    self.on_answer(error)
+                if not head.called:
+                    head.errback(error)
+                    return
         self._log.warn(
             "nsqd {peer} sent {code}: {text}", peer=self.peer, code=error.code, text=error.text
         )
