@@ -66,8 +66,9 @@ class ReadmeExamplesTests(TestCase):
     """Each README example, run as a user would run it."""
 
     def test_every_block_is_covered(self) -> None:
-        # If an example is added, a test must be added here (or in test_spark.py).
-        self.assertEqual(len(readme_blocks("python")), 7)
+        # If an example is added, a test must be added here (or in test_spark.py, for the
+        # Spark examples: SparkReadmeTests).
+        self.assertEqual(len(readme_blocks("python")), 8)
         self.assertEqual(len(readme_blocks("shell")), 1)
 
     def test_publishing(self) -> None:

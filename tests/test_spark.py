@@ -830,3 +830,62 @@ class ReaderSideTests(TestCase):
         stats = wait_for(lambda: (c := channel(nsqd, "q", "c"))["deferred_count"] == 1 and c)
         self.assertEqual(stats["in_flight_count"], 0)
         self.assertEqual((nsqd.topic_stats("q.dead") or {}).get("message_count", 0), 0)
+
+
+@pytest.mark.spark
+class SparkReadmeTests(SparkTestCase):
+    """README.rst's Spark examples, run on the tests' session (``spark``)."""
+
+    def test_write_read_dead_letters_and_lag(self) -> None:
+        from tests.test_readme import block_containing
+
+        lookupd = start_lookupd(self)
+        nsqd = start_nsqd(self, lookupds=[lookupd])
+        make_channel(nsqd, "events", "archive")
+        wait_for(lambda: lookupd.lookup("events")["producers"], what="lookupd registration")
+        publish(nsqd, "events", [b"poison"])
+        requeue_times(nsqd, "events", "archive", 1, 5)  # its 6th delivery is next
+        code = block_containing("python", "deadLetterTopic")
+        code = code.replace("127.0.0.1:4150", nsqd.tcp_address)
+        code = code.replace("http://127.0.0.1:4161", lookupd.http_url)
+        code = code.replace("/tmp/events", os.path.join(self.tmp, "events"))
+        printed: list[str] = []
+        exec(code, {"spark": self.spark, "print": lambda *a: printed.append(" ".join(map(str, a)))})
+        rows = self.spark.read.parquet(os.path.join(self.tmp, "events")).collect()
+        self.assertEqual(
+            sorted(r.value for r in rows), sorted(b"event %d" % i for i in range(1000))
+        )
+        self.assertEqual(read_bodies(nsqd, "events.dead", "check", 1), [b"poison"])
+        self.assertEqual(len(printed), 2)
+        self.assertTrue(printed[0].startswith("behind: {'depth': 0,"), printed)
+        self.assertIn(nsqd.tcp_address, printed[1])
+
+    def test_dedupe_recipe(self) -> None:
+        """Two channels of one topic deliver each message twice, with the same id,
+        nsqd_address and timestamp: the recipe keeps one of each."""
+        from tests.test_readme import block_containing
+
+        scope: dict[str, Any] = {}
+        exec(block_containing("python", "dropDuplicatesWithinWatermark"), scope)
+        nsqd = start_nsqd(self)
+        make_channel(nsqd, "twice", "x")
+        make_channel(nsqd, "twice", "y")
+        publish(nsqd, "twice", [b"m-%d" % i for i in range(50)])
+
+        def read(name: str) -> Any:
+            r = self.spark.readStream.format("nsq").option("nsqd", nsqd.tcp_address)
+            return (
+                r.option("topic", "twice")
+                .option("channel", name)
+                .option("reportLag", "false")
+                .load()
+            )
+
+        both = read("x").unionByName(read("y"))
+        query = self.run_available_now(scope["without_redeliveries"](both), "nsq_once")
+        self.assertEqual(sum(p["numInputRows"] for p in query.recentProgress), 100)
+        rows = self.spark.sql("select value, id from nsq_once").collect()
+        self.assertEqual(
+            sorted(bytes(r.value) for r in rows), sorted(b"m-%d" % i for i in range(50))
+        )
+        self.assertEqual(len({r.id for r in rows}), 50)

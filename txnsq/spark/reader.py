@@ -178,15 +178,11 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state.available_now = True
         state.subscriber.set_cutoff(time.time_ns())
 
-    def latestOffset(
-        self, start: dict[str, int] | None = None, limit: ReadLimit | None = None
-    ) -> dict[str, int]:
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         """Plan the next batch from ``start``: take what the read limits allow from the
         buffered messages and return the offset that ends it (``start`` when there is
         nothing to read)."""
         state = self._ensure()
-        if start is None:  # PySpark < 4.2 has no admission control
-            start = state.last_offset or self.initialOffset()
         seq = int(start["seq"])
         tick = int(start["tick"])
         pending = state.batch_from(seq)
@@ -286,7 +282,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- internals ---------------------------------------------------------------------
 
-    def _limits(self, limit: ReadLimit | None) -> tuple[int, int | None, int]:
+    def _limits(self, limit: ReadLimit) -> tuple[int, int | None, int]:
         """``(max messages, max bytes or None, min messages)`` for this batch, from the
         options and the limit Spark passed."""
         options = self.options
@@ -452,30 +448,39 @@ def _relax_gc() -> None:
 
 
 def _record_batch(chunks: list[Chunk], count: int, topic: str) -> pa.RecordBatch:
+    """The rows of ``chunks`` (``count`` messages) as one Arrow record batch."""
     bodies: list[bytes] = []
     ids: list[bytes] = []
     timestamps: list[int] = []
     attempts: list[int] = []
-    addresses: list[str] = []
+    runs: list[tuple[str, int]] = []  # (nsqd address, how many rows in a row)
     for state, messages in chunks:
         bodies.extend([m.body for m in messages])
         ids.extend([m.id for m in messages])
         timestamps.extend([m.timestamp for m in messages])
         attempts.extend([m.attempts for m in messages])
-        addresses.extend([state.address] * len(messages))
-    ts = pa.array(timestamps, pa.int64())
-    micros = pc.divide(ts, 1000).cast(pa.timestamp("us", tz="UTC"))
+        if runs and runs[-1][0] == state.address:
+            runs[-1] = (state.address, runs[-1][1] + len(messages))
+        else:
+            runs.append((state.address, len(messages)))
+    micros = pc.divide(pa.array(timestamps, pa.int64()), 1000).cast(_TIMESTAMP)
+    # nsqd's message ids are 16 bytes: joined, they are a fixed-size binary array.
+    id_array = pa.Array.from_buffers(pa.binary(16), count, [None, pa.py_buffer(b"".join(ids))])
+    addresses = pa.concat_arrays(
+        [pa.repeat(pa.scalar(address, pa.string()), n) for address, n in runs]
+    )
     return pa.RecordBatch.from_arrays(
         [
             pa.array(bodies, pa.binary()),
-            pa.array(ids, pa.binary()).view(pa.string()),
+            id_array.cast(pa.binary()).view(pa.string()),
             micros,
             pa.array(attempts, pa.int32()),
             pa.repeat(pa.scalar(topic, pa.string()), count),
-            pa.array(addresses, pa.string()),
+            addresses,
         ],
         schema=_ARROW_SCHEMA,
     )
 
 
+_TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 _ARROW_SCHEMA = arrow_read_schema()
