@@ -307,12 +307,18 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return state
 
 
+def make_subscriber(options: ReadOptions) -> Subscriber:
+    """The :class:`~txnsq.blocking.Subscriber` that reads for a stream: every read
+    option reaches it through :meth:`ReadOptions.subscriber_options`."""
+    return Subscriber(options.subscriber_options())
+
+
 class _ReaderState:
     """What exists only in the process that runs the reader: connections and batches."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        self.subscriber = Subscriber(options.subscriber_options())
+        self.subscriber = make_subscriber(options)
         self.batches: list[_Batch] = []
         self.last_offset: dict[str, int] | None = None
         self.available_now = False
