@@ -140,6 +140,10 @@ class SparkWriteTests(SparkTestCase):
         with self.assertRaises(Exception) as failed:
             self.writer(nulls, topic=None).save()
         self.assertIn("column 'topic' holds a null", str(failed.exception))
+        bad = self.spark.createDataFrame([(b"x", "bad topic!")], "value binary, topic string")
+        with self.assertRaises(Exception) as failed:
+            self.writer(bad, topic=None).save()
+        self.assertIn("column 'topic': ", str(failed.exception))
 
     def test_delay_column_publishes_deferred(self) -> None:
         make_channel(self.nsqd, "later", "check")

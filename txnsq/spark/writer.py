@@ -38,7 +38,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from txnsq._wire.commands import mpub_framed
+from txnsq._wire.commands import mpub_framed, validate_topic_name
 from txnsq.blocking import Connection
 from txnsq.errors import HandshakeError, NSQServerError
 from txnsq.spark.options import ConnectionSettings, WriteOptions
@@ -247,8 +247,8 @@ def _publish_batch(
 
     Does not wait for the last MPUB answers: the caller calls ``conn.wait_published()``.
 
-    :raises ValueError: naming the column, for a null or empty value, a null topic, or a
-        negative delay (before anything of ``batch`` is sent).
+    :raises ValueError: naming the column, for a null or empty value, a null or invalid
+        topic, or a negative delay (before anything of ``batch`` is sent).
     """
     rows = int(batch.num_rows)
     values = _values(batch, columns)
@@ -263,9 +263,9 @@ def _publish_batch(
         names: list[str | None] = (
             [options.topic] * len(bodies) if topics is None else topics.take(chosen).to_pylist()
         )
-        for topic, body, delay in zip(names, bodies, waits, strict=True):
-            assert topic is not None
-            conn.deferred_publish(topic, body, delay / 1000)
+        for name, body, delay in zip(names, bodies, waits, strict=True):
+            assert name is not None
+            conn.deferred_publish(name, body, delay / 1000)
         now = pc.invert(later)
         values = values.filter(now)
         topics = topics.filter(now) if topics is not None else None
@@ -310,7 +310,7 @@ def _values(batch: pa.RecordBatch, columns: WriteColumns) -> pa.Array:
 def _topics(batch: pa.RecordBatch, columns: WriteColumns) -> pa.Array | None:
     """Each row's topic from the ``topic`` column, or ``None``: the option's for all.
 
-    :raises ValueError: for a null.
+    :raises ValueError: for a null or an invalid topic name.
     """
     if columns.topic is None:
         return None
@@ -320,6 +320,11 @@ def _topics(batch: pa.RecordBatch, columns: WriteColumns) -> pa.Array | None:
             f"column '{columns.topic}' holds a null and option 'topic' is not set: every "
             "row needs a topic"
         )
+    for name in pc.unique(column).to_pylist():
+        try:
+            validate_topic_name(name)
+        except ValueError as e:
+            raise ValueError(f"column '{columns.topic}': {e}") from None
     return column
 
 
