@@ -284,7 +284,7 @@ class WriterFramingTests(TestCase):
         import pyarrow as pa
 
         from txnsq._wire import commands
-        from txnsq.spark.writer import _mpubs
+        from txnsq.spark.writer import mpub_commands
 
         rng = random.Random(7)
         for _ in range(100):
@@ -306,7 +306,7 @@ class WriterFramingTests(TestCase):
                 chunk.append(body)
                 size += 4 + len(body)
             expected.append(commands.mpub("t", chunk))
-            self.assertEqual(list(_mpubs("t", values, batch_size, max_body_size)), expected)
+            self.assertEqual(list(mpub_commands("t", values, batch_size, max_body_size)), expected)
 
 
 class ClusterCases(_CasesBase):

@@ -23,7 +23,7 @@ import time
 from typing import Any
 from unittest import SkipTest
 
-from tests.support.processes import NSQD, in_ci
+from tests.support.processes import in_ci
 from txnsq.blocking import Connection
 
 LOCAL = "local[2]"
@@ -97,21 +97,21 @@ def _stop() -> None:
 # -- nsqd helpers ---------------------------------------------------------------------
 
 
-def publish(nsqd: NSQD, topic: str, bodies: list[bytes]) -> None:
+def publish(nsqd: Any, topic: str, bodies: list[bytes]) -> None:
     with Connection(nsqd.tcp_address) as conn:
         conn.multi_publish(topic, bodies, batch_size=500)
 
 
-def make_channel(nsqd: NSQD, topic: str, name: str) -> None:
+def make_channel(nsqd: Any, topic: str, name: str) -> None:
     nsqd.create_topic(topic)
     nsqd.create_channel(topic, name)
 
 
-def channel(nsqd: NSQD, topic: str, name: str) -> dict[str, Any]:
+def channel(nsqd: Any, topic: str, name: str) -> dict[str, Any]:
     return nsqd.channel_stats(topic, name) or {}
 
 
-def read_bodies(nsqd: NSQD, topic: str, channel: str, count: int) -> list[bytes]:
+def read_bodies(nsqd: Any, topic: str, channel: str, count: int) -> list[bytes]:
     """Take ``count`` messages from ``topic``/``channel`` (FIN each) and return bodies."""
     bodies: list[bytes] = []
     with Connection(nsqd.tcp_address) as conn:
@@ -126,7 +126,7 @@ def read_bodies(nsqd: NSQD, topic: str, channel: str, count: int) -> list[bytes]
     return bodies
 
 
-def requeue_times(nsqd: NSQD, topic: str, channel: str, count: int, times: int) -> None:
+def requeue_times(nsqd: Any, topic: str, channel: str, count: int, times: int) -> None:
     """Take the ``count`` messages of ``topic``/``channel`` and requeue them, ``times``
     times over: each comes back with ``attempts`` = ``times`` + 1."""
     with Connection(nsqd.tcp_address) as conn:

@@ -48,6 +48,7 @@ __all__ = [
     "NSQStreamWriter",
     "NSQWriteCommitMessage",
     "SchemaError",
+    "mpub_commands",
     "resolve_write_columns",
 ]
 
@@ -278,7 +279,7 @@ def _publish_batch(
             for topic in pc.unique(topics).to_pylist()
         ]
     for topic, group in groups:
-        for command in _mpubs(topic, group, options.batch_size, options.max_body_size):
+        for command in mpub_commands(topic, group, options.batch_size, options.max_body_size):
             conn.start_encoded_multi_publish(command, max_pending=options.max_pending)
     return rows
 
@@ -349,9 +350,11 @@ def _delays(batch: pa.RecordBatch, columns: WriteColumns) -> pa.Array | None:
     return pc.fill_null(column, 0)
 
 
-def _mpubs(topic: str, values: pa.Array, batch_size: int, max_body_size: int) -> Iterator[bytes]:
-    """MPUB commands for ``values`` (a binary array): at most ``batch_size`` messages
-    and ``max_body_size`` bytes each.
+def mpub_commands(
+    topic: str, values: pa.Array, batch_size: int, max_body_size: int
+) -> Iterator[bytes]:
+    """Return the MPUB commands for ``values`` (a binary array of non-empty bodies): at
+    most ``batch_size`` messages and ``max_body_size`` bytes each, in order.
 
     The bodies are framed as MPUB carries them (:func:`~txnsq._wire.commands.mpub`: each
     preceded by its 4-byte big-endian size) by Arrow, for the whole array at once, and
