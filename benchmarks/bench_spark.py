@@ -20,8 +20,11 @@ Each figure is the median of ``--runs`` runs after one warm-up (the first Python
 source job of a session spawns the workers and is much slower). It prints numbers and
 asserts nothing.
 
+The reads use ``maxMessagesPerTrigger`` 50,000 and ``numPartitions`` 2 (one partition per
+core of ``local[2]``) unless told otherwise.
+
 Run: ``.venv/bin/python -m benchmarks.bench_spark [--runs 3] [--skip-read] [--skip-write]
-[--num-partitions N]``
+[--num-partitions N] [--max-messages-per-trigger N]``
 """
 
 from __future__ import annotations
@@ -363,7 +366,9 @@ def main() -> None:
     parser.add_argument("--skip-write", action="store_true")
     parser.add_argument("--skip-read", action="store_true")
     parser.add_argument("--max-messages-per-trigger", default="50000")
-    parser.add_argument("--num-partitions", default=None, help="option numPartitions")
+    parser.add_argument(
+        "--num-partitions", default="2", help="option numPartitions (2: one per core of local[2])"
+    )
     args = parser.parse_args()
 
     group = ProcessGroup()
