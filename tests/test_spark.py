@@ -621,6 +621,7 @@ class SparkReadTests(SparkTestCase):
         self.assertEqual(counts["depth"] + counts["inFlight"], 100)
         self.assertEqual(report["lag"], counts)
         self.assertEqual(report["seq"], 10)
+        self.assertGreater(report["cpuSeconds"], 0)  # the reader's process, since it started
         # One batch of 10 waits for its commit and 10 more are buffered: 20 in flight.
         wait_for(lambda: channel(nsqd, "held", "spark")["in_flight_count"] == 20, timeout=10)
         query.stop()

@@ -204,9 +204,12 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The last offset handed to Spark, the messages buffered for the next batches,
-        and the channel's counts on every nsqd read from (``"lag"``: their sums;
-        ``"nsqd"``: per nsqd, ``{"depth", "inFlight", "deferred"}`` or ``{"error"}``).
-        Spark shows it as ``latestOffset`` in the query progress."""
+        the CPU seconds the reader's process used since the reader started
+        (``"cpuSeconds"``: the reader's cost on the driver), messages given up
+        (``"givenUp"``, with ``maxAttempts``), and the channel's counts on every nsqd read
+        from (``"lag"``: their sums; ``"nsqd"``: per nsqd, ``{"depth", "inFlight",
+        "deferred"}`` or ``{"error"}``). Spark shows it as ``latestOffset`` in the query
+        progress."""
         state = self._state
         if state is None:
             return None
@@ -215,6 +218,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "seq": int(offset["seq"]),
             "tick": int(offset["tick"]),
             "buffered": state.subscriber.buffered(),
+            "cpuSeconds": round(time.process_time() - state.cpu_start, 3),
         }
         if state.dead_letters is not None:
             report["givenUp"] = state.dead_letters.given_up
@@ -324,12 +328,14 @@ class _ReaderState:
         self.available_now = False
         self.lag = LagProbe(options) if options.report_lag else None
         self.dead_letters = DeadLetters(options, self.subscriber) if options.max_attempts else None
+        self.cpu_start = time.process_time()
         self._first = True
         self._last_batch_at = time.monotonic()
         self._previous_sigterm: Any = None
         self._shutdown_started = False
 
     def start(self) -> None:
+        self.cpu_start = time.process_time()
         self._install_exit_hooks()
         _relax_gc()
         self.subscriber.start()
