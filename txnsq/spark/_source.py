@@ -16,6 +16,7 @@ pyspark.
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -38,6 +39,8 @@ LAG_RETRY_S: Final = 30.0
 LAG_TIMEOUT_S: Final = 2.0
 #: A message whose dead-letter publish failed is requeued with this delay (seconds).
 DEAD_LETTER_RETRY_S: Final = 10.0
+
+_attempts = operator.attrgetter("attempts")
 
 
 def http_address_guess(tcp_address: str) -> str:
@@ -167,8 +170,10 @@ class DeadLetters:
         dead: list[Chunk] = []
         count = 0
         for state, messages in chunks:
-            bad = [m for m in messages if should_give_up(m.attempts, max_attempts)]
-            if bad:
+            # Giving up is monotonic in attempts: a run whose most delivered message is
+            # kept is kept whole (the usual case, one C-level pass).
+            if should_give_up(max(map(_attempts, messages)), max_attempts):
+                bad = [m for m in messages if should_give_up(m.attempts, max_attempts)]
                 dead.append((state, bad))
                 messages = [m for m in messages if not should_give_up(m.attempts, max_attempts)]
                 if not messages:
