@@ -1,25 +1,37 @@
 """Throughput of the PySpark ``nsq`` data source on ``local[2]`` against a real nsqd.
 
 * Batch write of 1,000,000 rows of 100 bytes (2 partitions) into a topic that has a
-  channel, in rows/s, next to the ``noop`` format on the same DataFrame in the same
-  session (the ratio is what to compare across machines).
+  channel, in rows/s, next to the ``noop`` format and to a Python Arrow data source that
+  discards its rows (``discard``: the floor of any Python data source) on the same
+  DataFrame in the same session. The ratios are what to compare across machines.
 * Streaming read, ``trigger(availableNow=True)`` into the ``noop`` sink, of 200,000 and
   of 1,000,000 messages published beforehand, in msgs/s:
   - end to end: from ``start()`` until nsqd shows the channel empty with nothing in
     flight (every message FINished), and until the query terminated;
   - sustained: messages over the time from the first data batch's start to the last
-    data batch's end (Spark's progress reports).
+    data batch's end (Spark's progress reports);
+  - the driver-side Python CPU per message: what the reader reports in the progress
+    (``cpuSeconds``: its process's CPU time since the reader started, all threads), per
+    message; the CPU time of that whole process (the ``python_streaming_source_runner``
+    Spark starts on the driver, sampled from /proc: Spark's start-up of it, about 1
+    CPU-s importing pyspark, included), per message of the 1M read; and the extra CPU
+    of the 1M read over the 200k one per extra message ("marginal").
 
 Each figure is the median of ``--runs`` runs after one warm-up (the first Python data
 source job of a session spawns the workers and is much slower). It prints numbers and
 asserts nothing.
 
-Run: ``.venv/bin/python -m benchmarks.bench_spark [--runs 3] [--skip-read] [--skip-write]``
+The reads use ``maxMessagesPerTrigger`` 50,000 and ``numPartitions`` 2 (one partition per
+core of ``local[2]``) unless told otherwise.
+
+Run: ``.venv/bin/python -m benchmarks.bench_spark [--runs 3] [--skip-read] [--skip-write]
+[--num-partitions N] [--max-messages-per-trigger N]``
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -27,6 +39,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +51,23 @@ from tests.support.processes import NSQD, ProcessGroup, http_post  # noqa: E402
 from txnsq.blocking import Connection  # noqa: E402
 
 WRITE_ROWS = 1_000_000
+
+
+def _has_lag_option() -> bool:
+    """Whether this txnsq's reader takes option ``nsqdHttp`` (an older one, run for a
+    comparison, does not)."""
+    from txnsq.spark.options import OptionError, parse_read_options
+
+    try:
+        parse_read_options(
+            {"nsqd": "127.0.0.1:4150", "topic": "t", "channel": "c", "nsqdHttp": "a:1=a:2"}
+        )
+    except OptionError:
+        return False
+    return True
+
+
+LAG_OPTION = _has_lag_option()
 BODY_SIZE = 100
 
 
@@ -103,6 +133,28 @@ class CPUSampler:
         return out
 
 
+def discard_source() -> type:
+    """A Python data source ``discard`` whose Arrow writer only counts its rows."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class DiscardWriter(DataSourceArrowWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            rows = 0
+            for batch in iterator:
+                rows += batch.num_rows
+            return WriterCommitMessage()
+
+    class DiscardSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "discard"
+
+        def writer(self, schema: Any, overwrite: bool) -> DiscardWriter:
+            return DiscardWriter()
+
+    return DiscardSource
+
+
 def make_spark() -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -122,6 +174,7 @@ def make_spark() -> Any:
     from txnsq.spark import NSQDataSource
 
     spark.dataSource.register(NSQDataSource)
+    spark.dataSource.register(discard_source())
     return spark
 
 
@@ -140,20 +193,24 @@ def bench_write(spark: Any, nsqd: NSQD, runs: int) -> dict[str, float]:
         F.lpad(F.col("id").cast("string"), BODY_SIZE, "x").cast("binary").alias("value")
     )
 
-    def noop() -> float:
-        t = time.perf_counter()
-        df.write.format("noop").mode("overwrite").save()
-        return time.perf_counter() - t
+    def plain(name: str) -> Callable[[], float]:
+        def run() -> float:
+            t = time.perf_counter()
+            df.write.format(name).mode("overwrite" if name == "noop" else "append").save()
+            return time.perf_counter() - t
 
+        return run
+
+    noop, discard = plain("noop"), plain("discard")
     cpu_reports: list[dict[str, float]] = []
 
     def nsq() -> float:
         before = (nsqd.topic_stats(topic) or {}).get("message_count", 0)
         with CPUSampler(nsqd) as cpu:
             t = time.perf_counter()
-            df.write.format("nsq").option("nsqd", nsqd.tcp_address).option(
-                "topic", topic
-            ).mode("append").save()
+            df.write.format("nsq").option("nsqd", nsqd.tcp_address).option("topic", topic).mode(
+                "append"
+            ).save()
             elapsed = time.perf_counter() - t
         cpu_reports.append({f"cpu_{k}": v for k, v in cpu.report().items()})
         after = (nsqd.topic_stats(topic) or {}).get("message_count", 0)
@@ -163,19 +220,27 @@ def bench_write(spark: Any, nsqd: NSQD, runs: int) -> dict[str, float]:
         return elapsed
 
     noop()
+    discard()
     nsq()  # warm-up: worker spawn, JIT
-    noop_times, nsq_times = [], []
+    times: dict[str, list[float]] = {"noop": [], "discard": [], "nsq": []}
     for i in range(runs):
-        noop_times.append(noop())
-        nsq_times.append(nsq())
+        for name, run in (("noop", noop), ("discard", discard), ("nsq", nsq)):
+            times[name].append(run())
         print(
-            f"  write run {i + 1}: noop {WRITE_ROWS / noop_times[-1]:,.0f} rows/s, "
-            f"nsq {WRITE_ROWS / nsq_times[-1]:,.0f} rows/s; CPU-s: {_cpu(cpu_reports[-1])}",
+            f"  write run {i + 1}: "
+            + ", ".join(f"{k} {WRITE_ROWS / v[-1]:,.0f} rows/s" for k, v in times.items())
+            + f"; nsq CPU-s: {_cpu(cpu_reports[-1])}",
             flush=True,
         )
-    noop_rate = WRITE_ROWS / statistics.median(noop_times)
-    nsq_rate = WRITE_ROWS / statistics.median(nsq_times)
-    return {"noop_rows_s": noop_rate, "nsq_rows_s": nsq_rate, "ratio": nsq_rate / noop_rate}
+    rates = {k: WRITE_ROWS / statistics.median(v) for k, v in times.items()}
+    return {
+        "noop_rows_s": rates["noop"],
+        "discard_rows_s": rates["discard"],
+        "nsq_rows_s": rates["nsq"],
+        "ratio": rates["nsq"] / rates["noop"],
+        "discard_ratio": rates["discard"] / rates["noop"],
+        "ratio_to_discard": rates["nsq"] / rates["discard"],
+    }
 
 
 def publish(nsqd: NSQD, topic: str, count: int) -> None:
@@ -201,8 +266,10 @@ def read_once(
     def watch() -> None:
         while not stop.is_set():
             c = nsqd.channel_stats(topic, channel) or {}
-            if c.get("depth", 1) == 0 and c.get("in_flight_count", 1) == 0 and (
-                c.get("message_count", 0) - base >= count
+            if (
+                c.get("depth", 1) == 0
+                and c.get("in_flight_count", 1) == 0
+                and (c.get("message_count", 0) - base >= count)
             ):
                 drained_at.append(time.perf_counter())
                 return
@@ -210,6 +277,8 @@ def read_once(
 
     reader = spark.readStream.format("nsq").option("nsqd", nsqd.tcp_address)
     reader = reader.option("topic", topic).option("channel", channel)
+    if LAG_OPTION:  # nsqd's HTTP port, for the lag in the progress reports
+        reader = reader.option("nsqdHttp", f"{nsqd.tcp_address}={nsqd.http_address}")
     for key, value in options.items():
         reader = reader.option(key, value)
     with CPUSampler(nsqd) as cpu:
@@ -243,6 +312,11 @@ def read_once(
             f"{c.get('in_flight_count')} in flight"
         )
     e2e_drained = (drained_at[0] - start) if drained_at else float("nan")
+    reader_cpu = float("nan")
+    if query.recentProgress:
+        report = json.loads(query.recentProgress[-1]["sources"][0].get("latestOffset") or "{}")
+        if "cpuSeconds" in report and report.get("seq"):
+            reader_cpu = report["cpuSeconds"] / report["seq"] * 1e6
     per_m = 1_000_000 / count
     phases: dict[str, float] = {}
     for p in progress:
@@ -259,13 +333,12 @@ def read_once(
         "e2e_terminated": count / (ended - start),
         "sustained": count / max(1e-9, last - first),
         "batches": float(len(progress)),
+        "reader_cpu_us": reader_cpu,
     }
 
 
 def _cpu(result: dict[str, float]) -> str:
-    return ", ".join(
-        f"{k[4:]} {v:.2f}" for k, v in sorted(result.items()) if k.startswith("cpu_")
-    )
+    return ", ".join(f"{k[4:]} {v:.2f}" for k, v in sorted(result.items()) if k.startswith("cpu_"))
 
 
 def _progress_time(progress: dict[str, Any]) -> float:
@@ -288,7 +361,8 @@ def bench_read(
         print(
             f"  read {count:,} run {i + 1}: e2e {r['e2e_drained']:,.0f} msgs/s (drained), "
             f"{r['e2e_terminated']:,.0f} (query ended), sustained {r['sustained']:,.0f}, "
-            f"{r['batches']:.0f} batches; CPU-s per 1M msgs: {_cpu(r)}",
+            f"{r['batches']:.0f} batches; reader process CPU {r['reader_cpu_us']:.2f} us/msg; "
+            f"CPU-s per 1M msgs: {_cpu(r)}",
             flush=True,
         )
     keys = {k for r in results for k in r}
@@ -301,6 +375,9 @@ def main() -> None:
     parser.add_argument("--skip-write", action="store_true")
     parser.add_argument("--skip-read", action="store_true")
     parser.add_argument("--max-messages-per-trigger", default="50000")
+    parser.add_argument(
+        "--num-partitions", default="2", help="option numPartitions (2: one per core of local[2])"
+    )
     args = parser.parse_args()
 
     group = ProcessGroup()
@@ -312,20 +389,37 @@ def main() -> None:
         if not args.skip_write:
             w = bench_write(spark, nsqd, args.runs)
             print(
-                f"WRITE 1M x {BODY_SIZE} B: nsq {w['nsq_rows_s']:,.0f} rows/s, noop "
-                f"{w['noop_rows_s']:,.0f} rows/s, ratio {w['ratio']:.2f}",
+                f"WRITE 1M x {BODY_SIZE} B: nsq {w['nsq_rows_s']:,.0f} rows/s, discard "
+                f"{w['discard_rows_s']:,.0f} rows/s, noop {w['noop_rows_s']:,.0f} rows/s; "
+                f"nsq/discard {w['ratio_to_discard']:.2f}, nsq/noop {w['ratio']:.2f}, "
+                f"discard/noop {w['discard_ratio']:.2f}",
                 flush=True,
             )
         if not args.skip_read:
             options = {"maxMessagesPerTrigger": args.max_messages_per_trigger}
+            if args.num_partitions:
+                options["numPartitions"] = args.num_partitions
+            reads = {}
             for count in (200_000, 1_000_000):
-                r = bench_read(spark, nsqd, count, args.runs, options)
+                r = reads[count] = bench_read(spark, nsqd, count, args.runs, options)
                 print(
                     f"READ {count:,}: end-to-end {r['e2e_drained']:,.0f} msgs/s (to drained), "
                     f"{r['e2e_terminated']:,.0f} msgs/s (to query end), sustained "
                     f"{r['sustained']:,.0f} msgs/s",
                     flush=True,
                 )
+            small, large = reads[200_000], reads[1_000_000]
+            runner = "cpu_py-runner"  # CPU-s per 1M messages
+            total = large.get(runner, float("nan"))
+            marginal = (large.get(runner, 0.0) - small.get(runner, 0.0) / 5) / 0.8
+            print(
+                "READ driver-side Python CPU per message: "
+                f"{large['reader_cpu_us']:.2f} us in the reader's process since it started "
+                f"(1M read; {small['reader_cpu_us']:.2f} for 200k), {total:.2f} us for the "
+                f"whole process (1M read, Spark's start-up of it included), {marginal:.2f} us "
+                "marginal (1M over 200k)",
+                flush=True,
+            )
         spark.stop()
     finally:
         group.stop_all()

@@ -68,7 +68,7 @@ class ReadmeExamplesTests(TestCase):
 
     def test_every_block_is_covered(self) -> None:
         # If an example is added, a test must be added here (or in test_spark.py).
-        self.assertEqual(len(readme_blocks("python")), 13)
+        self.assertEqual(len(readme_blocks("python")), 14)
         self.assertEqual(len(readme_blocks("shell")), 1)
 
     def test_publishing(self) -> None:

@@ -1,156 +1,105 @@
-"""The PySpark ``nsq`` data source against real Spark (local[2]) and real nsqd.
+"""The PySpark ``nsq`` data source against real Spark (``local[2]``) and real nsqd.
 
-One SparkSession serves the whole module (it costs ~1.5 GB and 10-20 s to start). When
-pyspark or Java is missing the Spark tests are skipped, except under ``CI=true``, where
-they fail. The :class:`SubscriberTests` need only nsqd. Option parsing is tested without
-either in ``test_spark_options``.
+One SparkSession serves the Spark tests (:mod:`tests.support.spark`). The cases of
+:class:`ClusterCases` (write/read round trip with an ``availableNow`` read, restart from
+a checkpoint, dead letters) run here on ``local[2]`` and in ``test_spark_cluster`` on
+``local-cluster[2,1,1024]``. The classes without the ``spark`` marker need only nsqd: the
+reader's connections, its lag statistics and its dead letters. Option parsing is tested
+without either in ``test_spark_options``.
 """
 
 from __future__ import annotations
 
-import glob
+import itertools
 import json
 import os
+import random
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
-from typing import Any
-from unittest import SkipTest
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from twisted.trial.unittest import TestCase
 
-from tests.support.processes import NSQD, in_ci, start_lookupd, start_nsqd, wait_for
-from txnsq.blocking import Connection
+from tests.support.processes import NSQD, start_lookupd, start_nsqd, wait_for
+from tests.support.spark import (
+    LOCAL,
+    channel,
+    last_batch,
+    make_channel,
+    publish,
+    read_bodies,
+    requeue_times,
+    seq,
+    source_runner_pids,
+    spark_session,
+)
 
 pytestmark = pytest.mark.integration
 
-_session: Any = None
-_session_lock = threading.Lock()
+
+def read_options(**overrides: Any) -> Any:
+    from txnsq.spark.options import parse_read_options
+
+    return parse_read_options({k: str(v) for k, v in overrides.items()})
 
 
-def spark_session() -> Any:
-    """The module's SparkSession, started on first use (skip or fail when impossible)."""
-    global _session
-    with _session_lock:
-        if _session is not None:
-            return _session
-        problem = None
-        try:
-            import pyarrow  # noqa: F401
-            import pyspark  # noqa: F401
-        except ImportError as e:
-            problem = f"pyspark/pyarrow not importable ({e}); install txnsq[spark]"
-        java_home = os.environ.get("JAVA_HOME")
-        java = shutil.which("java") or (
-            os.path.join(java_home, "bin", "java") if java_home else None
+class SparkTestCase(TestCase):
+    """A test on the module's SparkSession (``master``), with a scratch directory."""
+
+    timeout = 300
+    master = LOCAL
+
+    def setUp(self) -> None:
+        self.spark = spark_session(self.master)
+        self.tmp = tempfile.mkdtemp(prefix="txnsq-spark-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def reader(self, nsqd: NSQD, topic: str, **options: Any) -> Any:
+        r = self.spark.readStream.format("nsq").option("nsqd", nsqd.tcp_address)
+        r = r.option("topic", topic).option("channel", "spark")
+        # Where the lag statistics come from (nsqd's HTTP port is not TCP + 1 here).
+        r = r.option("nsqdHttp", f"{nsqd.tcp_address}={nsqd.http_address}")
+        for key, value in options.items():
+            r = r.option(key, str(value))
+        return r.load()
+
+    def run_available_now(self, df: Any, name: str, sink: str = "memory") -> Any:
+        """Run ``df`` with Trigger.AvailableNow into the memory sink ``name`` (or, with
+        ``sink="noop"``, nowhere); return the finished query."""
+        writer = df.writeStream.format(sink).option(
+            "checkpointLocation", os.path.join(self.tmp, f"ckpt-{name}")
         )
-        if problem is None and not (java and os.access(java, os.X_OK)):
-            problem = "java not found (Spark 4 needs Java 17 or 21)"
-        if problem is not None:
-            if in_ci():
-                raise RuntimeError(f"CI=true but the Spark tests cannot run: {problem}")
-            raise SkipTest(problem)
-        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        from pyspark.sql import SparkSession
+        if sink == "memory":
+            writer = writer.queryName(name)
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination(180)
+        self.assertIsNone(query.exception())
+        return query
 
-        from txnsq.spark import NSQDataSource
-
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("txnsq-tests")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.extraJavaOptions", "-Xss16m")
-            .getOrCreate()
+    def drained(self, nsqd: NSQD, topic: str, name: str = "spark") -> dict[str, Any]:
+        """Wait until nothing is queued or in flight on the channel; return its stats."""
+        return wait_for(  # type: ignore[no-any-return]
+            lambda: (
+                (c := channel(nsqd, topic, name))
+                and c["depth"] == 0
+                and c["in_flight_count"] == 0
+                and c
+            ),
+            timeout=20,
+            what=f"{topic}/{name} drained",
         )
-        spark.sparkContext.setLogLevel("ERROR")
-        spark.dataSource.register(NSQDataSource)
-        _session = spark
-        import atexit
-
-        atexit.register(spark.stop)
-        return spark
-
-
-def read_bodies(nsqd: NSQD, topic: str, channel: str, count: int) -> list[bytes]:
-    """Take ``count`` messages from ``topic``/``channel`` (FIN each) and return bodies."""
-    bodies: list[bytes] = []
-    with Connection(nsqd.tcp_address) as conn:
-        conn.subscribe(topic, channel)
-        conn.rdy(2500)
-        deadline = time.monotonic() + 30
-        while len(bodies) < count and time.monotonic() < deadline:
-            messages = conn.receive(1.0)
-            conn.finish_many([m.id for m in messages])
-            bodies.extend(m.body for m in messages)
-        conn.close_cleanly()
-    return bodies
-
-
-def publish(nsqd: NSQD, topic: str, bodies: list[bytes]) -> None:
-    with Connection(nsqd.tcp_address) as conn:
-        conn.multi_publish(topic, bodies, batch_size=500)
-
-
-def make_channel(nsqd: NSQD, topic: str, name: str) -> None:
-    nsqd.create_topic(topic)
-    nsqd.create_channel(topic, name)
-
-
-def channel(nsqd: NSQD, topic: str, name: str) -> dict[str, Any]:
-    return nsqd.channel_stats(topic, name) or {}
-
-
-def seq(offset: Any) -> int:
-    """The message count of a reader offset as a progress report shows it."""
-    if isinstance(offset, str):
-        offset = json.loads(offset)
-    return 0 if offset is None else int(offset["seq"])
-
-
-def last_batch(directory: str) -> int:
-    """The highest batch id in a streaming checkpoint's ``offsets`` or ``commits`` log
-    (-1 when empty)."""
-    ids = [int(name) for name in os.listdir(directory) if name.isdigit()]
-    return max(ids, default=-1)
-
-
-def source_runner_pids(spark: Any) -> list[int]:
-    """Pids of the stream-source Python processes our Spark driver JVM started."""
-    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    pids = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid != jvm_pid:
-                continue
-            with open(stat.replace("/stat", "/cmdline"), "rb") as f:
-                cmdline = f.read()
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"python_streaming_source_runner" in cmdline:
-            pids.append(int(stat.split("/")[2]))
-    return pids
 
 
 @pytest.mark.spark
-@pytest.mark.integration
-class SparkWriteTests(TestCase):
+class SparkWriteTests(SparkTestCase):
     """Batch and streaming writes."""
 
-    timeout = 300
-
     def setUp(self) -> None:
-        self.spark = spark_session()
+        super().setUp()
         self.nsqd = start_nsqd(self)
 
     def writer(self, df: Any, topic: str | None = "events") -> Any:
@@ -168,18 +117,59 @@ class SparkWriteTests(TestCase):
         bodies = read_bodies(self.nsqd, "events", "check", n)
         self.assertEqual(sorted(bodies), sorted(r[0] for r in rows))
 
-        # A string "body" column, and a "topic" column overriding the option per row
-        # (null: the option's topic).
+    def test_topic_column_and_precedence(self) -> None:
+        """Without the option, a ``topic`` column routes each row; with it, the option
+        wins over the column (Kafka's rule)."""
+        make_channel(self.nsqd, "events", "check")
         make_channel(self.nsqd, "other", "check")
-        df2 = self.spark.createDataFrame(
-            [(f"é-{i}", "other" if i % 3 else None) for i in range(30)],
+        df = self.spark.createDataFrame(
+            [(f"é-{i}", "other" if i % 3 else "events") for i in range(30)],
             "body string, topic string",
         )
-        self.writer(df2).save()
+        self.writer(df, topic=None).save()
         self.assertEqual(channel(self.nsqd, "other", "check")["message_count"], 20)
-        self.assertEqual(channel(self.nsqd, "events", "check")["message_count"], n + 10)
+        self.assertEqual(channel(self.nsqd, "events", "check")["message_count"], 10)
         other = read_bodies(self.nsqd, "other", "check", 20)
         self.assertEqual(sorted(other), sorted(f"é-{i}".encode() for i in range(30) if i % 3))
+        # The option wins: every row goes to "events", whatever its column says.
+        self.writer(df, topic="events").save()
+        self.assertEqual(channel(self.nsqd, "events", "check")["message_count"], 40)
+        self.assertEqual(channel(self.nsqd, "other", "check")["message_count"], 20)
+        # Without the option, a null topic fails the task, naming the column.
+        nulls = self.spark.createDataFrame([(b"x", None)], "value binary, topic string")
+        with self.assertRaises(Exception) as failed:
+            self.writer(nulls, topic=None).save()
+        self.assertIn("column 'topic' holds a null", str(failed.exception))
+        bad = self.spark.createDataFrame([(b"x", "bad topic!")], "value binary, topic string")
+        with self.assertRaises(Exception) as failed:
+            self.writer(bad, topic=None).save()
+        self.assertIn("column 'topic': ", str(failed.exception))
+
+    def test_delay_column_publishes_deferred(self) -> None:
+        make_channel(self.nsqd, "later", "check")
+        df = self.spark.createDataFrame(
+            [(b"now-%d" % i, None if i % 2 else 0) for i in range(4)]
+            + [(b"later-%d" % i, 1500) for i in range(3)],
+            "value binary, delay_ms int",
+        ).coalesce(1)
+        self.writer(df, "later").save()
+        stats = channel(self.nsqd, "later", "check")
+        # The delayed ones wait on nsqd, not yet deliverable.
+        self.assertEqual((stats["depth"], stats["deferred_count"]), (4, 3))
+        self.assertEqual(
+            sorted(read_bodies(self.nsqd, "later", "check", 4)), [b"now-%d" % i for i in range(4)]
+        )
+        wait_for(lambda: channel(self.nsqd, "later", "check")["depth"] == 3, timeout=10)
+        self.assertEqual(
+            sorted(read_bodies(self.nsqd, "later", "check", 3)),
+            [b"later-%d" % i for i in range(3)],
+        )
+        # A negative delay fails the task before anything of its rows is sent.
+        negative = self.spark.createDataFrame([(b"x", -5)], "value binary, delay_ms long")
+        with self.assertRaises(Exception) as failed:
+            self.writer(negative, "later").save()
+        self.assertIn("column 'delay_ms' holds a negative delay", str(failed.exception))
+        self.assertEqual(channel(self.nsqd, "later", "check")["message_count"], 7)
 
     def test_large_bodies_split_below_max_body_size(self) -> None:
         make_channel(self.nsqd, "big", "check")
@@ -205,7 +195,24 @@ class SparkWriteTests(TestCase):
                 None,
                 "column 'topic' must be of type string",
             ),
+            (
+                spark.createDataFrame([(b"x", "1s")], "value binary, delay_ms string"),
+                None,
+                "column 'delay_ms' (the delay in milliseconds) must be of an integer type",
+            ),
             (spark.createDataFrame([(b"x",)], "value binary"), ("batchSize", "many"), "batchSize"),
+            # A column the sink would not use is an error naming it (Kafka's key and
+            # headers get a hint).
+            (
+                spark.createDataFrame([(b"x", b"k", 1)], "value binary, key binary, n int"),
+                None,
+                "these would be ignored: key, n (NSQ messages have no key",
+            ),
+            (
+                spark.createDataFrame([(b"x", "y")], "value binary, body string"),
+                None,
+                "these would be ignored: body",
+            ),
         ]
         for df, option, expected in cases:
             w = self.writer(df)
@@ -221,12 +228,16 @@ class SparkWriteTests(TestCase):
         with self.assertRaises(Exception) as failed:
             self.writer(spark.createDataFrame([(b"",)], "value binary")).save()
         self.assertIn("column 'value' holds an empty value", str(failed.exception))
+        # ignoreExtraColumns: the extra columns are left out.
+        make_channel(self.nsqd, "events", "check")
+        extra = spark.createDataFrame([(b"x", b"k", 1)], "value binary, key binary, n int")
+        self.writer(extra).option("ignoreExtraColumns", "true").save()
+        self.assertEqual(read_bodies(self.nsqd, "events", "check", 1), [b"x"])
 
     def test_streaming_write(self) -> None:
-        source = tempfile.mkdtemp(prefix="txnsq-stream-src-")
-        checkpoint = tempfile.mkdtemp(prefix="txnsq-ckpt-")
-        self.addCleanup(shutil.rmtree, source, True)
-        self.addCleanup(shutil.rmtree, checkpoint, True)
+        source = os.path.join(self.tmp, "src")
+        os.mkdir(source)
+        checkpoint = os.path.join(self.tmp, "ckpt")
         make_channel(self.nsqd, "lines", "check")
 
         def add_file(name: str, lines: list[str]) -> None:
@@ -259,101 +270,92 @@ class SparkWriteTests(TestCase):
         self.assertEqual(sorted(bodies), sorted(s.encode() for s in [*first, "b1", "b2"]))
 
 
+if TYPE_CHECKING:
+    _CasesBase = SparkTestCase
+else:
+    _CasesBase = object
+
+
 @pytest.mark.spark
-@pytest.mark.integration
-class SparkReadTests(TestCase):
-    """At-least-once streaming reads."""
+class WriterFramingTests(TestCase):
+    """The writer frames MPUBs from a whole Arrow column at once (no Spark session)."""
 
-    timeout = 300
+    def test_same_commands_as_mpub(self) -> None:
+        import pyarrow as pa
 
-    def setUp(self) -> None:
-        self.spark = spark_session()
-        self.tmp = tempfile.mkdtemp(prefix="txnsq-spark-read-")
-        self.addCleanup(shutil.rmtree, self.tmp, True)
+        from txnsq._wire import commands
+        from txnsq.spark.writer import mpub_commands
 
-    def reader(self, nsqd: NSQD, topic: str, **options: Any) -> Any:
-        r = self.spark.readStream.format("nsq").option("nsqd", nsqd.tcp_address)
-        r = r.option("topic", topic).option("channel", "spark")
-        for key, value in options.items():
-            r = r.option(key, str(value))
-        return r.load()
+        rng = random.Random(7)
+        for _ in range(100):
+            bodies = [
+                bytes([65 + i % 26]) * rng.randint(1, 2000) for i in range(rng.randint(1, 300))
+            ]
+            values = pa.array(bodies, pa.binary())
+            if rng.random() < 0.3:  # Spark hands over slices too
+                skip = rng.randint(0, len(bodies) - 1)
+                values, bodies = values.slice(skip), bodies[skip:]
+            batch_size, max_body_size = rng.randint(1, 50), rng.randint(2010, 20000)
+            expected: list[bytes] = []
+            chunk: list[bytes] = []
+            size = 4
+            for body in bodies:  # the greedy split, with commands.mpub doing the framing
+                if chunk and (len(chunk) >= batch_size or size + 4 + len(body) > max_body_size):
+                    expected.append(commands.mpub("t", chunk))
+                    chunk, size = [], 4
+                chunk.append(body)
+                size += 4 + len(body)
+            expected.append(commands.mpub("t", chunk))
+            self.assertEqual(list(mpub_commands("t", values, batch_size, max_body_size)), expected)
 
-    def test_available_now_read(self) -> None:
-        # A small --max-rdy-count makes the reader open several connections.
-        nsqd = start_nsqd(self, ["--max-rdy-count=200"])
-        n = 5000
-        make_channel(nsqd, "reads", "spark")
-        sent = [b"r-%05d" % i for i in range(n)]
-        publish(nsqd, "reads", sent)
-        df = self.reader(nsqd, "reads", maxMessagesPerTrigger=1000)
+
+class ClusterCases(_CasesBase):
+    """The cases that also run with executors in their own JVMs (``test_spark_cluster``):
+    a mixin for a :class:`SparkTestCase`."""
+
+    def test_round_trip_available_now(self) -> None:
+        """A batch write from 4 partitions, read back whole by an ``availableNow``
+        query: batches of at most maxMessagesPerTrigger, over several connections (a
+        small --max-rdy-count), in numPartitions partitions each."""
+        nsqd = start_nsqd(self, ["--max-rdy-count=2000"])
+        n = 20_000
+        make_channel(nsqd, "trip", "spark")
+        written = self.spark.range(0, n, 1, 4).selectExpr(
+            "cast(concat('m-', cast(id as string)) as binary) as value"
+        )
+        written.write.format("nsq").option("nsqd", nsqd.tcp_address).option("topic", "trip").mode(
+            "append"
+        ).save()
+        # Acknowledged by nsqd: all in the topic (its channel fills right after).
+        self.assertEqual((nsqd.topic_stats("trip") or {})["message_count"], n)
+
+        df = self.reader(nsqd, "trip", maxMessagesPerTrigger=5000, numPartitions=2)
         self.assertEqual(
             df.schema.simpleString(),
             "struct<value:binary,id:string,timestamp:timestamp,attempts:int,topic:string,"
             "nsqd_address:string>",
         )
         started = time.time()
-        query = (
-            df.writeStream.format("memory")
-            .queryName("nsq_read")
-            .option("checkpointLocation", os.path.join(self.tmp, "ckpt"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(120)
-        self.assertIsNone(query.exception())
-        rows = self.spark.sql("select * from nsq_read").collect()
+        query = self.run_available_now(df, "nsq_trip")
+        rows = self.spark.sql("select * from nsq_trip").collect()
         self.assertEqual(len(rows), n)
-        self.assertEqual(sorted(bytes(r.value) for r in rows), sent)
+        self.assertEqual({bytes(r.value) for r in rows}, {b"m-%d" % i for i in range(n)})
         self.assertEqual(len({r.id for r in rows}), n)
         row = rows[0]
-        self.assertEqual(
-            (row.topic, row.nsqd_address, row.attempts), ("reads", nsqd.tcp_address, 1)
-        )
+        self.assertEqual((row.topic, row.nsqd_address, row.attempts), ("trip", nsqd.tcp_address, 1))
         self.assertLess(abs(row.timestamp.timestamp() - started), 120)
         # Batches of at most maxMessagesPerTrigger, with offsets counting messages.
         data = [p for p in query.recentProgress if p["numInputRows"]]
-        self.assertGreaterEqual(len(data), 5)
+        self.assertGreaterEqual(len(data), 4)
         for p in data:
             source = p["sources"][0]
-            seqs = seq(source["endOffset"]) - seq(source["startOffset"])
-            self.assertEqual(seqs, p["numInputRows"])
-            self.assertLessEqual(p["numInputRows"], 1000)
+            self.assertEqual(
+                seq(source["endOffset"]) - seq(source["startOffset"]), p["numInputRows"]
+            )
+            self.assertLessEqual(p["numInputRows"], 5000)
         # Every message FINished: nothing queued or in flight, nothing requeued.
-        stats = wait_for(
-            lambda: (c := channel(nsqd, "reads", "spark"))
-            and c["depth"] == 0
-            and c["in_flight_count"] == 0
-            and c,
-            timeout=20,
-        )
+        stats = self.drained(nsqd, "trip")
         self.assertEqual((stats["message_count"], stats["requeue_count"]), (n, 0))
-        self.assertEqual(stats["timeout_count"], 0)
-
-    def test_stop_requeues_held_messages(self) -> None:
-        """q.stop() ends the reader process with SIGTERM: what it holds is REQueued at
-        once (not after the 60 s msg_timeout)."""
-        nsqd = start_nsqd(self)
-        make_channel(nsqd, "held", "spark")
-        publish(nsqd, "held", [b"h-%d" % i for i in range(100)])
-        query = (
-            self.reader(nsqd, "held", maxMessagesPerTrigger=10)
-            .writeStream.format("memory")
-            .queryName("nsq_held")
-            .option("checkpointLocation", os.path.join(self.tmp, "ckpt"))
-            .trigger(processingTime="1 hour")
-            .start()
-        )
-        wait_for(lambda: query.lastProgress and query.lastProgress["numInputRows"], timeout=120)
-        # One batch of 10 waits for its commit and 10 more are buffered: 20 in flight.
-        wait_for(lambda: channel(nsqd, "held", "spark")["in_flight_count"] == 20, timeout=10)
-        query.stop()
-        stats = wait_for(
-            lambda: (c := channel(nsqd, "held", "spark"))["in_flight_count"] == 0 and c,
-            timeout=10,
-            what="held messages requeued",
-        )
-        self.assertEqual(stats["depth"], 100)
-        self.assertEqual(stats["requeue_count"], 20)
         self.assertEqual(stats["timeout_count"], 0)
 
     def test_crash_and_restart_from_checkpoint(self) -> None:
@@ -436,18 +438,212 @@ class SparkReadTests(TestCase):
         self.assertEqual((stats["depth"], stats["in_flight_count"]), (0, 0))
         self.assertGreater(stats["timeout_count"], 0)
 
+    def test_dead_letters(self) -> None:
+        """Messages delivered more than maxAttempts times go to the dead-letter topic,
+        each exactly once, and are finished; the others reach Spark."""
+        nsqd = start_nsqd(self)
+        make_channel(nsqd, "orders", "spark")
+        make_channel(nsqd, "orders.dead", "check")
+        poison = [b"poison-%d" % i for i in range(5)]
+        publish(nsqd, "orders", poison)
+        requeue_times(nsqd, "orders", "spark", len(poison), 2)  # now at attempts 3
+        good = [b"good-%d" % i for i in range(15)]
+        publish(nsqd, "orders", good)
+        df = self.reader(
+            nsqd,
+            "orders",
+            maxAttempts=2,
+            deadLetterTopic="orders.dead",
+            deadLetterEnvelope="true",
+        )
+        query = self.run_available_now(df, "nsq_dead")
+        rows = self.spark.sql("select value, attempts from nsq_dead").collect()
+        self.assertEqual(sorted(bytes(r.value) for r in rows), sorted(good))
+        self.assertEqual({r.attempts for r in rows}, {1})
+        dead = read_bodies(nsqd, "orders.dead", "check", 5)
+        letters = sorted((json.loads(d) for d in dead), key=lambda d: str(d["body"]))
+        self.assertEqual([d["body"].encode() for d in letters], poison)
+        self.assertEqual(
+            {(d["attempts"], d["topic"], d["channel"]) for d in letters}, {(3, "orders", "spark")}
+        )
+        self.assertEqual({d["nsqd"] for d in letters}, {nsqd.tcp_address})
+        self.assertEqual(channel(nsqd, "orders.dead", "check")["message_count"], 5)
+        stats = self.drained(nsqd, "orders")
+        self.assertEqual(stats["message_count"], 20)
+        self.assertEqual(stats["deferred_count"], 0)
+        # The progress tells how many were given up.
+        reports = [json.loads(p["sources"][0]["latestOffset"]) for p in query.recentProgress]
+        self.assertEqual(max(r["givenUp"] for r in reports), 5)
+
+
+@pytest.mark.spark
+class SparkClusterCasesLocal(ClusterCases, SparkTestCase):
+    """:class:`ClusterCases` on ``local[2]``."""
+
+
+@pytest.mark.spark
+class SparkReadTests(SparkTestCase):
+    """At-least-once streaming reads: admission control, partitions, lag, stop."""
+
+    def batches(self, df: Any, **trigger: Any) -> tuple[Any, list[dict[str, Any]]]:
+        """Run ``df`` through foreachBatch (the function runs here, in the driver);
+        return the query and, for each batch with rows, its row count, partition count,
+        bytes of values and largest value."""
+        from pyspark.sql import functions as F
+
+        seen: list[dict[str, Any]] = []
+        lock = threading.Lock()
+
+        def each(batch: Any, batch_id: int) -> None:
+            at = time.monotonic()
+            partitions = batch.rdd.getNumPartitions()
+            agg = batch.agg(
+                F.count("*").alias("rows"),
+                F.sum(F.length("value")).alias("bytes"),
+                F.max(F.length("value")).alias("largest"),
+            ).collect()[0]
+            if agg.rows:
+                with lock:
+                    seen.append(
+                        {
+                            "id": batch_id,
+                            "rows": agg.rows,
+                            "partitions": partitions,
+                            "bytes": agg.bytes,
+                            "largest": agg.largest,
+                            "at": at,
+                        }
+                    )
+
+        writer = df.writeStream.foreachBatch(each).option(
+            "checkpointLocation", os.path.join(self.tmp, "ckpt")
+        )
+        query = writer.trigger(**(trigger or {"availableNow": True})).start()
+        if not trigger:
+            query.awaitTermination(180)
+            self.assertIsNone(query.exception())
+        return query, seen
+
+    def test_max_messages_per_trigger_and_partitions(self) -> None:
+        nsqd = start_nsqd(self)
+        n = 25_000
+        make_channel(nsqd, "many", "spark")
+        publish(nsqd, "many", [b"m-%05d" % i for i in range(n)])
+        df = self.reader(nsqd, "many", maxMessagesPerTrigger=10_000, numPartitions=3)
+        query, seen = self.batches(df)
+        self.assertEqual(sum(b["rows"] for b in seen), n)
+        self.assertLessEqual(max(b["rows"] for b in seen), 10_000)
+        self.assertGreaterEqual(len(seen), 3)
+        self.assertEqual({b["partitions"] for b in seen}, {3})
+        for p in query.recentProgress:
+            self.assertLessEqual(p["numInputRows"], 10_000)
+        self.drained(nsqd, "many")
+
+    def test_max_bytes_per_trigger(self) -> None:
+        nsqd = start_nsqd(self)
+        make_channel(nsqd, "sized", "spark")
+        cap = 5000
+        bodies = [b"%d-" % i + b"x" * (37 * i % 400) for i in range(300)]
+        bodies.insert(150, b"L" * 6000)  # larger than the cap on its own
+        publish(nsqd, "sized", bodies)
+        df = self.reader(nsqd, "sized", maxBytesPerTrigger=cap)
+        _, seen = self.batches(df)
+        self.assertEqual(sum(b["rows"] for b in seen), len(bodies))
+        self.assertEqual(sum(b["bytes"] for b in seen), sum(map(len, bodies)))
+        for b in seen:
+            # Over the cap by one message at most.
+            self.assertLessEqual(b["bytes"] - b["largest"], cap, b)
+        self.assertEqual(max(b["largest"] for b in seen), 6000)  # taken, not stuck
+        self.assertGreaterEqual(len(seen), sum(map(len, bodies)) // (cap + 6000))
+        self.drained(nsqd, "sized")
+
+    def test_min_messages_per_trigger_and_lag(self) -> None:
+        """minMessagesPerTrigger holds back smaller batches until maxTriggerDelay; the
+        progress shows nsqd's counts for the channel (the lag) until it is drained."""
+        nsqd = start_nsqd(self)
+        make_channel(nsqd, "trickle", "spark")
+        publish(nsqd, "trickle", [b"a-%d" % i for i in range(30)])
+        df = self.reader(
+            nsqd,
+            "trickle",
+            minMessagesPerTrigger=100,
+            maxTriggerDelay="4s",
+            maxMessagesPerTrigger=1000,
+        )
+        started = time.monotonic()
+        query, seen = self.batches(df, processingTime="200 milliseconds")
+        self.addCleanup(query.stop)
+        wait_for(lambda: seen, timeout=60, what="the first batch")
+        first_after = time.monotonic() - started
+        self.assertEqual([b["rows"] for b in seen], [30])
+        self.assertGreaterEqual(first_after, 4.0)
+        publish(nsqd, "trickle", [b"b-%d" % i for i in range(250)])
+        wait_for(lambda: sum(b["rows"] for b in seen) == 280, timeout=60, what="all rows")
+        # Each later batch waited for 100 messages, or for maxTriggerDelay.
+        for before, after in itertools.pairwise(seen):
+            self.assertTrue(after["rows"] >= 100 or after["at"] - before["at"] >= 3.5, seen)
+
+        def lag() -> dict[str, Any] | None:
+            progress = query.lastProgress
+            if not progress:
+                return None
+            report = json.loads(progress["sources"][0]["latestOffset"])
+            counts = report["nsqd"][nsqd.tcp_address]
+            return report if counts == {"depth": 0, "inFlight": 0, "deferred": 0} else None
+
+        report = wait_for(lag, timeout=30, what="a progress report showing no lag")
+        self.assertEqual(report["lag"], {"depth": 0, "inFlight": 0, "deferred": 0})
+        self.assertEqual(report["seq"], 280)
+
+    def test_stop_requeues_held_messages(self) -> None:
+        """q.stop() ends the reader process with SIGTERM: what it holds is REQueued at
+        once (not after the 60 s msg_timeout). Before, the progress showed the lag:
+        every message was queued or in flight."""
+        nsqd = start_nsqd(self)
+        make_channel(nsqd, "held", "spark")
+        publish(nsqd, "held", [b"h-%d" % i for i in range(100)])
+        query = (
+            self.reader(nsqd, "held", maxMessagesPerTrigger=10)
+            .writeStream.format("memory")
+            .queryName("nsq_held")
+            .option("checkpointLocation", os.path.join(self.tmp, "ckpt"))
+            .trigger(processingTime="1 hour")
+            .start()
+        )
+        progress = wait_for(
+            lambda: (
+                query.lastProgress and query.lastProgress["numInputRows"] and query.lastProgress
+            ),
+            timeout=120,
+        )
+        report = json.loads(progress["sources"][0]["latestOffset"])
+        counts = report["nsqd"][nsqd.tcp_address]
+        self.assertEqual(counts["depth"] + counts["inFlight"], 100)
+        self.assertEqual(report["lag"], counts)
+        self.assertEqual(report["seq"], 10)
+        self.assertGreater(report["cpuSeconds"], 0)  # the reader's process, since it started
+        # One batch of 10 waits for its commit and 10 more are buffered: 20 in flight.
+        wait_for(lambda: channel(nsqd, "held", "spark")["in_flight_count"] == 20, timeout=10)
+        query.stop()
+        stats = wait_for(
+            lambda: (c := channel(nsqd, "held", "spark"))["in_flight_count"] == 0 and c,
+            timeout=10,
+            what="held messages requeued",
+        )
+        self.assertEqual(stats["depth"], 100)
+        self.assertEqual(stats["requeue_count"], 20)
+        self.assertEqual(stats["timeout_count"], 0)
+
 
 class SubscriberTests(TestCase):
     """The reader's NSQ side (no Spark): connections, RDY, TOUCH, shutdown, discovery."""
 
     def options(self, nsqd: NSQD | None, topic: str, **overrides: str) -> Any:
-        from txnsq.spark.options import parse_read_options
-
-        opts = {"topic": topic, "channel": "c", "availableNowIdleMs": "200"}
+        opts: dict[str, Any] = {"topic": topic, "channel": "c", "availableNowIdleMs": "200"}
         if nsqd is not None:
             opts["nsqd"] = nsqd.tcp_address
         opts.update(overrides)
-        return parse_read_options(opts).subscriber_options()
+        return read_options(**opts).subscriber_options()
 
     def subscriber(self, options: Any) -> Any:
         from txnsq.blocking import Subscriber
@@ -488,12 +684,28 @@ class SubscriberTests(TestCase):
         sub.finish(first)
         wait_for(lambda: channel(nsqd, "s", "c")["depth"] == 1000 - 150 - 300)
         self.assertEqual(channel(nsqd, "s", "c")["in_flight_count"], 300)
+        self.assertEqual(sub.nsqd_addresses(), [nsqd.tcp_address])
         sub.shutdown()
         sub.shutdown()  # idempotent
         stats = channel(nsqd, "s", "c")
         self.assertEqual((stats["in_flight_count"], stats["depth"]), (0, 1000 - 150))
         self.assertEqual(stats["requeue_count"], 300)
         self.assertEqual(stats["timeout_count"], 0)
+
+    def test_take_bounded_by_bytes_and_requeue_with_delay(self) -> None:
+        nsqd = start_nsqd(self)
+        bodies = [b"x" * 100] * 5 + [b"L" * 1000] + [b"y" * 100] * 4
+        publish(nsqd, "b", bodies)
+        sub = self.subscriber(self.options(nsqd, "b"))
+        wait_for(lambda: sub.buffered() == 10)
+        sizes = [[len(m.body) for _, ms in sub.take(100, 250) for m in ms] for _ in range(5)]
+        # Never above 250 bytes, except a message larger than that on its own.
+        self.assertEqual(sizes, [[100, 100], [100, 100], [100], [1000], [100, 100]])
+        rest = sub.take(100)
+        self.assertEqual(sum(len(m) for _, m in rest), 2)
+        sub.requeue(rest, 30.0)
+        stats = wait_for(lambda: (c := channel(nsqd, "b", "c"))["deferred_count"] == 2 and c)
+        self.assertEqual(stats["requeue_count"], 2)
 
     def test_cutoff_holds_newer_messages(self) -> None:
         nsqd = start_nsqd(self)
@@ -520,6 +732,7 @@ class SubscriberTests(TestCase):
         wait_for(lambda: lookupd.lookup("disc")["producers"])
         sub = self.subscriber(self.options(None, "disc", lookupd=lookupd.http_url))
         self.assertEqual(sum(len(m) for _, m in self.take_all(sub, 5)), 5)
+        self.assertEqual(sub.nsqd_addresses(), [nsqd.tcp_address])
         # nsqd restarts: the held messages are lost to this reader (nsqd redelivers
         # them); it reconnects and gets them again.
         nsqd.restart()
@@ -527,3 +740,159 @@ class SubscriberTests(TestCase):
         self.assertEqual(sum(len(m) for _, m in chunks), 5)
         sub.finish(chunks)
         wait_for(lambda: channel(nsqd, "disc", "c")["in_flight_count"] == 0)
+
+
+class ReaderSideTests(TestCase):
+    """The reader's lag statistics and dead letters against nsqd (no Spark)."""
+
+    def subscriber(self, options: Any) -> Any:
+        from txnsq.blocking import Subscriber
+
+        sub = Subscriber(options.subscriber_options())
+        sub.start()
+        self.addCleanup(sub.shutdown)
+        return sub
+
+    def take(self, sub: Any, n: int) -> list[Any]:
+        chunks: list[Any] = []
+        deadline = time.monotonic() + 20
+        while sum(len(m) for _, m in chunks) < n and time.monotonic() < deadline:
+            sub.wait_for_data(0.2)
+            chunks.extend(sub.take(n))
+        return chunks
+
+    def test_lag_from_nsqd_http_option_lookupd_or_guess(self) -> None:
+        from txnsq.spark._source import LagProbe, http_address_guess
+
+        lookupd = start_lookupd(self)
+        nsqd = start_nsqd(self, lookupds=[lookupd])
+        publish(nsqd, "lag", [b"m"] * 7)
+        nsqd.create_channel("lag", "c")
+        wait_for(lambda: lookupd.lookup("lag")["producers"])
+        address = nsqd.tcp_address
+        expected = {"depth": 7, "inFlight": 0, "deferred": 0}
+        given = LagProbe(
+            read_options(
+                nsqd=address, topic="lag", channel="c", nsqdHttp=f"{address}={nsqd.http_address}"
+            )
+        )
+        self.addCleanup(given.close)
+        self.assertEqual(given.report([address]), {"lag": expected, "nsqd": {address: expected}})
+        found = LagProbe(read_options(lookupd=lookupd.http_url, topic="lag", channel="c"))
+        self.addCleanup(found.close)
+        self.assertEqual(found.report([address])["nsqd"], {address: expected})
+        # Neither: the TCP port + 1 (nsqd's default layout) is tried, and when nothing
+        # answers there the report says so instead of failing.
+        self.assertEqual(http_address_guess("10.0.0.1:4150"), "10.0.0.1:4151")
+        guessed = LagProbe(read_options(nsqd=address, topic="lag", channel="c"))
+        self.addCleanup(guessed.close)
+        report = guessed.report([address])
+        self.assertEqual(report["lag"], {"depth": 0, "inFlight": 0, "deferred": 0})
+        self.assertIn("error", report["nsqd"][address])
+
+    def test_dead_letters_without_topic_are_finished_and_logged(self) -> None:
+        from txnsq.spark._source import DeadLetters
+
+        nsqd = start_nsqd(self)
+        publish(nsqd, "p", [b"bad"] * 3)
+        requeue_times(nsqd, "p", "c", 3, 1)  # attempts 2 now
+        publish(nsqd, "p", [b"ok"] * 2)
+        options = read_options(nsqd=nsqd.tcp_address, topic="p", channel="c", maxAttempts=1)
+        sub = self.subscriber(options)
+        chunks = self.take(sub, 5)
+        dead = DeadLetters(options, sub)
+        with self.assertLogs("txnsq.spark", "WARNING") as logs:
+            keep, count = dead.sort(chunks)
+        self.assertEqual(count, 2)
+        self.assertEqual([m.body for _, ms in keep for m in ms], [b"ok", b"ok"])
+        self.assertIn("giving up 3 message(s)", logs.output[0])
+        self.assertEqual(dead.given_up, 3)
+        wait_for(lambda: channel(nsqd, "p", "c")["in_flight_count"] == 2)
+
+    def test_dead_letter_publish_failure_requeues(self) -> None:
+        """A dead letter nsqd refuses is not finished: the message is requeued (with a
+        delay) and stays on nsqd."""
+        from txnsq.spark._source import DeadLetters
+
+        nsqd = start_nsqd(self, ["--max-msg-size=300"])
+        publish(nsqd, "q", [b"z" * 250])
+        requeue_times(nsqd, "q", "c", 1, 1)
+        options = read_options(
+            nsqd=nsqd.tcp_address,
+            topic="q",
+            channel="c",
+            maxAttempts=1,
+            deadLetterTopic="q.dead",
+            deadLetterEnvelope="true",
+        )
+        sub = self.subscriber(options)
+        chunks = self.take(sub, 1)
+        dead = DeadLetters(options, sub)
+        self.addCleanup(dead.close)
+        # The JSON envelope makes the dead letter larger than nsqd's --max-msg-size.
+        with self.assertLogs("txnsq.spark", "WARNING") as logs:
+            keep, count = dead.sort(chunks)
+        self.assertEqual((keep, count, dead.given_up), ([], 0, 0))
+        self.assertIn("requeued", logs.output[0])
+        stats = wait_for(lambda: (c := channel(nsqd, "q", "c"))["deferred_count"] == 1 and c)
+        self.assertEqual(stats["in_flight_count"], 0)
+        self.assertEqual((nsqd.topic_stats("q.dead") or {}).get("message_count", 0), 0)
+
+
+@pytest.mark.spark
+class SparkReadmeTests(SparkTestCase):
+    """README.rst's Spark examples, run on the tests' session (``spark``)."""
+
+    def test_write_read_dead_letters_and_lag(self) -> None:
+        from tests.test_readme import block_containing
+
+        lookupd = start_lookupd(self)
+        nsqd = start_nsqd(self, lookupds=[lookupd])
+        make_channel(nsqd, "events", "archive")
+        wait_for(lambda: lookupd.lookup("events")["producers"], what="lookupd registration")
+        publish(nsqd, "events", [b"poison"])
+        requeue_times(nsqd, "events", "archive", 1, 5)  # its 6th delivery is next
+        code = block_containing("python", "deadLetterTopic")
+        code = code.replace("127.0.0.1:4150", nsqd.tcp_address)
+        code = code.replace("http://127.0.0.1:4161", lookupd.http_url)
+        code = code.replace("/tmp/events", os.path.join(self.tmp, "events"))
+        printed: list[str] = []
+        exec(code, {"spark": self.spark, "print": lambda *a: printed.append(" ".join(map(str, a)))})
+        rows = self.spark.read.parquet(os.path.join(self.tmp, "events")).collect()
+        self.assertEqual(
+            sorted(r.value for r in rows), sorted(b"event %d" % i for i in range(1000))
+        )
+        self.assertEqual(read_bodies(nsqd, "events.dead", "check", 1), [b"poison"])
+        self.assertEqual(len(printed), 2)
+        self.assertTrue(printed[0].startswith("behind: {'depth': 0,"), printed)
+        self.assertIn(nsqd.tcp_address, printed[1])
+
+    def test_dedupe_recipe(self) -> None:
+        """Two channels of one topic deliver each message twice, with the same id,
+        nsqd_address and timestamp: the recipe keeps one of each."""
+        from tests.test_readme import block_containing
+
+        scope: dict[str, Any] = {}
+        exec(block_containing("python", "dropDuplicatesWithinWatermark"), scope)
+        nsqd = start_nsqd(self)
+        make_channel(nsqd, "twice", "x")
+        make_channel(nsqd, "twice", "y")
+        publish(nsqd, "twice", [b"m-%d" % i for i in range(50)])
+
+        def read(name: str) -> Any:
+            r = self.spark.readStream.format("nsq").option("nsqd", nsqd.tcp_address)
+            return (
+                r.option("topic", "twice")
+                .option("channel", name)
+                .option("reportLag", "false")
+                .load()
+            )
+
+        both = read("x").unionByName(read("y"))
+        query = self.run_available_now(scope["without_redeliveries"](both), "nsq_once")
+        self.assertEqual(sum(p["numInputRows"] for p in query.recentProgress), 100)
+        rows = self.spark.sql("select value, id from nsq_once").collect()
+        self.assertEqual(
+            sorted(bytes(r.value) for r in rows), sorted(b"m-%d" % i for i in range(50))
+        )
+        self.assertEqual(len({r.id for r in rows}), 50)

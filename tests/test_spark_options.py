@@ -78,3 +78,79 @@ class OptionsTests(SynchronousTestCase):
         for options in bad:
             with self.assertRaises(OptionError, msg=str(options)):
                 parse_read_options(options)
+
+    def test_admission_partition_and_dead_letter_options(self) -> None:
+        from txnsq.spark.options import OptionError, parse_read_options
+
+        base = {"nsqd": "h:4150", "topic": "t", "channel": "c"}
+        opts = parse_read_options(base)
+        self.assertEqual(
+            (
+                opts.max_bytes_per_trigger,
+                opts.min_messages_per_trigger,
+                opts.max_trigger_delay,
+                opts.num_partitions,
+                opts.max_attempts,
+                opts.dead_letter,
+                opts.report_lag,
+                opts.nsqd_http,
+            ),
+            (None, None, 900.0, 1, 0, None, True, ()),
+        )
+        opts = parse_read_options(
+            {
+                **base,
+                "maxMessagesPerTrigger": "1000",
+                "maxBytesPerTrigger": "65536",
+                "minMessagesPerTrigger": "100",
+                "maxTriggerDelay": "1.5m",
+                "numPartitions": "4",
+                "maxAttempts": "5",
+                "deadLetterTopic": "t.dead",
+                "deadLetterEnvelope": "true",
+                "reportLag": "false",
+                "nsqdHttp": "h:4150=h:4151, [::1]:4150=https://nsqd.example:4152",
+            }
+        )
+        self.assertEqual((opts.max_bytes_per_trigger, opts.min_messages_per_trigger), (65536, 100))
+        self.assertEqual((opts.max_trigger_delay, opts.num_partitions), (90.0, 4))
+        assert opts.dead_letter is not None
+        self.assertEqual((opts.max_attempts, opts.dead_letter.topic), (5, "t.dead"))
+        self.assertTrue(opts.dead_letter.envelope)
+        self.assertFalse(opts.report_lag)
+        self.assertEqual(
+            opts.nsqd_http,
+            (("h:4150", "h:4151"), ("[::1]:4150", "https://nsqd.example:4152")),
+        )
+        for text, seconds in (("500ms", 0.5), ("30s", 30.0), ("15m", 900.0), ("1h", 3600.0)):
+            delay = {**base, "minMessagesPerTrigger": "1", "maxTriggerDelay": text}
+            self.assertEqual(parse_read_options(delay).max_trigger_delay, seconds)
+        bad = [
+            {"minMessagesPerTrigger": "10", "maxTriggerDelay": "5000"},  # no unit
+            {"minMessagesPerTrigger": "10", "maxTriggerDelay": "5 days"},
+            {"maxTriggerDelay": "5s"},  # without minMessagesPerTrigger
+            {"minMessagesPerTrigger": "100", "maxMessagesPerTrigger": "10"},
+            {"maxBytesPerTrigger": "-1"},
+            {"numPartitions": "0"},
+            {"deadLetterTopic": "t.dead"},  # without maxAttempts
+            {"maxAttempts": "3", "deadLetterTopic": "bad topic"},
+            {"maxAttempts": "3", "deadLetterTopic": "t"},  # the topic read
+            {"deadLetterEnvelope": "true"},
+            {"nsqdHttp": "h:4151"},  # not a pair
+            {"nsqdHttp": "h:4150=ftp://x"},
+        ]
+        for extra in bad:
+            with self.assertRaises(OptionError, msg=str(extra)):
+                parse_read_options({**base, **extra})
+
+    def test_write_ignore_extra_columns(self) -> None:
+        from txnsq.spark.options import OptionError, parse_write_options
+
+        base = {"nsqd": "h:4150", "topic": "t"}
+        self.assertFalse(parse_write_options(base).ignore_extra_columns)
+        self.assertTrue(
+            parse_write_options({**base, "ignoreExtraColumns": "true"}).ignore_extra_columns
+        )
+        with self.assertRaises(OptionError):
+            parse_write_options({**base, "ignoreExtraColumns": "maybe"})
+

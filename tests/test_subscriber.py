@@ -230,6 +230,27 @@ class AnswerTests(SynchronousTestCase):
         self.assertEqual(list(conn.in_flight), [b"%016d" % 6])
         self.assertEqual(d.subscriber._rdy.total_in_flight, 1)
 
+    def test_take_bounded_by_bytes(self) -> None:
+        nsqd = FakeNsqd(N1)
+        d = Driver(self, [nsqd], nsqd=[N1], max_in_flight=20)
+        d.step()
+        (conn,) = d.live()
+        conn.push(5)  # bodies "body 1" ... "body 5": 6 bytes each
+        d.io()
+        conn.push(7)  # "body 6" ... "body 9" (6 bytes), "body 10" ... (7): another read
+        d.io()
+
+        def sizes(chunks: list[Any]) -> list[int]:
+            return [len(m.body) for _, messages in chunks for m in messages]
+
+        take = d.subscriber.take
+        self.assertEqual(sizes(take(100, 20)), [6, 6, 6])  # a 4th would make 24 bytes
+        self.assertEqual(sizes(take(2, 100)), [6, 6])  # the count bounds it first
+        self.assertEqual(sizes(take(100, 3)), [6])  # larger than the budget: alone
+        self.assertEqual(sizes(take(100, 13)), [6, 6])  # across the two reads
+        self.assertEqual(sizes(take(100)), [6, 7, 7, 7])
+        self.assertEqual(take(100, 10), [])
+
     def test_answers_for_a_lost_connection_are_dropped(self) -> None:
         nsqd = FakeNsqd(N1)
         d = Driver(self, [nsqd], nsqd=[N1], max_in_flight=10)

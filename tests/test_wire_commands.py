@@ -102,6 +102,21 @@ class EncoderBytesTests(SynchronousTestCase):
         data = mpub("t", [b"abc", b"def"], max_msg_size=3, max_body_size=18)
         self.assertEqual(data[7:11], size(18))
 
+    def test_mpub_framed(self) -> None:
+        from txnsq._wire.commands import mpub_framed
+
+        framed = size(1) + b"a" + size(2) + b"bc"
+        self.assertEqual(mpub_framed("t", 2, framed), mpub("t", [b"a", b"bc"]))
+        self.assertEqual(mpub_framed("t", 2, memoryview(framed), 15), mpub("t", [b"a", b"bc"]))
+        with self.assertRaises(ValueError):
+            mpub_framed("t", 0, b"")
+        with self.assertRaises(ValueError):
+            mpub_framed("t", 3, framed)  # too few bytes for 3 bodies
+        with self.assertRaises(ValueError):
+            mpub_framed("t", 2, framed, max_body_size=14)
+        with self.assertRaises(ValueError):
+            mpub_framed("bad topic", 2, framed)
+
     def test_rdy(self) -> None:
         self.assertEqual(rdy(0), b"RDY 0\n")
         self.assertEqual(rdy(1), b"RDY 1\n")

@@ -24,6 +24,7 @@ __all__ = [
     "is_valid_channel_name",
     "is_valid_topic_name",
     "mpub",
+    "mpub_framed",
     "pub",
     "publish_batch",
     "rdy",
@@ -280,6 +281,29 @@ def publish_batch(topic: str, bodies: Sequence[bytes]) -> bytes:
     total = 4 + 4 * count + sum(map(len, bodies))
     parts[0] = b"MPUB " + name + b"\n" + _MPUB_HEADER.pack(total, count)
     return b"".join(parts)
+
+
+def mpub_framed(
+    topic: str, count: int, framed: bytes | memoryview, max_body_size: int | None = None
+) -> bytes:
+    """Return ``MPUB <topic>`` for ``count`` bodies already framed as :func:`mpub` frames
+    them: each preceded by its size, 4 bytes big-endian, one after the other. (A writer
+    that frames a whole column of bodies at once, as the Spark writer does with Arrow,
+    hands the result here.) The framing inside ``framed`` is not checked.
+
+    :raises ValueError: on a count below 1, fewer bytes than ``count`` non-empty bodies
+        need, or a total over ``max_body_size``.
+    """
+    name = _name(topic, "topic")
+    count = _int(count, "MPUB count", 1)
+    total = 4 + len(framed)
+    if total < 4 + 5 * count:
+        raise ValueError(f"{len(framed)} bytes cannot hold {count} framed non-empty bodies")
+    if max_body_size is not None and total > max_body_size:
+        raise ValueError(
+            f"MPUB body of {total} bytes is above the server's limit of {max_body_size}"
+        )
+    return b"".join((b"MPUB " + name + b"\n", _MPUB_HEADER.pack(total, count), framed))
 
 
 def rdy(count: int, max_rdy_count: int | None = None) -> bytes:

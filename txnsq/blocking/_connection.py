@@ -476,13 +476,21 @@ class Connection:
 
         :raises NSQServerError: the error of an earlier pipelined MPUB, when it failed.
         """
+        command = self._encode_mpub(topic, bodies)
+        self.start_encoded_multi_publish(command, max_pending=max_pending)
+
+    def start_encoded_multi_publish(self, command: bytes, *, max_pending: int = 4) -> None:
+        """:meth:`start_multi_publish` for an MPUB command already encoded (by
+        :func:`txnsq._wire.commands.mpub` or :func:`~txnsq._wire.commands.mpub_framed`).
+
+        :raises NSQServerError: the error of an earlier pipelined MPUB, when it failed.
+        """
         check_number(max_pending, "max_pending", integer=True, positive=True)
-        data = self._encode_mpub(topic, bodies)
         self._raise_pipeline_error()
         if self._pipelined >= max_pending:
             self._wait_pipelined(max_pending - 1)
         slot = _Slot(pipelined=True)
-        self._send(data, slot)
+        self._send(command, slot)
         self._pipelined += 1
 
     def wait_published(self) -> None:

@@ -66,7 +66,7 @@ from txnsq._wire.lookup import (
     lookup_url,
     parse_lookup_response,
 )
-from txnsq._wire.numbers import check_number
+from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq._wire.rdy import DEFAULT_RDY_REDISTRIBUTE_INTERVAL, RdyController, RdyUpdate
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq._wire.touch import touch_schedule
@@ -532,13 +532,19 @@ class Subscriber:
 
     # -- caller-facing API --------------------------------------------------------------
 
-    def take(self, limit: int) -> list[Chunk]:
+    def take(self, limit: int, max_bytes: int | None = None) -> list[Chunk]:
         """Remove and return up to ``limit`` buffered messages, as runs from one
         connection each, in arrival order. Messages of lost connections are dropped
-        (nsqd redelivers them). Never waits: see :meth:`wait_for_data`."""
+        (nsqd redelivers them). Never waits: see :meth:`wait_for_data`.
+
+        :param max_bytes: also stop before the message whose body would bring the
+            bodies taken above this many bytes; a first message larger than that on its
+            own is returned alone (so that a large message cannot stall the reader).
+        """
         out: list[Chunk] = []
         ready = self._ready
         need = limit
+        budget = max_bytes
         while need > 0:
             try:
                 chunk = ready.popleft()
@@ -547,11 +553,19 @@ class Subscriber:
             state, messages = chunk
             if not state.alive:
                 continue
-            if len(messages) > need:
-                ready.appendleft((state, messages[need:]))
-                messages = messages[:need]
+            take = min(need, len(messages))
+            if budget is not None:
+                take, budget = _fit(messages, take, budget, first=not out)
+                if not take:
+                    ready.appendleft(chunk)
+                    break
+            if take < len(messages):
+                ready.appendleft((state, messages[take:]))
+                messages = messages[:take]
             out.append((state, messages))
-            need -= len(messages)
+            need -= take
+            if budget is not None and budget <= 0:
+                break
         if not ready:
             self.data_event.clear()
             if ready:  # raced with the I/O thread
@@ -569,10 +583,15 @@ class Subscriber:
         self.last_activity = self._clock()
         self._command("fin", chunks)
 
-    def requeue(self, chunks: list[Chunk]) -> None:
-        """REQ these messages (taken with :meth:`take`) with no delay: nsqd redelivers
-        them at once. Messages of connections lost since are skipped."""
-        self._command("req", chunks)
+    def requeue(self, chunks: list[Chunk], delay: float = 0.0) -> None:
+        """REQ these messages (taken with :meth:`take`): nsqd redelivers them after
+        ``delay`` seconds (at once by default). Messages of connections lost since are
+        skipped.
+
+        :raises TypeError, ValueError: for a delay that is not a number >= 0.
+        """
+        seconds_to_ms(delay, "delay")
+        self._command("req", (chunks, delay))
 
     def set_cutoff(self, timestamp_ns: int | None) -> None:
         """Stop taking messages published after ``timestamp_ns`` (nanoseconds since the
@@ -595,6 +614,13 @@ class Subscriber:
         """How many subscribed connections are open (all nsqds)."""
         return self._conn_count
 
+    def nsqd_addresses(self) -> list[str]:
+        """The nsqds read from: those given, and those found through nsqlookupd that a
+        connection is open to, as ``"host:port"``, sorted."""
+        with self._lock:
+            found = {a for a, peers in self._per_address.items() if peers}
+        return sorted(found.union(self.options.nsqd))
+
     # -- commands to the I/O thread -----------------------------------------------------
 
     def _command(self, name: str, arg: Any) -> None:
@@ -609,8 +635,10 @@ class Subscriber:
         commands = self._commands
         while commands:
             name, arg = commands.popleft()
-            if name == "fin" or name == "req":
-                self._answer(arg, name == "fin")
+            if name == "fin":
+                self._answer(arg, True)
+            elif name == "req":
+                self._answer(arg[0], False, arg[1])
             elif name == "add":
                 states = list(arg)
                 while commands and commands[0][0] == "add":  # RDY is shared once for all
@@ -743,7 +771,7 @@ class Subscriber:
         self._ready.append((state, messages))
         self.data_event.set()
 
-    def _answer(self, chunks: list[Chunk], finish: bool) -> None:
+    def _answer(self, chunks: list[Chunk], finish: bool, delay: float = 0.0) -> None:
         """FIN (or REQ) the messages of ``chunks`` still in flight on live connections."""
         by_state: dict[ConnectionState, list[bytes]] = {}
         for state, messages in chunks:
@@ -761,7 +789,7 @@ class Subscriber:
                 if finish:
                     state.conn.finish_many(ids)
                 else:
-                    state.conn.requeue_many(ids, 0)
+                    state.conn.requeue_many(ids, delay)
             except (NSQError, OSError) as e:
                 self._lost(state, e)
                 continue
@@ -1049,3 +1077,19 @@ class Subscriber:
             conn.close()
             raise
         return conn
+
+
+def _fit(messages: list[MessageFrame], count: int, budget: int, first: bool) -> tuple[int, int]:
+    """How many of the first ``count`` messages fit in ``budget`` bytes of bodies (one,
+    however large, when ``first``); return it and the budget left."""
+    sizes = [len(m.body) for m in messages[:count]]
+    total = sum(sizes)
+    if total <= budget:
+        return count, budget - total
+    taken = 0
+    for size in sizes:
+        if size > budget and not (first and taken == 0):
+            break
+        budget -= size
+        taken += 1
+    return taken, budget

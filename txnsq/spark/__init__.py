@@ -18,13 +18,17 @@ Install with the ``spark`` extra (``pip install 'txnsq[spark]'``), then::
 
 Writes
 ------
-Rows carry the message in a ``value`` (or ``body``) column of type binary or string; an
-optional string column ``topic`` overrides the ``topic`` option per row (a null falls
-back to the option). Each task publishes its partition with pipelined MPUBs and returns
-only when nsqd has acknowledged every message. A failed publish fails the task and Spark
-retries it: delivery is **at-least-once, and a retried task publishes again, so
-consumers can see duplicates**. Published messages cannot be taken back when a job
-aborts.
+Rows carry the message in a ``value`` (or ``body``) column of type binary or string.
+Two more columns are understood: ``topic`` (string: the row's topic when option
+``topic`` is not set; **the option wins over the column**, as in Kafka's sink) and
+``delay_ms`` (an integer: a row with a delay above 0 is published with ``DPUB`` and
+delivered that many milliseconds later, one command per row). Any other column (Kafka's
+``key``, ``headers``, ...) is an error naming it, unless ``ignoreExtraColumns`` is
+``true``. Each task publishes its partition with pipelined MPUBs, framed from the Arrow
+column at once, and returns only when nsqd has acknowledged every message. A failed
+publish fails the task and Spark retries it: delivery is **at-least-once, and a retried
+task publishes again, so consumers can see duplicates**. Published messages cannot be
+taken back when a job aborts.
 
 Streaming read
 --------------
@@ -35,19 +39,31 @@ When the query stops or fails they are REQueued; when its process dies, nsqd red
 them after ``msg_timeout``. So every message is delivered at least once, possibly again
 (with ``attempts`` + 1) in a later batch after a failure or restart.
 
+* Batch sizes follow Spark's admission control: ``maxMessagesPerTrigger``,
+  ``maxBytesPerTrigger`` (bodies; a batch exceeds it by one message at most) and
+  ``minMessagesPerTrigger`` with ``maxTriggerDelay``. ``trigger(availableNow=True)``
+  reads what was published before the query started and ends when nothing new arrives
+  for ``availableNowIdleMs`` ("before" compares nsqd's message timestamps with the
+  driver's clock; newer messages wait for the next run).
+* A batch's rows travel to the executors inside its ``numPartitions`` input partitions
+  (Arrow record batches; more partitions when a batch is larger than 64 MiB each).
+* The query progress (``query.lastProgress["sources"][0]["latestOffset"]``, a JSON
+  string) carries the lag: nsqd's ``depth``, ``inFlight`` and ``deferred`` counts for the
+  channel, summed (``"lag"``) and per nsqd (``"nsqd"``), asked over nsqd's HTTP API (at
+  most once a second; option ``nsqdHttp`` tells where it is when it is not the TCP port
+  + 1 and nsqlookupd does not say).
+* ``maxAttempts`` gives up messages delivered more times than that: published to
+  ``deadLetterTopic`` on the nsqd they came from and finished once nsqd acknowledged it
+  (a failed publish requeues them), or, without a dead-letter topic, finished and logged.
 * A message cannot stay in flight longer than nsqd's ``--max-msg-timeout`` (15 min by
   default), TOUCH or not: a batch that takes longer to commit is redelivered (duplicates).
 * Messages held for the next batch count against ``maxInFlight``, which defaults to twice
   ``maxMessagesPerTrigger`` (the batch being processed waits for its commit while the
   next one fills). nsqd caps RDY per connection (``--max-rdy-count``, 2500 by default), so
   the reader opens ``ceil(maxInFlight / max_rdy_count)`` connections to each nsqd.
-* ``trigger(availableNow=True)`` reads what was published before the query started and
-  ends when nothing new arrives for ``availableNowIdleMs``. "Before" compares nsqd's
-  message timestamps with the driver's clock: if nsqd's clock runs ahead, the newest
-  messages wait for the next run (nothing is lost).
 * Messages are held in the driver's Python process: ``maxInFlight`` x message size must
-  fit in its memory (100,000 x 100 B by default); lower ``maxMessagesPerTrigger`` for
-  large messages.
+  fit in its memory (100,000 x 100 B by default); lower ``maxMessagesPerTrigger`` (or set
+  ``maxBytesPerTrigger``) for large messages.
 * Spark may replay the last, uncommitted batch after a restart; that replay is empty
   (its messages were never FINished and come back from nsqd with ``attempts`` + 1).
 * A connection that receives nothing, not even nsqd's heartbeat, for two heartbeat
@@ -78,11 +94,19 @@ Writes:
   ``batchSize``             messages per MPUB (default 500)
   ``maxPendingBatches``     MPUBs in flight per task (default 4)
   ``maxBodySize``           largest MPUB body in bytes (default 5 MiB, nsqd's default)
+  ``ignoreExtraColumns``    ``true``: leave out columns other than value/topic/delay_ms
 Reads:
   ``channel``               channel name (required)
   ``lookupd``               nsqlookupd HTTP address(es) to discover nsqds (``http://host:4161``)
   ``lookupdPollInterval``   seconds between nsqlookupd polls (default 60)
   ``maxMessagesPerTrigger`` messages per micro-batch at most (default 50,000)
+  ``maxBytesPerTrigger``    bytes of bodies per micro-batch at most (default: no limit)
+  ``minMessagesPerTrigger`` wait for this many messages before a batch ...
+  ``maxTriggerDelay``       ... but at most this long (``"30s"``, ``"15m"``; default 15m)
+  ``numPartitions``         input partitions per micro-batch (default 1)
+  ``maxAttempts``           give up a message delivered more times (default 0: never)
+  ``deadLetterTopic``       where given-up messages go; ``deadLetterEnvelope`` ``true``
+                            publishes a JSON envelope (id, attempts, origin, body)
   ``maxInFlight``           messages held at once (default 2 x maxMessagesPerTrigger)
   ``connectionsPerNsqd``    override the number of connections per nsqd
   ``msgTimeoutMs``          IDENTIFY msg_timeout: redelivery delay if the reader dies
@@ -95,6 +119,9 @@ Reads:
                             nsqlookupd announces as ``announced`` (``host:port``, or a
                             host alone to keep the port), e.g.
                             ``nsqd-0.nsqd:4150=10.0.0.5:4150,nsqd-1=10.0.0.6``
+  ``reportLag``             ``false``: no nsqd statistics in the progress (default true)
+  ``nsqdHttp``              ``tcp=http`` address pairs (``h:4150=h:4151,...``; the HTTP
+                            side may be an ``https://`` URL) for the lag statistics
 """
 
 from __future__ import annotations

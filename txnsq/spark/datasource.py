@@ -42,16 +42,16 @@ class NSQDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> NSQBatchWriter:
         """The batch writer (``df.write.format("nsq")...save()``)."""
         options = _checked(parse_write_options, self.options)
-        columns = _checked(resolve_write_columns, schema, options.topic)
+        columns = _checked(resolve_write_columns, schema, options)
         return NSQBatchWriter(options, columns)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> NSQStreamWriter:
         """The streaming writer (``df.writeStream.format("nsq")...start()``)."""
         options = _checked(parse_write_options, self.options)
-        columns = _checked(resolve_write_columns, schema, options.topic)
+        columns = _checked(resolve_write_columns, schema, options)
         return NSQStreamWriter(options, columns)
 
-    def simpleStreamReader(self, schema: StructType) -> NSQStreamReader:
+    def streamReader(self, schema: StructType) -> NSQStreamReader:
         """The streaming reader (``spark.readStream.format("nsq")...load()``)."""
         if [(f.name, f.dataType) for f in schema.fields] != [
             (f.name, f.dataType) for f in READ_SCHEMA.fields

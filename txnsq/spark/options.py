@@ -10,17 +10,24 @@ This module needs neither pyspark nor pyarrow.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from txnsq._wire.address import check_address_map, format_address, parse_address
+from txnsq._wire.address import (
+    NSQD_HTTP_PORT,
+    check_address_map,
+    format_address,
+    parse_address,
+)
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
+from txnsq._wire.deadletter import DeadLetter
 from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.liveness import DEFAULT_READ_TIMEOUT
 from txnsq._wire.lookup import lookup_url
 from txnsq._wire.numbers import parse_number
-from txnsq.blocking import SubscriberOptions, TLSOptions
+from txnsq.blocking import Connection, NSQDHTTPClient, SubscriberOptions, TLSOptions
 
 __all__ = [
     "ConnectionSettings",
@@ -39,6 +46,8 @@ DEFAULT_MAX_MESSAGES_PER_TRIGGER: Final = 50_000
 DEFAULT_TIMEOUT_S: Final = 30.0
 DEFAULT_LOOKUPD_POLL_S: Final = 60.0
 DEFAULT_AVAILABLE_NOW_IDLE_MS: Final = 500
+#: Kafka's default ``maxTriggerDelay``: how long ``minMessagesPerTrigger`` may hold a batch.
+DEFAULT_MAX_TRIGGER_DELAY_S: Final = 15 * 60.0
 #: nsqd's ``--min-output-buffer-timeout`` default: the shortest flush delay it accepts.
 READER_OUTPUT_BUFFER_TIMEOUT_MS: Final = 25
 #: nsqd's ``--max-output-buffer-size`` default: fewer, larger writes from nsqd.
@@ -66,7 +75,9 @@ _COMMON: Final = frozenset(
 )
 # Options Spark itself passes along with ours (checkpointLocation of writeStream...).
 _SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation", "queryname"})
-_WRITE_ONLY: Final = frozenset({"batchsize", "maxpendingbatches", "maxbodysize"})
+_WRITE_ONLY: Final = frozenset(
+    {"batchsize", "maxpendingbatches", "maxbodysize", "ignoreextracolumns"}
+)
 _READ_ONLY: Final = frozenset(
     {
         "channel",
@@ -80,6 +91,15 @@ _READ_ONLY: Final = frozenset(
         "addressmap",
         "heartbeatintervalms",
         "readtimeout",
+        "maxbytespertrigger",
+        "minmessagespertrigger",
+        "maxtriggerdelay",
+        "numpartitions",
+        "maxattempts",
+        "deadlettertopic",
+        "deadletterenvelope",
+        "reportlag",
+        "nsqdhttp",
     }
 )
 
@@ -113,6 +133,17 @@ class ConnectionSettings:
         values.update(overrides)
         return IdentifyOptions(**values)  # type: ignore[arg-type]
 
+    def connection(self, address: str, **identify: object) -> Connection:
+        """A (not yet connected) blocking :class:`~txnsq.blocking.Connection` to the
+        nsqd at ``address`` with these settings; ``identify`` overrides IDENTIFY options."""
+        return Connection(
+            address,
+            identify=self.identify_options(**identify),
+            tls=self.tls,
+            auth_secret=self.auth_secret,
+            timeout=self.timeout,
+        )
+
     def __repr__(self) -> str:
         # Never show the auth secret.
         secret = "<set>" if self.auth_secret else None
@@ -131,6 +162,7 @@ class WriteOptions:
     batch_size: int = DEFAULT_BATCH_SIZE
     max_pending: int = DEFAULT_MAX_PENDING
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    ignore_extra_columns: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +183,15 @@ class ReadOptions:
     address_map: tuple[tuple[str, str], ...] = ()
     heartbeat_interval_ms: int | None = None
     read_timeout: float = DEFAULT_READ_TIMEOUT
+    max_bytes_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY_S
+    num_partitions: int = 1
+    max_attempts: int = 0
+    dead_letter: DeadLetter | None = None
+    report_lag: bool = True
+    #: ``(nsqd TCP address, its HTTP address)`` pairs for the lag statistics
+    nsqd_http: tuple[tuple[str, str], ...] = ()
 
     def subscriber_options(self) -> SubscriberOptions:
         """The options of the blocking :class:`~txnsq.blocking.Subscriber` that reads
@@ -204,6 +245,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             opts, "maxpendingbatches", "maxPendingBatches", DEFAULT_MAX_PENDING, low=1
         ),
         max_body_size=_int(opts, "maxbodysize", "maxBodySize", DEFAULT_MAX_BODY_SIZE, low=64),
+        ignore_extra_columns=_bool(opts, "ignoreextracolumns", "ignoreExtraColumns", False),
     )
 
 
@@ -258,6 +300,32 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
             f"option 'heartbeatIntervalMs' must be -1 (off), 0 (the default, 30 s) or "
             f">= 1000, not {heartbeat}"
         )
+    max_bytes = _int(opts, "maxbytespertrigger", "maxBytesPerTrigger", 0, low=0)
+    min_messages = _int(opts, "minmessagespertrigger", "minMessagesPerTrigger", 0, low=0)
+    if min_messages > batch:
+        raise OptionError(
+            f"option 'minMessagesPerTrigger' ({min_messages}) must not exceed "
+            f"'maxMessagesPerTrigger' ({batch})"
+        )
+    if "maxtriggerdelay" in opts and not min_messages:
+        raise OptionError("option 'maxTriggerDelay' needs option 'minMessagesPerTrigger'")
+    max_attempts = _int(opts, "maxattempts", "maxAttempts", 0, low=0, high=65535)
+    dead_letter_topic = opts.get("deadlettertopic")
+    dead_letter: DeadLetter | None = None
+    if dead_letter_topic:
+        if not max_attempts:
+            raise OptionError("option 'deadLetterTopic' needs option 'maxAttempts' (> 0)")
+        try:
+            dead_letter = DeadLetter(
+                dead_letter_topic,
+                envelope=_bool(opts, "deadletterenvelope", "deadLetterEnvelope", False),
+            )
+        except ValueError as e:
+            raise OptionError(f"option 'deadLetterTopic': {e}") from None
+        if dead_letter.topic == topic:
+            raise OptionError("option 'deadLetterTopic' must differ from option 'topic'")
+    elif "deadletterenvelope" in opts:
+        raise OptionError("option 'deadLetterEnvelope' needs option 'deadLetterTopic'")
     return ReadOptions(
         connection=connection,
         topic=topic,
@@ -276,6 +344,16 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         address_map=_address_map(opts.get("addressmap", "")),
         heartbeat_interval_ms=heartbeat or None,
         read_timeout=_float(opts, "readtimeout", "readTimeout", DEFAULT_READ_TIMEOUT),
+        max_bytes_per_trigger=max_bytes or None,
+        min_messages_per_trigger=min_messages or None,
+        max_trigger_delay=_duration(
+            opts, "maxtriggerdelay", "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_S
+        ),
+        num_partitions=_int(opts, "numpartitions", "numPartitions", 1, low=1, high=10_000),
+        max_attempts=max_attempts,
+        dead_letter=dead_letter,
+        report_lag=_bool(opts, "reportlag", "reportLag", True),
+        nsqd_http=_address_pairs(opts, "nsqdhttp", "nsqdHttp"),
     )
 
 
@@ -375,6 +453,48 @@ def _address_map(text: str) -> tuple[tuple[str, str], ...]:
     except (TypeError, ValueError) as e:
         raise OptionError(f"option 'addressMap': {e}") from None
     return tuple(pairs.items())
+
+
+_DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]+)\s*$")
+
+
+def _duration(opts: Mapping[str, str], key: str, name: str, default: float) -> float:
+    """Option ``name`` as a duration with a unit (``"500ms"``, ``"30s"``, ``"15m"``,
+    ``"1h"``, as Spark's Kafka source writes them), in seconds.
+
+    :raises OptionError: for a missing unit (Kafka reads a bare number as milliseconds,
+        txnsq's own options as seconds: a unit removes the doubt) or a bad value.
+    """
+    text = opts.get(key)
+    if text is None or not text.strip():
+        return default
+    match = _DURATION.match(text.lower())
+    if match is None or match.group(2) not in _DURATION_UNITS:
+        raise OptionError(
+            f"option '{name}' must be a duration with a unit (e.g. '500ms', '30s', '15m', "
+            f"'1h'), not {text!r}"
+        )
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def _address_pairs(opts: Mapping[str, str], key: str, name: str) -> tuple[tuple[str, str], ...]:
+    """Option ``name`` as ``tcp=http`` address pairs (``"h:4150=h:4151,..."``)."""
+    pairs: list[tuple[str, str]] = []
+    for item in _split(opts.get(key, "")):
+        tcp, sep, http = item.partition("=")
+        http = http.strip()
+        try:
+            if not sep:
+                raise ValueError("expected 'tcp_host:port=http_host:port'")
+            if http.lower().startswith(("http://", "https://")):
+                NSQDHTTPClient(http).close()  # checks the URL
+            else:
+                http = format_address(*parse_address(http, NSQD_HTTP_PORT))
+            pairs.append((format_address(*parse_address(tcp.strip())), http))
+        except (TypeError, ValueError) as e:
+            raise OptionError(f"option '{name}': {item!r}: {e}") from None
+    return tuple(pairs)
 
 
 def _topic(opts: Mapping[str, str], required: bool) -> str | None:

@@ -13,11 +13,13 @@ is reused, and dropped on any error.
 
 from __future__ import annotations
 
+import array
+import bisect
 import logging
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,8 +28,17 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import BinaryType, StringType, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+)
 
+from txnsq._wire.commands import mpub_framed, validate_topic_name
 from txnsq.blocking import Connection
 from txnsq.errors import HandshakeError, NSQServerError
 from txnsq.spark.options import ConnectionSettings, WriteOptions
@@ -37,6 +48,7 @@ __all__ = [
     "NSQStreamWriter",
     "NSQWriteCommitMessage",
     "SchemaError",
+    "mpub_commands",
     "resolve_write_columns",
 ]
 
@@ -45,27 +57,40 @@ _log = logging.getLogger("txnsq.spark")
 #: Column names that carry the message body, in order of preference.
 VALUE_COLUMNS = ("value", "body")
 TOPIC_COLUMN = "topic"
+DELAY_COLUMN = "delay_ms"
+# Kafka sink columns that have no NSQ counterpart: named in the error.
+_KAFKA_ONLY = frozenset({"key", "headers", "partition"})
 
 
 class SchemaError(ValueError):
-    """The DataFrame written has no usable message column (or a bad ``topic`` column)."""
+    """The DataFrame written has no usable message column, a column of the wrong type,
+    or a column the sink would not use."""
 
 
 @dataclass(frozen=True)
 class WriteColumns:
-    """Which columns a write publishes from, checked against the DataFrame's schema."""
+    """Which columns a write publishes from, checked against the DataFrame's schema.
+
+    :ivar topic: the ``topic`` column, when there is no ``topic`` option (the option
+        wins, as in Kafka's sink).
+    :ivar delay: the ``delay_ms`` column, if any.
+    """
 
     value: str
     value_is_string: bool
     topic: str | None
+    delay: str | None = None
 
 
-def resolve_write_columns(schema: StructType, default_topic: str | None) -> WriteColumns:
-    """Find the message column (``value`` or ``body``) and the optional ``topic`` column.
+def resolve_write_columns(schema: StructType, options: WriteOptions) -> WriteColumns:
+    """Find the message column (``value`` or ``body``), the optional ``topic`` and
+    ``delay_ms`` columns, and refuse any other column (unless option
+    ``ignoreExtraColumns``).
 
     :raises SchemaError: naming the column, when there is no ``value``/``body`` column,
-        it is neither binary nor string, ``topic`` is not a string, or there is neither a
-        ``topic`` column nor a ``topic`` option.
+        it is neither binary nor string, ``topic`` is not a string, ``delay_ms`` not an
+        integer, there is neither a ``topic`` column nor a ``topic`` option, or a column
+        would not be used.
     """
     fields = {f.name.lower(): f for f in schema.fields}
     value = next((fields[name] for name in VALUE_COLUMNS if name in fields), None)
@@ -86,15 +111,39 @@ def resolve_write_columns(schema: StructType, default_topic: str | None) -> Writ
             f"[NSQ_INVALID_TOPIC_COLUMN] column '{topic.name}' must be of type string, not "
             f"{topic.dataType.simpleString()}"
         )
-    if topic is None and default_topic is None:
+    if topic is None and options.topic is None:
         raise SchemaError(
             "[NSQ_MISSING_TOPIC] writing to nsq needs option 'topic' or a string column "
             "named 'topic'"
         )
+    delay = fields.get(DELAY_COLUMN)
+    if delay is not None and not isinstance(
+        delay.dataType, ByteType | ShortType | IntegerType | LongType
+    ):
+        raise SchemaError(
+            f"[NSQ_INVALID_DELAY_COLUMN] column '{delay.name}' (the delay in milliseconds) "
+            f"must be of an integer type, not {delay.dataType.simpleString()}"
+        )
+    used = {value.name.lower(), TOPIC_COLUMN, DELAY_COLUMN}
+    extra = [f.name for f in schema.fields if f.name.lower() not in used]
+    if extra and not options.ignore_extra_columns:
+        kafka = sorted(name for name in extra if name.lower() in _KAFKA_ONLY)
+        hint = (
+            f" (NSQ messages have no {', '.join(kafka)}: put what matters into the value)"
+            if kafka
+            else ""
+        )
+        raise SchemaError(
+            f"[NSQ_UNUSED_COLUMNS] writing to nsq uses only the columns 'value' (or "
+            f"'body'), 'topic' and 'delay_ms'; these would be ignored: "
+            f"{', '.join(extra)}{hint}. Select the columns to publish, or set option "
+            "'ignoreExtraColumns' to 'true'"
+        )
     return WriteColumns(
         value=value.name,
         value_is_string=isinstance(value.dataType, StringType),
-        topic=topic.name if topic is not None else None,
+        topic=topic.name if topic is not None and options.topic is None else None,
+        delay=delay.name if delay is not None else None,
     )
 
 
@@ -194,80 +243,148 @@ def _published(messages: list[WriterCommitMessage | None]) -> int:
 def _publish_batch(
     conn: Connection, batch: pa.RecordBatch, options: WriteOptions, columns: WriteColumns
 ) -> int:
-    """Send the rows of ``batch`` as pipelined MPUBs; return the row count.
+    """Send the rows of ``batch``: pipelined MPUBs, and a DPUB for each row with a
+    ``delay_ms`` above 0; return the row count.
 
-    Does not wait for the last answers: the caller calls ``conn.wait_published()``.
+    Does not wait for the last MPUB answers: the caller calls ``conn.wait_published()``.
+
+    :raises ValueError: naming the column, for a null or empty value, a null or invalid
+        topic, or a negative delay (before anything of ``batch`` is sent).
     """
-    bodies = _bodies(batch, columns)
-    if columns.topic is None:
+    rows = int(batch.num_rows)
+    values = _values(batch, columns)
+    topics = _topics(batch, columns)
+    delays = _delays(batch, columns)
+    if delays is not None:
+        later = pc.greater(delays, 0)
+        chosen = pc.indices_nonzero(later)
+        # NSQ has no multi-message DPUB: one command (and one answer) per delayed row.
+        bodies: list[bytes] = values.take(chosen).to_pylist()
+        waits: list[int] = delays.take(chosen).to_pylist()
+        names: list[str | None] = (
+            [options.topic] * len(bodies) if topics is None else topics.take(chosen).to_pylist()
+        )
+        for name, body, delay in zip(names, bodies, waits, strict=True):
+            assert name is not None
+            conn.deferred_publish(name, body, delay / 1000)
+        now = pc.invert(later)
+        values = values.filter(now)
+        topics = topics.filter(now) if topics is not None else None
+    if topics is None:
         assert options.topic is not None
-        groups: dict[str, list[bytes]] = {options.topic: bodies}
+        groups = [(options.topic, values)]
     else:
-        groups = _group_by_topic(batch, columns.topic, bodies, options.topic)
-    # An MPUB body is 4 bytes of count plus 4 bytes of size per message.
-    max_bytes = options.max_body_size - 4
-    for topic, items in groups.items():
-        for chunk in _chunks(items, options.batch_size, max_bytes):
-            conn.start_multi_publish(topic, chunk, max_pending=options.max_pending)
-    return int(batch.num_rows)
+        groups = [
+            (topic, values.filter(pc.equal(topics, topic)))
+            for topic in pc.unique(topics).to_pylist()
+        ]
+    for topic, group in groups:
+        for command in mpub_commands(topic, group, options.batch_size, options.max_body_size):
+            conn.start_encoded_multi_publish(command, max_pending=options.max_pending)
+    return rows
 
 
-def _bodies(batch: pa.RecordBatch, columns: WriteColumns) -> list[bytes]:
-    column = batch.column(batch.schema.get_field_index(columns.value))
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
+    return batch.column(batch.schema.get_field_index(name))
+
+
+def _values(batch: pa.RecordBatch, columns: WriteColumns) -> pa.Array:
+    """The message bodies, as a binary array.
+
+    :raises ValueError: for a null or an empty value.
+    """
+    column = _column(batch, columns.value)
     if column.null_count:
         raise ValueError(
             f"column '{columns.value}' holds a null: every row needs a message body "
             "(filter nulls out before writing to nsq)"
         )
-    if columns.value_is_string:
-        large = pa.types.is_large_string(column.type)
-        column = column.cast(pa.large_binary() if large else pa.binary())
-    if pc.min(pc.binary_length(column)).as_py() == 0:
+    if not pa.types.is_binary(column.type):
+        column = column.cast(pa.binary())  # string, large string or large binary
+    if len(column) and pc.min(pc.binary_length(column)).as_py() == 0:
         raise ValueError(
             f"column '{columns.value}' holds an empty value: nsqd refuses empty messages"
         )
-    bodies: list[bytes] = column.to_pylist()
-    return bodies
+    return column
 
 
-def _group_by_topic(
-    batch: pa.RecordBatch, topic_column: str, bodies: list[bytes], default_topic: str | None
-) -> dict[str, list[bytes]]:
-    topics: list[str | None] = batch.column(batch.schema.get_field_index(topic_column)).to_pylist()
-    groups: dict[str, list[bytes]] = {}
-    for topic, body in zip(topics, bodies, strict=True):
-        if topic is None:
-            if default_topic is None:
-                raise ValueError(
-                    f"column '{topic_column}' holds a null and option 'topic' is not set"
-                )
-            topic = default_topic
-        group = groups.get(topic)
-        if group is None:
-            group = groups[topic] = []
-        group.append(body)
-    return groups
+def _topics(batch: pa.RecordBatch, columns: WriteColumns) -> pa.Array | None:
+    """Each row's topic from the ``topic`` column, or ``None``: the option's for all.
+
+    :raises ValueError: for a null or an invalid topic name.
+    """
+    if columns.topic is None:
+        return None
+    column = _column(batch, columns.topic)
+    if column.null_count:
+        raise ValueError(
+            f"column '{columns.topic}' holds a null and option 'topic' is not set: every "
+            "row needs a topic"
+        )
+    for name in pc.unique(column).to_pylist():
+        try:
+            validate_topic_name(name)
+        except ValueError as e:
+            raise ValueError(f"column '{columns.topic}': {e}") from None
+    return column
 
 
-def _chunks(items: list[bytes], batch_size: int, max_bytes: int) -> Iterator[list[bytes]]:
-    """Split ``items`` into MPUBs of at most ``batch_size`` messages and ``max_bytes``."""
-    n = len(items)
-    # Fast path: the whole list fits the byte limit, so only the count matters.
-    if n * 4 + sum(map(len, items)) <= max_bytes:
-        for start in range(0, n, batch_size):
-            yield items[start : start + batch_size]
+def _delays(batch: pa.RecordBatch, columns: WriteColumns) -> pa.Array | None:
+    """Each row's ``delay_ms`` (0 for a null), or ``None`` when no row has a delay.
+
+    :raises ValueError: for a negative delay.
+    """
+    if columns.delay is None:
+        return None
+    column = _column(batch, columns.delay)
+    if column.null_count == len(column):
+        return None
+    low, high = pc.min_max(column).values()
+    if low.as_py() < 0:
+        raise ValueError(
+            f"column '{columns.delay}' holds a negative delay ({low.as_py()} ms): delays "
+            "are milliseconds >= 0"
+        )
+    if not high.as_py():
+        return None
+    return pc.fill_null(column, 0)
+
+
+def mpub_commands(
+    topic: str, values: pa.Array, batch_size: int, max_body_size: int
+) -> Iterator[bytes]:
+    """Return the MPUB commands for ``values`` (a binary array of non-empty bodies): at
+    most ``batch_size`` messages and ``max_body_size`` bytes each, in order.
+
+    The bodies are framed as MPUB carries them (:func:`~txnsq._wire.commands.mpub`: each
+    preceded by its 4-byte big-endian size) by Arrow, for the whole array at once, and
+    the commands are cut from that one buffer.
+    """
+    count = len(values)
+    if not count:
         return
-    chunk: list[bytes] = []
-    size = 0
-    for body in items:
-        length = len(body) + 4
-        if chunk and (len(chunk) >= batch_size or size + length > max_bytes):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(body)
-        size += length
-    if chunk:
-        yield chunk
+    lengths = pc.binary_length(values)  # int32, native (little) endian
+    sizes = array.array("i")
+    if sizes.itemsize != 4:  # pragma: no cover - no such platform in use
+        raise RuntimeError("the 'i' array type is not 4 bytes here")
+    sizes.frombytes(lengths.buffers()[1][lengths.offset * 4 : (lengths.offset + count) * 4])
+    if sys.byteorder == "little":
+        sizes.byteswap()
+    prefixes = pa.Array.from_buffers(pa.binary(4), count, [None, pa.py_buffer(sizes)])
+    framed = pc.binary_join_element_wise(prefixes.cast(pa.binary()), values, b"")
+    offsets = memoryview(framed.buffers()[1]).cast("i")[framed.offset : framed.offset + count + 1]
+    data = framed.buffers()[2]
+    # An MPUB body is 4 bytes of count, then the framed messages.
+    max_framed = max_body_size - 4
+    start = 0
+    while start < count:
+        end = min(count, start + batch_size)
+        if offsets[end] - offsets[start] > max_framed:
+            # The most messages from start that fit (at least one: nsqd refuses a larger
+            # one with a clear error).
+            end = max(start + 1, bisect.bisect_right(offsets, offsets[start] + max_framed) - 1)
+        yield mpub_framed(topic, end - start, memoryview(data)[offsets[start] : offsets[end]])
+        start = end
 
 
 def _partition_id() -> int:
@@ -304,7 +421,7 @@ class _ConnectionPool:
         for address in order:
             # No heartbeats: a task may spend minutes computing its next rows without
             # reading, and nsqd would close a connection that misses two of them.
-            conn = _connect(settings, address, heartbeat_interval_ms=-1)
+            conn = settings.connection(address, heartbeat_interval_ms=-1)
             try:
                 conn.connect()
             except Exception as e:
@@ -332,16 +449,6 @@ class _ConnectionPool:
             idle, self._idle = self._idle, {}
         for conn in idle.values():
             conn.close()
-
-
-def _connect(settings: ConnectionSettings, address: str, **identify: Any) -> Connection:
-    return Connection(
-        address,
-        identify=settings.identify_options(**identify),
-        tls=settings.tls,
-        auth_secret=settings.auth_secret,
-        timeout=settings.timeout,
-    )
 
 
 def _fatal_config_error(error: Exception) -> bool:
