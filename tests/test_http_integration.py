@@ -99,9 +99,12 @@ class NSQDIntegrationTests(RealProcessTestCase):
         return (await self.http.stats(self.topic, channel)).channel(self.topic, channel)
 
     async def consumer_connected(self) -> Any:
-        """The channel "c" once a consumer is connected to it, else None."""
+        """The channel "c" once a consumer is connected to it and has sent RDY, else None
+        (SUB is answered, and so seen in the stats, before the consumer's RDY arrives)."""
         channel = await self.channel_stats()
-        return channel if channel is not None and channel.client_count == 1 else None
+        if channel is None or channel.client_count != 1:
+            return None
+        return channel if channel.clients and channel.clients[0].ready_count > 0 else None
 
     async def test_ping_and_info(self) -> None:
         self.assertIsNone(await self.http.ping())
