@@ -7,6 +7,7 @@ nsqd's answers are sent by hand.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from twisted.internet.defer import CancelledError
@@ -173,6 +174,107 @@ class CoalescingTests(BatchingTestCase):
         nsqd.answer_ok(3)
         stats = producer.stats()
         self.assertEqual((stats["published"], stats["batches"]), (3, 1))
+        self.stop(producer)
+
+
+def topic_states() -> int:
+    """How many per-topic batching states are alive."""
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o).__name__ == "_Batcher")
+
+
+class TopicStateTests(BatchingTestCase):
+    """A producer publishing to many topics in turn (one per tenant, say) keeps state
+    for at most 64 topics, or twice as many as have publishes waiting or in flight."""
+
+    def test_topics_published_to_in_turn(self) -> None:
+        producer, nsqd = self.started()
+        before = topic_states()
+        most = 0
+        for i in range(1000):
+            d = producer.publish(f"tenant-{i}", b"x")
+            self.assertEqual(sent(nsqd), [(b"PUB tenant-%d" % i, [b"x"])])
+            nsqd.answer_ok()
+            self.successResultOf(d)
+            if i % 50 == 0:
+                most = max(most, topic_states() - before)
+        self.assertLessEqual(most, 64)
+        self.assertLessEqual(topic_states() - before, 64)
+        self.stop(producer)
+
+    def test_topics_with_batches_in_flight_are_kept(self) -> None:
+        producer, nsqd = self.started()
+        before = topic_states()
+        ds = []
+        for i in range(300):
+            ds.append(producer.publish(f"tenant-{i}", b"x"))
+            self.reactor.advance(0)  # sent: in flight
+        self.assertEqual(len(sent(nsqd)), 300)
+        # New topics made the producer look for idle ones (at 64, 128 and 256 topics):
+        # none was, as each had its batch in flight.
+        self.assertEqual(topic_states() - before, 300)
+        nsqd.answer_ok(300)
+        for d in ds:
+            self.successResultOf(d)
+        # Answered, they are idle, and forgotten at the next look: when a new topic would
+        # make 512 (twice the topics kept at the last look).
+        again = [producer.publish("tenant-7", b"%d" % i) for i in range(3)]
+        self.assertEqual(sent(nsqd), [(b"MPUB tenant-7", [b"0", b"1", b"2"])])
+        nsqd.answer_ok()
+        for d in again:
+            self.successResultOf(d)
+        for i in range(212):
+            producer.publish(f"new-{i}", b"n")
+        self.assertEqual(topic_states() - before, 512)
+        producer.publish("one-more", b"n")
+        # The 212 new topics have publishes waiting, so are kept; the 300 idle ones are gone.
+        self.assertEqual(topic_states() - before, 213)
+        self.reactor.advance(0)
+        nsqd.answer_ok(213)
+        self.stop(producer)
+
+    def test_topics_waiting_for_a_connection_are_kept(self) -> None:
+        producer = self.make(timeout=30.0)
+        producer.startService()
+        before = topic_states()
+        ds = []
+        for i in range(300):
+            ds.append(producer.publish(f"tenant-{i}", b"x"))
+            self.reactor.advance(0)  # nothing to send on: they wait
+        self.assertEqual(topic_states() - before, 300)
+        nsqd = FakeNSQD(self.reactor)
+        nsqd.identify()
+        self.reactor.advance(0)
+        self.assertEqual(len(sent(nsqd)), 300)
+        nsqd.answer_ok(300)
+        for d in ds:
+            self.successResultOf(d)
+        self.stop(producer)
+
+    def test_a_learned_size_limit_is_kept(self) -> None:
+        """A topic whose batch nsqd refused as too big keeps the limit it learned (else
+        the next big batch would cost another connection), idle or not."""
+        producer, nsqd = self.started()
+        ds = [producer.publish("t", body) for body in (b"a", b"x" * 10)]
+        sent(nsqd)
+        nsqd.send(encode_error("E_BAD_MESSAGE", "MPUB message too big 10 > 5"))
+        self.failureResultOf(ds[1], BadMessageError)
+        nsqd2 = self.reconnect()
+        nsqd2.answer_ok()
+        self.successResultOf(ds[0])
+        sent(nsqd2)
+        for i in range(200):  # many other topics, each forgotten once idle
+            d = producer.publish(f"other-{i}", b"z")
+            self.reactor.advance(0)
+            nsqd2.answer_ok()
+            self.successResultOf(d)
+        sent(nsqd2)
+        later = [producer.publish("t", b) for b in (b"e", b"y" * 9)]
+        self.reactor.advance(0)
+        self.assertEqual(sent(nsqd2), [(b"PUB t", [b"e"]), (b"PUB t", [b"y" * 9])])
+        nsqd2.answer_ok(2)
+        for d in later:
+            self.successResultOf(d)
         self.stop(producer)
 
 

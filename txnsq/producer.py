@@ -105,6 +105,9 @@ _publish_batch = commands.publish_batch
 #: both processes to be scheduled); with 4 it stayed at the unbatched value, and a burst
 #: still goes out in batches.
 _BATCH_WINDOW: Final = 4
+#: With batching, the topics a producer keeps state for before it forgets the idle ones
+#: (see Producer._forget_idle_topics).
+_TOPICS_BEFORE_SWEEP: Final = 64
 
 
 def default_retry_policy() -> Callable[[int], float]:
@@ -434,6 +437,25 @@ class _Batcher:
         if tokens:
             self.queue.requeue(bodies, tokens, times, one_by_one)
             self.producer._batch_queued += len(tokens)
+
+    def idle(self) -> bool:
+        """Whether this topic can be forgotten: nothing waits or is in flight, no timer
+        is due to send, and no size limit was learned from a refusal (that is kept, so
+        it is not learned again from another refused batch, which costs a connection)."""
+        queue = self.queue
+        return (
+            not queue.bodies
+            and not queue.in_flight
+            and self.call is None
+            and queue.max_message_size is None
+            and queue.max_bytes >= self.producer._batch_max_bytes
+        )
+
+    def retire(self) -> None:
+        """Stop the timers of an idle topic (see :meth:`idle`)."""
+        expiry, self.expiry = self.expiry, None
+        if expiry is not None and expiry.active():
+            expiry.cancel()
 
     def _cancel(self, d: Deferred[bytes]) -> None:
         # A queued publish leaves its batch; a sent one keeps its place (the answer is
@@ -885,6 +907,8 @@ class Producer(Service):
         #: Topic -> its batcher, when batching is on.
         self._batchers: dict[str, _Batcher] | None = {} if batch else None
         self._batch_queued = 0  # publishes waiting in batchers
+        #: Idle topics are forgotten when a new topic would make this many.
+        self._batchers_sweep_at = _TOPICS_BEFORE_SWEEP
         self._retries: dict[Deferred[bytes], int] = {}  # batched publishes sent again
         # Counters of stats().
         self._published = 0
@@ -1038,6 +1062,8 @@ class Producer(Service):
         batchers = self._batchers
         assert batchers is not None
         if topic not in batchers:
+            if len(batchers) >= self._batchers_sweep_at:
+                self._forget_idle_topics()
             queue: BatchQueue[Deferred[bytes]] = BatchQueue(
                 self._batch_max_count,
                 self._batch_max_bytes,
@@ -1046,6 +1072,19 @@ class Producer(Service):
             )
             batchers[topic] = _Batcher(self, topic, queue)
         return self.publish(topic, body)
+
+    def _forget_idle_topics(self) -> None:
+        """Drop the batching state of the topics with nothing waiting or in flight, so that
+        a producer publishing to many topics in turn (one per tenant, say) keeps at most
+        about twice as many as are busy at once (a sweep costs one look at each topic,
+        made when the number of topics has doubled since the last one)."""
+        batchers = self._batchers
+        assert batchers is not None
+        for topic, batcher in list(batchers.items()):
+            if batcher.idle():
+                batcher.retire()
+                del batchers[topic]
+        self._batchers_sweep_at = max(_TOPICS_BEFORE_SWEEP, 2 * len(batchers))
 
     def _queue_full(self) -> Deferred[bytes]:
         self._failed += 1
