@@ -377,6 +377,24 @@ class AddressMapTests(SynchronousTestCase):
         self.assertRaises(TypeError, map_address, "h:1", lambda a: 5)
         self.assertRaises(ValueError, map_address, "h:1", lambda a: "::1:4150")
 
+    def test_http_addresses_move_with_their_nsqd(self) -> None:
+        """An nsqd's HTTP address (for statistics) goes to the host its TCP address maps
+        to, with the HTTP port nsqlookupd announced."""
+        from txnsq._wire.address import map_http_address
+
+        mapping = {"nsqd-0:4150": "127.0.0.1:24150", "nsqd-1": "10.1.2.3", "v6": "[::1]"}
+        self.assertEqual(map_http_address("nsqd-0:4150", "nsqd-0:4151", mapping),
+                         "127.0.0.1:4151")
+        self.assertEqual(map_http_address("nsqd-1:4150", "nsqd-1:4251", mapping),
+                         "10.1.2.3:4251")
+        self.assertEqual(map_http_address("v6:4150", "v6:4151", mapping), "[::1]:4151")
+        self.assertEqual(map_http_address("other:4150", "other:4151", mapping), "other:4151")
+        self.assertEqual(map_http_address("other:4150", "other:4151", None), "other:4151")
+        self.assertEqual(
+            map_http_address("n.svc:4150", "n.svc:4151", lambda a: a.replace(".svc", "")),
+            "n:4151",
+        )
+
     def test_bad_maps(self) -> None:
         from txnsq._wire.address import check_address_map
 

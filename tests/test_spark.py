@@ -798,6 +798,26 @@ class ReaderSideTests(TestCase):
         self.assertEqual(report["lag"], {"depth": 0, "inFlight": 0, "deferred": 0})
         self.assertIn("error", report["nsqd"][address])
 
+    def test_lag_through_an_address_map(self) -> None:
+        """An nsqd that announces a name only its own network resolves (as in Docker):
+        the reader dials it through addressMap, and asks for its statistics at the host
+        it was mapped to, on the HTTP port nsqlookupd announced (here not TCP + 1)."""
+        from txnsq.spark._source import LagProbe
+
+        lookupd = start_lookupd(self)
+        nsqd = start_nsqd(self, ["--broadcast-address=nsqd-0"], lookupds=[lookupd])
+        publish(nsqd, "lag", [b"m"] * 5)
+        nsqd.create_channel("lag", "c")
+        wait_for(lambda: lookupd.lookup("lag")["producers"])
+        options = read_options(
+            lookupd=lookupd.http_url, topic="lag", channel="c", addressMap="nsqd-0=127.0.0.1"
+        )
+        probe = LagProbe(options)
+        self.addCleanup(probe.close)
+        address = nsqd.tcp_address  # the address the reader dials, mapped
+        expected = {"depth": 5, "inFlight": 0, "deferred": 0}
+        self.assertEqual(probe.report([address]), {"lag": expected, "nsqd": {address: expected}})
+
     def test_dead_letters_without_topic_are_finished_and_logged(self) -> None:
         from txnsq.spark._source import DeadLetters
 

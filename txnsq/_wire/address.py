@@ -31,6 +31,7 @@ __all__ = [
     "check_address_map",
     "format_address",
     "map_address",
+    "map_http_address",
     "parse_address",
 ]
 
@@ -179,6 +180,22 @@ def map_address(address: str, mapping: AddressMap | None) -> str:
     else:
         raise TypeError(f"address map must be a mapping or a callable, not {mapping!r}")
     return format_address(*parse_address(target))
+
+
+def map_http_address(tcp_address: str, http_address: str, mapping: AddressMap | None) -> str:
+    """Return the HTTP address to use for an nsqd that nsqlookupd announced with
+    ``tcp_address`` and ``http_address`` (both at its broadcast address), when its TCP
+    address is dialled through ``mapping`` (:func:`map_address`): the host the TCP
+    address maps to, with the HTTP port announced. (An nsqd whose HTTP port is also
+    translated, as a Kubernetes NodePort would, needs its HTTP address given.)
+
+    :raises ValueError, TypeError: as :func:`map_address`.
+    """
+    if mapping is None:
+        return http_address
+    host, _ = parse_address(map_address(tcp_address, mapping))
+    _, port = parse_address(http_address)
+    return format_address(host, port)
 
 
 def check_address_map(mapping: object) -> AddressMap | None:

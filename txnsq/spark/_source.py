@@ -21,7 +21,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from txnsq._wire.address import NSQD_HTTP_PORT, format_address, parse_address
+from txnsq._wire.address import (
+    NSQD_HTTP_PORT,
+    format_address,
+    map_address,
+    map_http_address,
+    parse_address,
+)
 from txnsq._wire.deadletter import dead_letter_body, should_give_up
 from txnsq.blocking import Chunk, Connection, LookupdHTTPClient, NSQDHTTPClient, Subscriber
 from txnsq.errors import NSQError
@@ -55,7 +61,8 @@ class LagProbe:
     :data:`LAG_REFRESH_S`.
 
     An nsqd's HTTP address comes from option ``nsqdHttp``, else from nsqlookupd's answer
-    for the topic (when ``lookupd`` is set), else it is guessed
+    for the topic (when ``lookupd`` is set; moved by ``addressMap`` as the TCP address
+    is, :func:`~txnsq._wire.address.map_http_address`), else it is guessed
     (:func:`http_address_guess`).
     """
 
@@ -148,8 +155,17 @@ class LagProbe:
             except (NSQError, OSError, ValueError) as e:
                 _log.debug("nsq reader: nsqlookupd %s: %s", lookupd, e)
                 continue
+            # The reader dials the addresses nsqlookupd announces through addressMap;
+            # their HTTP addresses move with them.
+            mapping = dict(self.options.address_map) or None
             for producer in producers:
-                self._http.setdefault(producer.tcp_address, producer.http_address)
+                try:
+                    tcp = map_address(producer.tcp_address, mapping)
+                    http = map_http_address(producer.tcp_address, producer.http_address, mapping)
+                except ValueError as e:
+                    _log.debug("nsq reader: nsqlookupd %s: %s", lookupd, e)
+                    continue
+                self._http.setdefault(tcp, http)
 
 
 class DeadLetters:
