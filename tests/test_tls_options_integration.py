@@ -181,6 +181,50 @@ class RealNSQDTLSTests(TestCase):
             )
 
     @defer.inlineCallbacks
+    def test_both_clients_say_the_same(self) -> Any:
+        """The blocking client describes each refusal in the same words as the Twisted
+        one (one rule: ``txnsq._wire.tls_failures``), on TLS 1.3 (nsqd 1.3, where the
+        verdict on a client certificate comes after the handshake) and TLS 1.2 (nsqd
+        1.2, where it is a bare "handshake failure" alert for a missing one)."""
+        from txnsq.blocking import Connection
+        from txnsq.errors import HandshakeError
+
+        plain = start_nsqd(self, nsqd_tls_args(self.certs))
+        mutual = start_nsqd(self, nsqd_tls_args(self.certs, client_auth="require-verify"))
+        bad = self.certs.untrusted_client
+        cases = [
+            (
+                plain,
+                TLSOptions(ca_certs=self.certs.ca_pem, hostname="wronghost"),
+                "TLS certificate does not match hostname 'wronghost'",
+            ),
+            (
+                plain,
+                TLSOptions(ca_certs=self.certs.untrusted_ca.cert_pem),
+                "TLS certificate is not trusted",
+            ),
+            (
+                mutual,
+                TLSOptions(ca_certs=self.certs.ca_pem),
+                "the server requires a TLS client certificate and none was sent",
+            ),
+            (
+                mutual,
+                TLSOptions(
+                    ca_certs=self.certs.ca_pem, client_cert=bad.cert_pem, client_key=bad.key_pem
+                ),
+                "the server rejected the TLS client certificate",
+            ),
+        ]
+        for nsqd, options, expected in cases:
+            _, client, _ = yield self.upgrade(nsqd, options)
+            self.assertTrue(client.described.startswith(expected), client.described)
+            with self.assertRaises(HandshakeError) as caught:
+                Connection(nsqd.tcp_address, tls=options, timeout=5).connect()
+            prefix = f"TLS handshake with {nsqd.tcp_address} failed: "
+            self.assertEqual(str(caught.exception), prefix + client.described)
+
+    @defer.inlineCallbacks
     def test_insecure_mode(self) -> Any:
         EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
         nsqd = start_nsqd(self, nsqd_tls_args(self.certs))

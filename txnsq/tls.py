@@ -34,6 +34,12 @@ from twisted.protocols.tls import TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from txnsq._wire.tls_failures import (
+    HandshakeProgress,
+    describe_reasons,
+    hostname_mismatch,
+    ip_address_mismatch,
+)
 from txnsq.tls_options import PEMSource, TLSOptions
 
 if TYPE_CHECKING:
@@ -205,60 +211,6 @@ def _is_ip_literal(name: str) -> bool:
     return True
 
 
-_NOTHING_IN_COMMON: Final = "no TLS version or cipher suite in common with the server"
-_NO_CLIENT_CERTIFICATE: Final = "the server requires a TLS client certificate and none was sent"
-_HANDSHAKE_FAILURE: Final = "handshake failure"
-
-# What OpenSSL reports (lower-cased reason strings), mapped to what it means for a
-# client of nsqd. The first match wins.
-_SSL_REASONS: Final[tuple[tuple[tuple[str, ...], str], ...]] = (
-    (
-        ("certificate verify failed",),
-        "TLS certificate is not trusted (unknown CA, or an expired or invalid certificate)",
-    ),
-    (
-        ("certificate required",),
-        "the server requires a TLS client certificate and none was sent",
-    ),
-    (
-        (
-            "alert unknown ca",
-            "alert bad certificate",
-            "alert certificate unknown",
-            "alert certificate expired",
-            "alert certificate revoked",
-            "alert unsupported certificate",
-            "alert access denied",
-        ),
-        "the server rejected the TLS client certificate",
-    ),
-    (
-        (
-            "wrong version number",
-            "packet length too long",
-            "unknown protocol",
-            "record layer failure",
-            "http request",
-        ),
-        "the server did not answer with TLS",
-    ),
-    (
-        (
-            "no shared cipher",
-            "unsupported protocol",
-            "alert protocol version",
-            "no protocols available",
-        ),
-        _NOTHING_IN_COMMON,
-    ),
-    # Before TLS 1.3 there is no "certificate required" alert: a TLS 1.2 server (nsqd
-    # before 1.3: Go's crypto/tls) answers a missing client certificate with a plain
-    # handshake failure, the alert it also sends when nothing in the ClientHello suits
-    # it. _handshake_failure() tells the two apart when it can.
-    (("alert handshake failure",), _HANDSHAKE_FAILURE),
-)
-
-
 def _ssl_reasons(error: SSL.Error) -> list[str]:
     reasons: list[str] = []
     for arg in error.args:
@@ -279,34 +231,23 @@ def _describe_mismatch(mismatch: Mismatch) -> str:
         hostname = getattr(mismatched, "hostname", b"")
         if isinstance(hostname, bytes):
             hostname = hostname.decode("ascii", "replace")
-        return f"TLS certificate does not match hostname {hostname!r}"
+        return hostname_mismatch(hostname)
     if isinstance(mismatch, IPAddressMismatch):
-        ip = str(getattr(mismatched, "ip", ""))
-        return (
-            f"TLS certificate does not match IP address {ip!r} "
-            "(set TLSOptions.hostname to the name the certificate carries)"
-        )
+        return ip_address_mismatch(str(getattr(mismatched, "ip", "")))
     return f"TLS certificate does not match {type(mismatch).__name__}"
 
 
-def _handshake_failure(transport: object) -> str:
-    """What a "handshake failure" alert from the server means, judged from how far the
-    handshake on ``transport`` (whose ``getHandle()`` is the OpenSSL connection) got."""
+def _progress(transport: object) -> HandshakeProgress | None:
+    """How far the handshake on ``transport`` (whose ``getHandle()`` is the OpenSSL
+    connection) got, if it can tell."""
     get_handle = getattr(transport, "getHandle", None)
     connection = get_handle() if callable(get_handle) else None
     if not isinstance(connection, SSL.Connection):
-        return (
-            f"{_NOTHING_IN_COMMON}, or it requires a TLS client certificate and none was "
-            "sent (a TLS 1.2 server, such as nsqd before 1.3, reports both as a handshake "
-            "failure)"
-        )
-    if connection.get_cipher_name() is None:
-        # Refused at the ClientHello: no version or cipher suite suited the server.
-        return _NOTHING_IN_COMMON
-    # A cipher suite was agreed, so the server read our certificate message, if any.
-    if connection.get_certificate() is None:
-        return _NO_CLIENT_CERTIFICATE
-    return "the server rejected the TLS client certificate (alert handshake failure)"
+        return None
+    return HandshakeProgress(
+        cipher_agreed=connection.get_cipher_name() is not None,
+        certificate_sent=connection.get_certificate() is not None,
+    )
 
 
 def describe_tls_failure(reason: Failure | BaseException, transport: object = None) -> str:
@@ -334,16 +275,9 @@ def describe_tls_failure(reason: Failure | BaseException, transport: object = No
         return f"TLS certificate cannot be checked against the server's name: {error}"
     if isinstance(error, SSL.Error):
         reasons = _ssl_reasons(error)
-        lowered = [r.lower() for r in reasons]
-        for needles, message in _SSL_REASONS:
-            for r in lowered:
-                if any(n in r for n in needles):
-                    if message == _HANDSHAKE_FAILURE:
-                        return _handshake_failure(transport)
-                    if message.startswith("the server rejected"):
-                        return f"{message} ({r})"
-                    return message
-        return "TLS error: " + ("; ".join(reasons) or type(error).__name__)
+        if not reasons:
+            return f"TLS error: {type(error).__name__}"
+        return describe_reasons(reasons, _progress(transport))
     detail = str(error)
     name = type(error).__name__
     return f"TLS connection failed: {name}" + (f": {detail}" if detail else "")

@@ -23,7 +23,7 @@ from txnsq._wire.frames import (
     MessageFrame,
     Response,
 )
-from txnsq._wire.handshake import Handshake, Ready, Send, StartCompression, StartTLS
+from txnsq._wire.handshake import Handshake, HandshakeState, Ready, Send, StartCompression, StartTLS
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.liveness import (
     DEFAULT_HEARTBEATS_MISSED,
@@ -33,6 +33,7 @@ from txnsq._wire.liveness import (
 )
 from txnsq._wire.liveness import read_timeout as silence_bound
 from txnsq._wire.numbers import check_number, seconds_to_ms
+from txnsq.blocking._tls import describe_ssl_error
 from txnsq.errors import (
     ConnectionClosed,
     ConnectionSilent,
@@ -372,9 +373,19 @@ class Connection:
             except ssl.SSLWantWriteError:
                 self._wait_io(False, True, deadline)
             except (ssl.SSLError, ssl.CertificateError) as e:
-                raise HandshakeError(f"TLS handshake with {self.address} failed: {e}") from e
+                raise self._tls_failed(e) from e
             except OSError as e:
                 raise ConnectionClosed(f"TLS handshake with {self.address} failed", e) from e
+
+    def _tls_failed(self, error: BaseException) -> HandshakeError:
+        """The error for a TLS handshake (or nsqd's answer right after it, where a TLS
+        1.3 server's verdict on the client certificate arrives) that failed."""
+        tls = self.tls_options or TLSOptions()
+        sock = self._sock if isinstance(self._sock, ssl.SSLSocket) else None
+        description = describe_ssl_error(
+            error, tls.name_to_verify(self.host), sock, tls.client_cert is not None
+        )
+        return HandshakeError(f"TLS handshake with {self.address} failed: {description}")
 
     # -- publishing --------------------------------------------------------------------
 
@@ -899,6 +910,11 @@ class Connection:
             return sock.recv(_RECV_SIZE)
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError, InterruptedError):
             return None
+        except ssl.SSLError as e:
+            if self._handshaking and self._handshake.state is HandshakeState.TLS:
+                # Waiting for nsqd's OK over TLS: the server refused our certificate.
+                raise self._fail(self._tls_failed(e)) from e
+            raise self._fail(ConnectionClosed(f"cannot read from {self.address}", e)) from e
         except OSError as e:
             raise self._fail(ConnectionClosed(f"cannot read from {self.address}", e)) from e
 

@@ -35,6 +35,7 @@ from txnsq._wire.admin import (
     NSQDStats,
     Producer,
 )
+from txnsq.blocking._tls import describe_ssl_error
 from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError
 from txnsq.tls_options import TLSOptions
 
@@ -97,8 +98,10 @@ class _AdminClient:
         opener = urllib.request.OpenerDirector()
         opener.add_handler(urllib.request.HTTPHandler())
         options = self._config.tls
+        #: The name the server's certificate is checked against (with TLS).
+        self._tls_name: str | None = None
         if options is not None:
-            name = options.name_to_verify(self._config.base.host)
+            self._tls_name = name = options.name_to_verify(self._config.base.host)
             opener.add_handler(_HTTPSHandler(options.ssl_context(), name))
         self._opener = opener
 
@@ -151,9 +154,13 @@ class _AdminClient:
                 raise HTTPTimeoutError(
                     f"{request.method} {url}: no complete answer within {timeout:g} s", reason
                 ) from e
-            raise HTTPConnectionError(f"{request.method} {url}: {_describe(reason)}", reason) from e
+            raise HTTPConnectionError(
+                f"{request.method} {url}: {_describe(reason, self._tls_name)}", reason
+            ) from e
         except (OSError, http.client.HTTPException) as e:
-            raise HTTPConnectionError(f"{request.method} {url}: {_describe(e)}", e) from e
+            raise HTTPConnectionError(
+                f"{request.method} {url}: {_describe(e, self._tls_name)}", e
+            ) from e
         return request.response(status, body)
 
     def _read(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
@@ -174,9 +181,9 @@ class _AdminClient:
             chunks.append(chunk)
 
 
-def _describe(reason: object) -> str:
-    if isinstance(reason, ssl.SSLCertVerificationError):
-        return f"TLS certificate not accepted: {reason.verify_message}"
+def _describe(reason: object, tls_name: str | None) -> str:
+    if isinstance(reason, ssl.SSLError):
+        return describe_ssl_error(reason, tls_name)
     if isinstance(reason, http.client.RemoteDisconnected | ConnectionResetError):
         return "the connection closed before a complete answer"
     text = str(reason).strip()
