@@ -81,8 +81,13 @@ class NSQDIntegrationTests(SynchronousTestCase):
         self.http.publish(self.topic, b"now")
         self.http.publish(self.topic, b"later", delay=30.0)
         self.http.multi_publish(self.topic, [b"a", b"b\nc"])
-        channel = self.http.stats(self.topic, "c").channel(self.topic, "c")
-        assert channel is not None
+
+        def copied_to_the_channel() -> Any:
+            # Counted in the channel once nsqd's topic pump has copied it there.
+            channel = self.http.stats(self.topic, "c").channel(self.topic, "c")
+            return channel if channel is not None and channel.message_count == 4 else None
+
+        channel = wait_for(copied_to_the_channel, what="4 messages in the channel")
         self.assertEqual((channel.depth, channel.deferred_count, channel.message_count), (3, 1, 4))
         raw = self.nsqd.channel_stats(self.topic, "c")
         assert raw is not None

@@ -119,7 +119,16 @@ class NSQDIntegrationTests(RealProcessTestCase):
         await self.http.publish(self.topic, b"now")
         await self.http.publish(self.topic, b"later", delay=30)
         await self.http.multi_publish(self.topic, [b"one", b"two\nlines", b"\x00three"])
-        stats = await self.http.stats()
+
+        async def copied_to_the_channel() -> Any:
+            # nsqd counts a message in its topic when it stores it, and in the channel
+            # once the topic's pump has copied it there, a moment later.
+            stats = await self.http.stats()
+            topic = stats.topic(self.topic)
+            channel = topic.channel("c") if topic is not None else None
+            return stats if channel is not None and channel.message_count == 5 else None
+
+        stats = await self.eventually(copied_to_the_channel, what="5 messages in the channel")
         topic = stats.topic(self.topic)
         assert topic is not None
         self.assertEqual((topic.message_count, topic.paused), (5, False))
