@@ -121,6 +121,10 @@ class NSQDIntegrationTests(SynchronousTestCase):
         self.http.create_channel(self.topic, "c")
         self.http.create_channel(self.topic, "d")
         self.http.multi_publish(self.topic, [b"1", b"2"])
+        wait_for(
+            lambda: [c.depth for c in self.http.stats(self.topic).topics[0].channels] == [2, 2],
+            what="both channels holding the messages (nsqd's topic pump copies them)",
+        )
         self.http.empty_channel(self.topic, "c")
         stats = self.http.stats(self.topic)
         self.assertEqual([c.depth for c in stats.topics[0].channels], [0, 2])

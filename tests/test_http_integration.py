@@ -200,6 +200,13 @@ class NSQDIntegrationTests(RealProcessTestCase):
         # A channel's waiting messages, and only that channel's.
         await self.channels("c", "d")
         await self.http.multi_publish(self.topic, [b"4", b"5"])
+
+        async def both_hold_them() -> bool:
+            # nsqd's topic pump copies the messages to the channels a moment later.
+            stats = await self.http.stats(self.topic)
+            return [c.depth for c in stats.topics[0].channels] == [2, 2]
+
+        await self.eventually(both_hold_them, what="both channels holding the messages")
         await self.http.empty_channel(self.topic, "c")
         stats = await self.http.stats(self.topic)
         self.assertEqual(
