@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from twisted.trial.unittest import TestCase
 
-from tests.support.processes import NSQD, start_lookupd, start_nsqd, wait_for
+from tests.support.processes import NSQD, nsqd_version, start_lookupd, start_nsqd, wait_for
 from tests.support.spark import (
     LOCAL,
     channel,
@@ -741,11 +741,20 @@ class SubscriberTests(TestCase):
         sub = self.subscriber(self.options(None, "disc", lookupd=lookupd.http_url))
         self.assertEqual(sum(len(m) for _, m in self.take_all(sub, 5)), 5)
         self.assertEqual(sub.nsqd_addresses(), [nsqd.tcp_address])
-        # nsqd restarts: the held messages are lost to this reader (nsqd redelivers
-        # them); it reconnects and gets them again.
+        # nsqd restarts: the held messages are lost to this reader (nsqd writes them to
+        # disk on SIGTERM and redelivers them); it reconnects and gets them again. nsqd
+        # v1.2.0 was seen to lose some of them itself (2 of 5 once in ~30 runs: after the
+        # restart its channel held 3, none waiting), so what is checked is that the
+        # reader gets every message nsqd still holds.
         nsqd.restart()
         chunks = self.take_all(sub, 5, timeout=30)
-        self.assertEqual(sum(len(m) for _, m in chunks), 5)
+        got = sum(len(m) for _, m in chunks)
+        stats = channel(nsqd, "disc", "c")
+        held = (stats["depth"], stats["deferred_count"], stats["in_flight_count"])
+        self.assertEqual(held, (0, 0, got))
+        self.assertGreater(got, 0)
+        if got < 5:
+            print(f"nsqd {nsqd_version()} kept {got} of the 5 in-flight messages over a restart")
         sub.finish(chunks)
         wait_for(lambda: channel(nsqd, "disc", "c")["in_flight_count"] == 0)
 
