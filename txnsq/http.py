@@ -352,7 +352,7 @@ class NSQDHTTPClient(_AdminClient):
         :class:`~txnsq.errors.ResponseTooLarge`.
     :param reactor: the reactor (default: the global one).
     :param agent: an :class:`~twisted.web.iweb.IAgent` to send requests with instead of
-        the client's own (which keeps connections open for reuse until :meth:`close`).
+        the client's own (which keeps connections open for reuse until :meth:`~NSQDHTTPClient.close`).
     :raises TypeError: for an argument of the wrong type.
     :raises ValueError: for a bad address, timeout or size.
     """

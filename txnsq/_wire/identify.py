@@ -41,7 +41,7 @@ class IdentifyOptions:
 
     ``None`` leaves a value to nsqd's default. ``client_id`` and ``hostname`` default (in
     the Twisted and blocking clients) to this machine's short and full host name: see
-    :func:`with_defaults`.
+    :func:`~txnsq._wire.identify.with_defaults`.
 
     :raises ValueError: at construction, for a value nsqd would refuse.
     """

@@ -118,7 +118,7 @@ class SubscriberOptions:
         answered, or buffered); the sum of RDY never exceeds it.
     :param connections_per_nsqd: connections to open to each nsqd; ``None`` opens enough
         that ``max_in_flight`` fits under nsqd's ``max_rdy_count`` per connection (at
-        most :data:`MAX_CONNECTIONS_PER_NSQD`).
+        most :data:`~txnsq.blocking._subscriber.MAX_CONNECTIONS_PER_NSQD`).
     :param identify: what each connection asks for in IDENTIFY (``msg_timeout_ms``,
         compression, output buffering, ...).
     :param tls: TLS settings; when given, every connection upgrades to TLS.
@@ -368,7 +368,7 @@ class Subscriber:
     :param connect: how to open a subscribed connection to an address (default: a
         :class:`~txnsq.blocking.Connection` with ``options``' identify, TLS, auth and
         timeout, connected and SUBscribed).
-    :param fetch: how to ask one nsqlookupd (default: :func:`fetch_lookup`).
+    :param fetch: how to ask one nsqlookupd (default: :func:`~txnsq.blocking._subscriber.fetch_lookup`).
     :param rng: the random source of reconnect jitter and RDY redistribution (a seeded
         :class:`random.Random` gives the same reconnect delays as a Consumer or a
         Producer seeded alike).

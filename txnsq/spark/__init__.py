@@ -76,7 +76,8 @@ them after ``msg_timeout``. So every message is delivered at least once, possibl
 
 Options (case-insensitive)
 --------------------------
-Both directions:
+Both directions::
+
   ``nsqd``                  ``host:port[,host:port...]`` (required for writes)
   ``topic``                 topic name (required for reads; for writes unless a ``topic`` column)
   ``tls``                   ``true`` to use TLS (implied by the other ``tls*`` options)
@@ -90,12 +91,16 @@ Both directions:
   ``authSecret``            sent with AUTH when nsqd requires it
   ``timeout``               seconds any network wait may take (default 30)
   ``clientId``              IDENTIFY client_id (default: the host name)
-Writes:
+
+Writes::
+
   ``batchSize``             messages per MPUB (default 500)
   ``maxPendingBatches``     MPUBs in flight per task (default 4)
   ``maxBodySize``           largest MPUB body in bytes (default 5 MiB, nsqd's default)
   ``ignoreExtraColumns``    ``true``: leave out columns other than value/topic/delay_ms
-Reads:
+
+Reads::
+
   ``channel``               channel name (required)
   ``lookupd``               nsqlookupd HTTP address(es) to discover nsqds (``http://host:4161``)
   ``lookupdPollInterval``   seconds between nsqlookupd polls (default 60)

@@ -1,0 +1,225 @@
+"""Sphinx directives that generate reference tables from txnsq's own code, so they never drift.
+
+- ``.. txnsq-tap-usage::``: ``twistd nsq-consumer --help``, from the plugin's ``Options``.
+- ``.. txnsq-fields:: module.Class``: the fields of an options dataclass with their
+  defaults and their ``#:`` comments (option ``:optional:``: nothing when the module
+  does not exist yet).
+- ``.. txnsq-defaults:: module.callable``: the keyword parameters of a constructor or
+  function that have defaults (timeouts, bounds), with those defaults.
+- ``.. txnsq-automodule-if-exists:: module``: ``automodule`` of a module that may not
+  exist yet (nothing when it does not).
+- ``.. txnsq-errors::``: every exception class of :mod:`txnsq.errors`, its nsqd error code,
+  whether nsqd closes the connection after it, and whether a producer's publish retries
+  resend a publish that failed with it.
+
+A reference to a txnsq name that is re-exported (``txnsq.Producer``, documented as
+``txnsq.producer.Producer``) is resolved to where the object is documented. A reference
+to a name in one of txnsq's private modules (``txnsq._wire.handshake.Handshake``: not
+part of the public face, so not in the reference) is shown as code, unlinked, provided
+the name exists: a misspelt one still fails the build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from typing import Any
+
+from docutils import nodes
+from docutils.parsers.rst import directives
+from docutils.statemachine import StringList
+from sphinx.application import Sphinx
+from sphinx.pycode import ModuleAnalyzer
+from sphinx.util.docutils import SphinxDirective
+
+_MISSING = object()
+
+
+def import_object(path: str) -> Any:
+    """Import ``package.module.Name`` (or ``package.module.Class.method``).
+
+    :raises ImportError: when no prefix of ``path`` is an importable module.
+    :raises AttributeError: when the rest of ``path`` is not found in it.
+    """
+    parts = path.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for name in parts[split:]:
+            obj = getattr(obj, name)
+        return obj
+    raise ImportError(path)
+
+
+def _literal(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return "``" + text.replace("`", "'") + "``"
+
+
+def _default_of(field: dataclasses.Field[Any]) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return _MISSING
+
+
+def _table(header: list[str], rows: list[list[str]], widths: str) -> list[str]:
+    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", ""]
+    for row in [header, *rows]:
+        for i, cell in enumerate(row):
+            cell_lines = (cell or " ").splitlines() or [" "]
+            lines.append(("   * - " if i == 0 else "     - ") + cell_lines[0])
+            lines.extend("       " + extra for extra in cell_lines[1:])
+    return lines
+
+
+class _GeneratedDirective(SphinxDirective):
+    def render(self, lines: list[str]) -> list[nodes.Node]:
+        container = nodes.container()
+        self.state.nested_parse(StringList(lines, source=self.get_source_info()[0]), 0,
+                                container)
+        return list(container.children)
+
+
+class AutomoduleIfExists(_GeneratedDirective):
+    """``.. automodule::`` of a module that may not exist yet."""
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        try:
+            importlib.import_module(self.arguments[0])
+        except ModuleNotFoundError:
+            return []
+        return self.render([f".. automodule:: {self.arguments[0]}"])
+
+
+class TapUsage(_GeneratedDirective):
+    """``twistd nsq-consumer --help``, as the plugin prints it."""
+
+    def run(self) -> list[nodes.Node]:
+        from txnsq._tap import Options
+
+        text = Options().getUsage(width=88)
+        block = nodes.literal_block(text, text)
+        block["language"] = "text"
+        return [block]
+
+
+class Fields(_GeneratedDirective):
+    """The fields of an options dataclass: name, default, and what the field means."""
+
+    required_arguments = 1
+    option_spec = {"optional": directives.flag}
+
+    def run(self) -> list[nodes.Node]:
+        path = self.arguments[0]
+        module_name, _, class_name = path.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except ImportError:
+            if "optional" in self.options:
+                return []
+            raise
+        attr_docs = ModuleAnalyzer.for_module(cls.__module__).find_attr_docs()
+        rows = []
+        for field in dataclasses.fields(cls):
+            if field.name.startswith("_"):
+                continue
+            default = _default_of(field)
+            doc = next(
+                (
+                    " ".join(attr_docs[(klass.__qualname__, field.name)]).strip()
+                    for klass in cls.__mro__
+                    if (klass.__qualname__, field.name) in attr_docs
+                ),
+                "",
+            )
+            rows.append([
+                f":attr:`~{cls.__module__}.{cls.__qualname__}.{field.name}`",
+                "(required)" if default is _MISSING else _literal(default),
+                doc,
+            ])
+        return self.render(_table(["field", "default", "meaning"], rows, "25 20 55"))
+
+
+class Defaults(_GeneratedDirective):
+    """The parameters of a callable that have a default, with it."""
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        obj = import_object(self.arguments[0])
+        target = obj.__init__ if inspect.isclass(obj) else obj
+        rows = []
+        for name, parameter in inspect.signature(target).parameters.items():
+            if parameter.default is inspect.Parameter.empty or name in ("reactor", "clock"):
+                continue
+            rows.append([f"``{name}``", _literal(parameter.default)])
+        return self.render(_table(["parameter", "default"], rows, "40 60"))
+
+
+class Errors(_GeneratedDirective):
+    """Every error class of txnsq.errors: code, fatal, retried by publish retries."""
+
+    def run(self) -> list[nodes.Node]:
+        from txnsq import errors, producer
+
+        retriable = producer._RETRIABLE
+        rows = []
+        for name in errors.__all__:
+            cls = getattr(errors, name)
+            if not (inspect.isclass(cls) and issubclass(cls, BaseException)):
+                continue
+            code = getattr(cls, "code", "")
+            if issubclass(cls, errors.NSQServerError) and cls is not errors.NSQServerError:
+                fatal = "yes: nsqd closes the connection" if cls.fatal else "no"
+            else:
+                fatal = ""
+            summary = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+            rows.append([
+                f":exc:`~txnsq.errors.{name}`",
+                f"``{code}``" if code else "",
+                fatal,
+                "yes" if issubclass(cls, retriable) else "",
+                summary,
+            ])
+        header = ["exception", "nsqd code", "fatal", "resent by publish retries", "meaning"]
+        return self.render(_table(header, rows, "22 15 13 10 40"))
+
+
+def _resolve_reexported(app: Sphinx, env: Any, node: Any, contnode: Any) -> Any:
+    """Resolve ``txnsq.Name`` (a re-export) to where the object is documented."""
+    target = node.get("reftarget", "")
+    if node.get("refdomain") != "py" or not target.startswith("txnsq."):
+        return None
+    try:
+        obj = import_object(target)
+    except (ImportError, AttributeError):
+        return None
+    if any(part.startswith("_") and not part.startswith("__") for part in target.split(".")):
+        return contnode  # a private name that exists: shown as code, not linked
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module or not qualname or f"{module}.{qualname}" == target:
+        return None
+    domain = env.get_domain("py")
+    return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"],
+                               f"{module}.{qualname}", node, contnode)
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    """Register the directives and the re-export resolver."""
+    app.add_directive("txnsq-tap-usage", TapUsage)
+    app.add_directive("txnsq-fields", Fields)
+    app.add_directive("txnsq-defaults", Defaults)
+    app.add_directive("txnsq-errors", Errors)
+    app.add_directive("txnsq-automodule-if-exists", AutomoduleIfExists)
+    app.connect("missing-reference", _resolve_reexported)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
