@@ -13,13 +13,12 @@ from txnsq import __version__  # noqa: E402
 
 project = "txnsq"
 author = "the txnsq authors"
-copyright = "the txnsq authors, MIT licence"  # noqa: A001
+copyright = "the txnsq authors, MIT licence"
 release = __version__
 version = ".".join(__version__.split(".")[:2])
 
 extensions = [
     "sphinx.ext.autodoc",
-    "sphinx.ext.doctest",
     "sphinx.ext.viewcode",
     "txnsq_docs",
 ]

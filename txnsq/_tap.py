@@ -673,6 +673,8 @@ class MetricsService(Service):
         self.port: IListeningPort | None = None
 
     def privilegedStartService(self) -> None:
+        """Listen on the metrics port (before twistd drops privileges); a failure to listen is
+        logged and raised."""
         super().privilegedStartService()  # type: ignore[no-untyped-call]
         if self._listening is not None:
             return
@@ -687,6 +689,7 @@ class MetricsService(Service):
             )
 
     def startService(self) -> None:
+        """Start the service, listening on the metrics port if that was not done already."""
         super().startService()  # type: ignore[no-untyped-call]
         self.privilegedStartService()
 
@@ -701,6 +704,9 @@ class MetricsService(Service):
         return port
 
     def stopService(self) -> defer.Deferred[None]:
+        """Stop listening.
+
+        :return: a Deferred that fires with ``None`` once the port is closed."""
         super().stopService()  # type: ignore[no-untyped-call]
         listening, self._listening = self._listening, None
         port, self.port = self.port, None
@@ -769,6 +775,10 @@ class ConsumerService(MultiService):
         consumer.setServiceParent(self)  # type: ignore[no-untyped-call]
 
     def stopService(self) -> defer.Deferred[None]:
+        """Stop gracefully: log what is in flight, then stop the consumer (CLS, in-flight
+        messages answered up to ``--stop-timeout``) and the other services.
+
+        :return: a Deferred that fires with ``None`` once everything has stopped."""
         stats = self.consumer.stats()
         _log.info(
             "Stopping: no new messages from {topic}/{channel}; waiting for {in_flight} in "

@@ -34,6 +34,7 @@ from twisted.python.failure import Failure
 
 from txnsq._aio import asyncio_loop, run_as_task
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
+from txnsq._fielddocs import document_fields
 from txnsq._session import NSQDState, Session
 from txnsq._stats import ConsumerCounters
 from txnsq._threads import HandlerThreads
@@ -77,6 +78,7 @@ class DeadLetterPublisher(Protocol):
         ...
 
 
+@document_fields
 @dataclass(frozen=True, kw_only=True)
 class ConsumerOptions:
     """A consumer's settings, validated at construction (``ValueError``/``TypeError``).
@@ -86,7 +88,8 @@ class ConsumerOptions:
 
     #: messages in flight over all connections; 0 pauses
     max_in_flight: int = 1
-    #: deliveries after which a message is given up (see ``dead_letter``); 0 = no limit
+    #: deliveries a message may have: the one after the last is given up instead of
+    #: handled (with 3, the 4th delivery; see ``dead_letter``); 0 = no limit
     max_attempts: int = 5
     #: REQ delay per attempt when a handler fails (grows with attempts)
     requeue_delay: float = 90.0
@@ -96,8 +99,11 @@ class ConsumerOptions:
     backoff_multiplier: float = 1.0
     #: ...at most this long; 0 disables backoff
     max_backoff_duration: float = 120.0
+    #: seconds between two polls of nsqlookupd for the topic's nsqds
     lookupd_poll_interval: float = 60.0
+    #: each poll interval is shortened by up to this fraction of it, at random
     lookupd_poll_jitter: float = 0.3
+    #: seconds one nsqlookupd request may take
     lookupd_request_timeout: float = 5.0
     #: how often RDY is redistributed when connections outnumber ``max_in_flight``
     rdy_redistribute_interval: float = 5.0
@@ -112,6 +118,7 @@ class ConsumerOptions:
     #: first reconnect delay; it doubles per failed attempt or handshake up to
     #: ``max_reconnect_delay`` (each delay shortened by up to 20% at random)
     reconnect_delay: float = DEFAULT_RETRY.initial
+    #: the longest reconnect delay
     max_reconnect_delay: float = DEFAULT_RETRY.max_delay
     #: the whole reconnect policy (factor and jitter too); when given, it replaces
     #: ``reconnect_delay`` and ``max_reconnect_delay`` (leave those at their defaults)
@@ -139,8 +146,12 @@ class ConsumerOptions:
     #: run the handler (a blocking function) in a pool of at most this many threads of
     #: the consumer's own; 0 runs it on the reactor thread
     handler_threads: int = 0
+    #: what each connection asks nsqd for in IDENTIFY (heartbeat interval, message
+    #: timeout, compression, output buffering, client id...)
     identify: IdentifyOptions = field(default_factory=IdentifyOptions)
+    #: TLS settings; when given, every connection upgrades to TLS
     tls: TLSOptions | None = None
+    #: sent with AUTH when nsqd requires it; never shown in a ``repr``
     auth_secret: str | bytes | None = field(default=None, repr=False)
     #: where messages past ``max_attempts`` go: published there (by the consumer's
     #: ``dead_letter_producer``, or a producer of its own to the nsqd the message came
@@ -497,6 +508,7 @@ class Consumer(Service):
 
     @property
     def max_in_flight(self) -> int:
+        """The current ``max_in_flight`` (changed by :meth:`set_max_in_flight`)."""
         return self._rdy.max_in_flight
 
     def add_observer(self, observer: IConsumerObserver) -> None:

@@ -12,6 +12,12 @@
   whether nsqd closes the connection after it, and whether a producer's publish retries
   resend a publish that failed with it.
 
+Module-level names a module re-exports (``txnsq.blocking.DEFAULT_PORT``, defined in
+``txnsq.blocking._connection``) are documented with the ``#:`` comment of their
+definition, and the list of fields that :func:`txnsq._fielddocs.document_fields` appends
+to an options class's docstring (for ``help()``) is left out, since each field has its
+own entry.
+
 A reference to a txnsq name that is re-exported (``txnsq.Producer``, documented as
 ``txnsq.producer.Producer``) is resolved to where the object is documented. A reference
 to a name in one of txnsq's private modules (``txnsq._wire.handshake.Handshake``: not
@@ -21,9 +27,11 @@ the name exists: a misspelt one still fails the build.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import inspect
+import sys
 from typing import Any
 
 from docutils import nodes
@@ -214,6 +222,43 @@ def _resolve_reexported(app: Sphinx, env: Any, node: Any, contnode: Any) -> Any:
                                f"{module}.{qualname}", node, contnode)
 
 
+def _source_module_of(module_name: str, name: str) -> str | None:
+    """The module ``module_name`` imports ``name`` from (``from X import name``)."""
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if any((alias.asname or alias.name) == name for alias in node.names):
+                return node.module
+    return None
+
+
+def _docstring_of_reexport(app: Sphinx, what: str, name: str, obj: Any, options: Any,
+                           lines: list[str]) -> None:
+    """Give re-exported data the ``#:`` comment of its definition (not its type's
+    docstring, which autodoc shows otherwise); drop document_fields' field list."""
+    from txnsq._fielddocs import FIELDS_HEADING
+
+    if what == "class" and FIELDS_HEADING in lines:
+        del lines[lines.index(FIELDS_HEADING):]
+    if what != "data" or not name.startswith("txnsq."):
+        return
+    module_name, _, short = name.rpartition(".")
+    source = _source_module_of(module_name, short)
+    seen = set()
+    while source and source not in seen:  # follow re-exports of re-exports
+        seen.add(source)
+        docs = ModuleAnalyzer.for_module(source).find_attr_docs()
+        if ("", short) in docs:
+            lines[:] = [*docs[("", short)]]
+            return
+        source = _source_module_of(source, short)
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     """Register the directives and the re-export resolver."""
     app.add_directive("txnsq-tap-usage", TapUsage)
@@ -222,4 +267,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("txnsq-errors", Errors)
     app.add_directive("txnsq-automodule-if-exists", AutomoduleIfExists)
     app.connect("missing-reference", _resolve_reexported)
+    app.connect("autodoc-process-docstring", _docstring_of_reexport)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -368,7 +368,8 @@ class Subscriber:
     :param connect: how to open a subscribed connection to an address (default: a
         :class:`~txnsq.blocking.Connection` with ``options``' identify, TLS, auth and
         timeout, connected and SUBscribed).
-    :param fetch: how to ask one nsqlookupd (default: :func:`~txnsq.blocking._subscriber.fetch_lookup`).
+    :param fetch: how to ask one nsqlookupd (default:
+        :func:`~txnsq.blocking._subscriber.fetch_lookup`).
     :param rng: the random source of reconnect jitter and RDY redistribution (a seeded
         :class:`random.Random` gives the same reconnect delays as a Consumer or a
         Producer seeded alike).
