@@ -230,3 +230,27 @@ class DocstringTests(TestCase):
         for path in sorted((REPO / "txnsq").rglob("*.py")):
             missing.extend(_undocumented_definitions(path))
         self.assertEqual(missing, [])
+
+
+class FieldDocsTests(TestCase):
+    """txnsq._fielddocs puts an options dataclass's ``#:`` comments into its docstring."""
+
+    def test_help_shows_each_field_with_its_default_and_comment(self) -> None:
+        from txnsq.consumer import ConsumerOptions
+
+        doc = ConsumerOptions.__doc__ or ""
+        self.assertIn("Fields (default: meaning):", doc)
+        self.assertIn("- max_in_flight (1): messages in flight over all connections", doc)
+        self.assertIn("- lookupd_request_timeout (5.0): seconds one nsqlookupd request", doc)
+        # The class's own text stays first, dedented like the list.
+        self.assertTrue(doc.startswith("A consumer's settings"), doc[:80])
+
+    def test_comments_span_lines_and_stop_at_other_statements(self) -> None:
+        from txnsq._fielddocs import field_comments
+        from txnsq.consumer import ConsumerOptions
+
+        comments = field_comments(ConsumerOptions)
+        self.assertEqual(comments["max_requeue_delay"], "the longest REQ delay")
+        self.assertTrue(comments["reconnect_delay"].endswith("(each delay shortened by up to "
+                                                            "20% at random)"))
+        self.assertNotIn("__post_init__", comments)

@@ -114,7 +114,12 @@ class TapUsage(_GeneratedDirective):
     def run(self) -> list[nodes.Node]:
         from txnsq._tap import Options
 
-        text = Options().getUsage(width=88)
+        import textwrap
+
+        options = Options()
+        head = f"Usage: twistd [twistd options] nsq-consumer {getattr(options, 'synopsis', '')}"
+        longdesc = textwrap.fill(getattr(options, "longdesc", ""), 88)
+        text = f"{head}\n\n{longdesc}\n\n{options.getUsage(width=88)}"
         block = nodes.literal_block(text, text)
         block["language"] = "text"
         return [block]
