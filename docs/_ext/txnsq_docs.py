@@ -210,8 +210,14 @@ class Errors(_GeneratedDirective):
 def _resolve_reexported(app: Sphinx, env: Any, node: Any, contnode: Any) -> Any:
     """Resolve ``txnsq.Name`` (a re-export) to where the object is documented."""
     target = node.get("reftarget", "")
-    if node.get("refdomain") != "py" or not target.startswith("txnsq."):
+    if node.get("refdomain") != "py":
         return None
+    if not target.startswith("txnsq."):
+        # A short name in a txnsq module's docstring: that module's name for it.
+        module = node.get("py:module") or ""
+        if not module.startswith("txnsq") or not target[:1].isalpha():
+            return None
+        target = f"{module}.{target}"
     try:
         obj = import_object(target)
     except (ImportError, AttributeError):
@@ -239,6 +245,27 @@ def _source_module_of(module_name: str, name: str) -> str | None:
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if any((alias.asname or alias.name) == name for alias in node.names):
                 return node.module
+    return None
+
+
+def _public_module(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] == "txnsq" and not any(part.startswith("_") for part in parts)
+
+
+def _skip_reexport(app: Sphinx, what: str, name: str, obj: Any, skip: bool,
+                   options: Any) -> bool | None:
+    """Leave out of a module's page a class or function it re-exports from another
+    public module (``txnsq.producer.ProducerStopped``, documented in
+    :mod:`txnsq.errors`): one entry per object, which references to either name reach."""
+    if what != "module" or not (inspect.isclass(obj) or inspect.isroutine(obj)):
+        return None
+    documenting = app.env.temp_data.get("autodoc:module") or app.env.ref_context.get(
+        "py:module"
+    )
+    defined_in = getattr(obj, "__module__", None) or ""
+    if documenting and defined_in != documenting and _public_module(defined_in):
+        return True
     return None
 
 
@@ -273,4 +300,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("txnsq-automodule-if-exists", AutomoduleIfExists)
     app.connect("missing-reference", _resolve_reexported)
     app.connect("autodoc-process-docstring", _docstring_of_reexport)
+    app.connect("autodoc-skip-member", _skip_reexport)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
