@@ -112,9 +112,9 @@ class TapUsage(_GeneratedDirective):
     """``twistd nsq-consumer --help``, as the plugin prints it."""
 
     def run(self) -> list[nodes.Node]:
-        from txnsq._tap import Options
-
         import textwrap
+
+        from txnsq._tap import Options
 
         options = Options()
         head = f"Usage: twistd [twistd options] nsq-consumer {getattr(options, 'synopsis', '')}"
