@@ -29,7 +29,9 @@ extensions = [
 nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"(twisted|zope|treq|hyperlink|OpenSSL|service_identity|prometheus_client)\..*"),
-    (r"py:.*", r"(pyspark|pyarrow|snappy)(\..*)?"),
+    (r"py:.*", r"(pyspark|pyarrow|pa|snappy)(\..*)?"),
+    # pyspark's names as annotations spell them when pyspark is stood in for (below)
+    (r"py:.*", r"(WriterCommitMessage|InputPartition|DataSource\w*|StructType|Row)"),
     (r"py:.*", r"(collections|typing|typing_extensions|types|enum|abc|dataclasses)\..*"),
     (r"py:.*", r"(socket|ssl|select|threading|concurrent|asyncio|logging|json|io|re)\..*"),
     (r"py:.*", r"(datetime|pathlib|os|random|http|urllib|warnings|zlib|struct)(\..*)?"),
@@ -58,7 +60,8 @@ autodoc_typehints_format = "short"
 autodoc_class_signature = "separated"
 autodoc_inherit_docstrings = True
 # The Spark extra need not be installed to build the docs: without it, pyspark and
-# pyarrow are stood in for while autodoc imports txnsq.spark.
+# pyarrow are stood in for while autodoc imports txnsq.spark. (The docs extra brings
+# prometheus_client, for txnsq.metrics.)
 autodoc_mock_imports = []
 for _name in ("pyspark", "pyarrow"):
     try:
