@@ -31,6 +31,7 @@ import ast
 import dataclasses
 import importlib
 import inspect
+import re
 import sys
 from typing import Any
 
@@ -162,20 +163,66 @@ class Fields(_GeneratedDirective):
         return self.render(_table(["field", "default", "meaning"], rows, "25 20 55"))
 
 
+_PARAM = re.compile(
+    r"^\s*:param (\w+):(.*?)(?=^\s*:(?:param|raises?|returns?|rtype|type|ivar|var)\b|\Z)",
+    re.MULTILINE | re.DOTALL,
+)
+_ROLE = re.compile(r":(\w+):`(~?)([A-Za-z_][\w.]*)`")
+
+
+def _qualify_roles(text: str, obj: Any) -> str:
+    """Make the short cross-references of ``obj``'s docstring (``:meth:`receive```)
+    absolute, since the table that shows them is on another page."""
+
+    def qualify(match: re.Match[str]) -> str:
+        role, tilde, target = match.groups()
+        if target.startswith("txnsq."):
+            return match.group(0)
+        first = target.split(".")[0]
+        module = sys.modules.get(obj.__module__)
+        if inspect.isclass(obj) and hasattr(obj, first):
+            target = f"{obj.__module__}.{obj.__qualname__}.{target}"
+        elif inspect.ismodule(getattr(module, first, None)):
+            return match.group(0)  # another module's name (random.Random): as written
+        elif hasattr(module, first):
+            target = f"{obj.__module__}.{target}"
+        else:
+            return f"``{target}``"  # an instance attribute: no entry to link to
+        return f":{role}:`{tilde or '~'}{target}`"
+
+    return _ROLE.sub(qualify, text)
+
+
+def param_docs(obj: Any) -> dict[str, str]:
+    """The ``:param name:`` texts of a callable's (or a class's and its ``__init__``'s)
+    docstring, each joined into one line."""
+    docs = [inspect.getdoc(obj) or ""]
+    if inspect.isclass(obj):
+        docs.append(inspect.getdoc(obj.__init__) or "")
+    found: dict[str, str] = {}
+    for doc in docs:
+        for match in _PARAM.finditer(doc):
+            text = " ".join(match.group(2).split())
+            found.setdefault(match.group(1), _qualify_roles(text, obj))
+    return found
+
+
 class Defaults(_GeneratedDirective):
-    """The parameters of a callable that have a default, with it."""
+    """The parameters of a callable that have a default, with it and its ``:param:``
+    text."""
 
     required_arguments = 1
 
     def run(self) -> list[nodes.Node]:
         obj = import_object(self.arguments[0])
         target = obj.__init__ if inspect.isclass(obj) else obj
+        texts = param_docs(obj)
         rows = []
         for name, parameter in inspect.signature(target).parameters.items():
             if parameter.default is inspect.Parameter.empty or name in ("reactor", "clock"):
                 continue
-            rows.append([f"``{name}``", _literal(parameter.default)])
-        return self.render(_table(["parameter", "default"], rows, "40 60"))
+            rows.append([f"``{name}``", _literal(parameter.default), texts.get(name, "")])
+        return self.render(_table(["parameter", "default", "meaning"], rows, "22 18 60"))
 
 
 class Errors(_GeneratedDirective):
