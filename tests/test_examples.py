@@ -196,29 +196,58 @@ class ExamplesTests(TestCase):
         nsqd.http_publish("events", b"first body")
         nsqd.http_publish("events", b"second body")
         wait_for(lambda: lookupd.lookup("events")["producers"], what="lookupd registration")
-        command = example("nsq_consumer.sh").replace("\\\n", " ")
-        command = command.replace("127.0.0.1:4161", lookupd.http_address)
+        output = self.run_twistd(
+            "nsq_consumer.sh", {"127.0.0.1:4161": lookupd.http_address}, "second body"
+        )
+        self.assertIn("first body", output)
+        channel = nsqd.channel_stats("events", "tail")
+        assert channel is not None
+        self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
+
+    def test_nsq_consumer_handler(self) -> None:
+        """examples/nsq_consumer_handler.sh runs examples/handlers.py ("handlers.py")."""
+        nsqd = start_nsqd(self)
+        nsqd.http_publish("orders", b'{"id": 7}')
+        output = self.run_twistd(
+            "nsq_consumer_handler.sh", {"127.0.0.1:4150": nsqd.tcp_address}, "stored order 7"
+        )
+        self.assertNotIn("Traceback", output)
+        channel = nsqd.channel_stats("orders", "store")
+        assert channel is not None
+        self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
+        self.assertEqual(channel["message_count"], 1)
+
+    def run_twistd(self, script: str, replacements: dict[str, str], expected: str) -> str:
+        """Run the twistd command of examples/``script`` (in the examples folder, with
+        the addresses replaced) until its output shows ``expected``, then stop it with
+        SIGTERM; return its output."""
+        command = example(script).replace("\\\n", " ")
+        for old, new in replacements.items():
+            command = command.replace(old, new)
         argv = shlex.split(command, comments=True)
+        env = dict(os.environ)
+        while "=" in argv[0]:  # VAR=value before the command
+            name, _, value = argv.pop(0).partition("=")
+            env[name] = str(EXAMPLES / value) if value == "." else value
         self.assertEqual(argv[0], "twistd")
         argv[0] = str(Path(sys.executable).with_name("twistd"))
         argv[1:1] = twistd_reactor_args()
-        workdir = tempfile.mkdtemp(prefix="txnsq-readme-")
+        workdir = tempfile.mkdtemp(prefix="txnsq-example-")
         out_path = os.path.join(workdir, "out")
         with open(out_path, "wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, env=env
+            )
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
 
         def output() -> str:
             return Path(out_path).read_bytes().decode("utf-8", "replace")
 
         try:
-            wait_for(lambda: "second body" in output(), timeout=30, what="twistd output")
+            wait_for(lambda: expected in output(), timeout=30, what="twistd output")
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         # twistd re-raises the signal after a clean shutdown.
         self.assertIn(proc.returncode, (0, -signal.SIGTERM), output())
-        self.assertIn("first body", output())
-        channel = nsqd.channel_stats("events", "tail")
-        assert channel is not None
-        self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
+        return output()
