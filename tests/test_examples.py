@@ -101,11 +101,17 @@ class ExamplesTests(TestCase):
         self.assertIn("counted 3 clicks", out)
         self.assert_consumed(nsqd, "clicks", "stats", 3)
 
-    def assert_consumed(self, nsqd: NSQD, topic: str, channel_name: str, count: int) -> None:
-        """``count`` messages went through the channel, and none is left."""
+    def assert_drained(self, nsqd: NSQD, topic: str, channel_name: str) -> None:
+        """Nothing is left in the channel: not queued, not in flight."""
         channel = nsqd.channel_stats(topic, channel_name)
         assert channel is not None
         self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
+
+    def assert_consumed(self, nsqd: NSQD, topic: str, channel_name: str, count: int) -> None:
+        """``count`` messages went through the channel, and none is left."""
+        self.assert_drained(nsqd, topic, channel_name)
+        channel = nsqd.channel_stats(topic, channel_name)
+        assert channel is not None
         self.assertEqual(channel["message_count"], count)
 
     def test_tls_publish(self) -> None:
@@ -151,9 +157,7 @@ class ExamplesTests(TestCase):
         code = example("address_map.py")
         out = run_python(code.replace("127.0.0.1:4161", lookupd.http_address))
         self.assertIn("received a message from nsqd-0 through 127.0.0.1", out)
-        channel = nsqd.channel_stats("events", "from-the-host")
-        assert channel is not None
-        self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
+        self.assert_drained(nsqd, "events", "from-the-host")
 
     def test_metrics(self) -> None:
         nsqd = start_nsqd(self)
@@ -200,9 +204,7 @@ class ExamplesTests(TestCase):
             "nsq_consumer.sh", {"127.0.0.1:4161": lookupd.http_address}, "second body"
         )
         self.assertIn("first body", output)
-        channel = nsqd.channel_stats("events", "tail")
-        assert channel is not None
-        self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
+        self.assert_drained(nsqd, "events", "tail")
 
     def test_nsq_consumer_handler(self) -> None:
         """examples/nsq_consumer_handler.sh runs examples/handlers.py ("handlers.py")."""
@@ -212,10 +214,7 @@ class ExamplesTests(TestCase):
             "nsq_consumer_handler.sh", {"127.0.0.1:4150": nsqd.tcp_address}, "stored order 7"
         )
         self.assertNotIn("Traceback", output)
-        channel = nsqd.channel_stats("orders", "store")
-        assert channel is not None
-        self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
-        self.assertEqual(channel["message_count"], 1)
+        self.assert_consumed(nsqd, "orders", "store", 1)
 
     def run_twistd(self, script: str, replacements: dict[str, str], expected: str) -> str:
         """Run the twistd command of examples/``script`` (in the examples folder, with
