@@ -650,7 +650,7 @@ class SubscriberTests(TestCase):
 
         sub = Subscriber(options)
         sub.start()
-        self.addCleanup(sub.shutdown)
+        self.addCleanup(sub.close)
         return sub
 
     def take_all(self, sub: Any, n: int, timeout: float = 20) -> list[Any]:
@@ -685,8 +685,8 @@ class SubscriberTests(TestCase):
         wait_for(lambda: channel(nsqd, "s", "c")["depth"] == 1000 - 150 - 300)
         self.assertEqual(channel(nsqd, "s", "c")["in_flight_count"], 300)
         self.assertEqual(sub.nsqd_addresses(), [nsqd.tcp_address])
-        sub.shutdown()
-        sub.shutdown()  # idempotent
+        sub.close()
+        sub.close()  # idempotent
         stats = channel(nsqd, "s", "c")
         self.assertEqual((stats["in_flight_count"], stats["depth"]), (0, 1000 - 150))
         self.assertEqual(stats["requeue_count"], 300)
@@ -725,7 +725,7 @@ class SubscriberTests(TestCase):
         from txnsq.blocking import Subscriber
 
         sub = Subscriber(self.options(nsqd, "cut"))
-        self.addCleanup(sub.shutdown)
+        self.addCleanup(sub.close)
         sub.set_cutoff(cutoff)
         sub.start()
         chunks = self.take_all(sub, 10)
@@ -767,7 +767,7 @@ class ReaderSideTests(TestCase):
 
         sub = Subscriber(options.subscriber_options())
         sub.start()
-        self.addCleanup(sub.shutdown)
+        self.addCleanup(sub.close)
         return sub
 
     def take(self, sub: Any, n: int) -> list[Any]:

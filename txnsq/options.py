@@ -242,14 +242,17 @@ class ConnectionOptions:
     # -- deprecated spellings --------------------------------------------------------
 
     def _take_identify(self, identify: IdentifyOptions | None, where: str) -> None:
-        """Fold deprecated ``identify=IdentifyOptions(...)`` into the seconds fields."""
+        """Fold deprecated ``identify=IdentifyOptions(...)`` into the seconds fields
+        (called by a subclass's ``_take_deprecated``, from ``__post_init__``)."""
         if identify is None:
             return
         warn_deprecated(
             f"{where}(identify=IdentifyOptions(...))",
             f"{where}'s own fields (heartbeat_interval, msg_timeout, compression, ... "
             "in seconds)",
-            stacklevel=5,
+            # Past _take_deprecated, __post_init__, __init__ and suggest_names' wrapper:
+            # the caller's line.
+            stacklevel=7,
         )
         if not isinstance(identify, IdentifyOptions):
             raise TypeError(f"identify must be an IdentifyOptions, not {type(identify).__name__}")

@@ -17,7 +17,7 @@ Pure: no I/O, no Twisted, no clock reads (time is passed in).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -34,6 +34,7 @@ __all__ = [
     "LookupResponseError",
     "lookup_url",
     "parse_lookup_response",
+    "poll_delay",
     "producer_address",
 ]
 
@@ -47,6 +48,19 @@ MAX_LOOKUP_RESPONSE_SIZE: Final = 4 * 1024 * 1024
 #: By default a failing nsqlookupd's last answer keeps counting for this many poll
 #: intervals after it came (see :class:`LookupAnswers`).
 STALE_POLLS: Final = 3
+
+
+def poll_delay(interval: float, jitter: float, random: Callable[[], float]) -> float:
+    """Seconds until the next nsqlookupd poll: ``interval`` shortened by a random
+    fraction in ``[0, jitter)`` of it, so that many consumers started together do not
+    poll together (the Consumer's and the blocking Subscriber's rule).
+
+    :param random: a float in ``[0, 1)`` per call (:meth:`random.Random.random`); not
+        called when ``jitter`` is 0.
+    """
+    if not jitter:
+        return interval
+    return interval * (1.0 - jitter * random())
 
 
 class LookupResponseError(NSQError, ValueError):

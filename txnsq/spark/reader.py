@@ -414,7 +414,7 @@ class _ReaderState:
         if self._shutdown_started:
             return
         self._shutdown_started = True
-        self.subscriber.shutdown()
+        self.subscriber.close()
         if self.dead_letters is not None:
             self.dead_letters.close()
         if self.lag is not None:
