@@ -413,11 +413,11 @@ class SparkReadOptionsTests(SynchronousTestCase):
 
         opts = parse_read_options(
             {
-                "lookupd": "http://lookupd:4161",
+                "lookupdHttpAddresses": "http://lookupd:4161",
                 "topic": "t",
                 "channel": "c",
                 "addressMap": "nsqd-0.nsqd:4150=127.0.0.1:24150, nsqd-1=10.0.0.6",
-                "heartbeatIntervalMs": "5000",
+                "heartbeatInterval": "5s",
                 "readTimeout": "20",
             }
         )
@@ -425,27 +425,29 @@ class SparkReadOptionsTests(SynchronousTestCase):
         self.assertEqual(
             sub.address_map, {"nsqd-0.nsqd:4150": "127.0.0.1:24150", "nsqd-1": "10.0.0.6"}
         )
-        self.assertEqual(sub.identify.heartbeat_interval_ms, 5000)
+        self.assertEqual(sub.heartbeat_interval, 5.0)
+        self.assertEqual(sub.identify_options().heartbeat_interval_ms, 5000)
         self.assertEqual(sub.read_timeout, 20.0)
-        off = parse_read_options({"nsqd": "h:4150", "topic": "t", "channel": "c"})
+        base = {"nsqdTcpAddresses": "h:4150", "topic": "t", "channel": "c"}
+        off = parse_read_options(base)
         self.assertIsNone(off.subscriber_options().address_map)
-        self.assertEqual(off.subscriber_options().identify.heartbeat_interval_ms, 30_000)
-        disabled = parse_read_options(
-            {"nsqd": "h:4150", "topic": "t", "channel": "c", "heartbeatIntervalMs": "-1"}
-        )
-        self.assertEqual(disabled.subscriber_options().identify.heartbeat_interval_ms, -1)
+        self.assertEqual(off.subscriber_options().heartbeat_interval, 30.0)
+        for text in ("off", "-1", "None"):
+            disabled = parse_read_options({**base, "heartbeatInterval": text}).subscriber_options()
+            self.assertIsNone(disabled.heartbeat_interval)
+            self.assertEqual(disabled.identify_options().heartbeat_interval_ms, -1)
 
     def test_invalid(self) -> None:
         from txnsq.spark.options import OptionError, parse_read_options, parse_write_options
 
-        base = {"nsqd": "h:4150", "topic": "t", "channel": "c"}
+        base = {"nsqdTcpAddresses": "h:4150", "topic": "t", "channel": "c"}
         for change in (
             {"addressMap": "nsqd-0:4150"},
             {"addressMap": "=h:1"},
             {"addressMap": "a:1=h:0"},
             {"addressMap": "a:1=::1:4150"},
-            {"heartbeatIntervalMs": "500"},
-            {"heartbeatIntervalMs": "-2"},
+            {"heartbeatInterval": "500ms"},
+            {"heartbeatInterval": "-2"},
             {"readTimeout": "0"},
         ):
             with self.assertRaises(OptionError, msg=str(change)) as caught:
@@ -453,4 +455,4 @@ class SparkReadOptionsTests(SynchronousTestCase):
             self.assertIn(next(iter(change)), str(caught.exception))
         # Read options only: the writer dials the nsqds it is given.
         with self.assertRaises(OptionError):
-            parse_write_options({"nsqd": "h:4150", "topic": "t", "addressMap": "a=b"})
+            parse_write_options({"nsqdTcpAddresses": "h:4150", "topic": "t", "addressMap": "a=b"})

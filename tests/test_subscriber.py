@@ -165,18 +165,23 @@ class OptionsTests(SynchronousTestCase):
     def test_subscriber_takes_settings(self) -> None:
         """Subscriber(**settings) and Subscriber(ConnectionOptions, **settings) build
         the SubscriberOptions; a misspelt setting names Subscriber and the nearest."""
-        sub = Subscriber(topic="t", channel="c", nsqd_tcp_addresses=[N1], max_in_flight=3)
+        def made(*args: Any, **kwargs: Any) -> Subscriber:
+            sub = Subscriber(*args, **kwargs)
+            self.addCleanup(sub.close)
+            return sub
+
+        sub = made(topic="t", channel="c", nsqd_tcp_addresses=[N1], max_in_flight=3)
         self.assertEqual(
             sub.options,
             SubscriberOptions(topic="t", channel="c", nsqd_tcp_addresses=[N1], max_in_flight=3),
         )
         conn = ConnectionOptions(compression="deflate", command_timeout=5.0)
-        sub = Subscriber(conn, topic="t", channel="c", lookupd_http_addresses=[L1])
+        sub = made(conn, topic="t", channel="c", lookupd_http_addresses=[L1])
         self.assertEqual(sub.options.connection_options(), conn)
         self.assertEqual(sub.options.lookupd_http_addresses, (L1,))
         opts = SubscriberOptions(topic="t", channel="c", nsqd_tcp_addresses=[N1])
-        self.assertIs(Subscriber(opts).options, opts)
-        self.assertEqual(Subscriber(opts, channel="d").options.channel, "d")
+        self.assertIs(made(opts).options, opts)
+        self.assertEqual(made(opts, channel="d").options.channel, "d")
         with self.assertRaises(TypeError) as caught:
             Subscriber(opts, max_inflight=10)
         self.assertEqual(
@@ -269,7 +274,7 @@ class DeprecatedOptionsTests(SynchronousTestCase):
     def test_replace_does_not_warn_again(self) -> None:
         o, _ = self.built(nsqd=[N1], timeout=3.0)
         with warnings.catch_warnings():
-            warnings.simplefilter("error")
+            warnings.simplefilter("error", DeprecationWarning)
             again = dataclasses.replace(o, max_in_flight=5)
         self.assertEqual((again.nsqd_tcp_addresses, again.command_timeout), ((N1,), 3.0))
 

@@ -58,11 +58,11 @@ def twistd(*args: str) -> Options:
 
 
 def spark_write(**opts: str) -> Any:
-    return parse_write_options({"nsqd": "h:1", "topic": "t", **opts})
+    return parse_write_options({"nsqdTcpAddresses": "h:1", "topic": "t", **opts})
 
 
 def spark_read(**opts: str) -> Any:
-    return parse_read_options({"nsqd": "h:1", "topic": "t", "channel": "c", **opts})
+    return parse_read_options({"nsqdTcpAddresses": "h:1", "topic": "t", "channel": "c", **opts})
 
 
 class NumberTests(SynchronousTestCase):
@@ -128,8 +128,8 @@ class NumberTests(SynchronousTestCase):
              parse_message("2.5", "option 'batchSize'", integer=True)),
             (lambda: twistd("--stop-timeout", "soon"), usage.UsageError,
              parse_message("soon", "--stop-timeout")),
-            (lambda: spark_write(timeout="soon"), OptionError,
-             parse_message("soon", "option 'timeout'")),
+            (lambda: spark_write(commandTimeout="soon"), OptionError,
+             parse_message("soon", "option 'commandTimeout'")),
             (lambda: twistd("--lookupd-poll-interval", "0"), usage.UsageError,
              parse_message("0", "--lookupd-poll-interval", positive=True)),
             (lambda: spark_read(lookupdPollInterval="0"), OptionError,
