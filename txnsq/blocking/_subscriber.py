@@ -531,7 +531,7 @@ class Subscriber:
         fast on a bad address or bad credentials), then start the I/O and discovery
         threads. Unreachable nsqds are retried in the background.
 
-        :raises NSQError, OSError: when ``nsqd`` addresses were given and none of them
+        :raises NSQError, OSError: when ``nsqd_tcp_addresses`` were given and none of them
             could be reached (the subscriber is then shut down).
         :raises RuntimeError: when called twice, or after :meth:`close`.
         """
