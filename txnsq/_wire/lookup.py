@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from txnsq._wire.address import NSQLOOKUPD_HTTP_PORT, check_http_scheme, refuse_several
 from txnsq._wire.identify import DEFAULT_USER_AGENT
 from txnsq.errors import NSQError
 
@@ -73,14 +74,15 @@ def lookup_url(lookupd: str, topic: str) -> str:
     ``"http://proxy/nsq/lookup?topic=..."``. A query string in ``lookupd`` is kept, and
     ``topic`` is URL-encoded (``#`` of ``#ephemeral`` becomes ``%23``).
 
-    :raises ValueError: for an address with another scheme, no host, or a bad port.
+    :raises ValueError: for an address with another scheme, no host, or a bad port, or
+        several addresses in one string.
     """
+    refuse_several(lookupd, NSQLOOKUPD_HTTP_PORT)
     raw = lookupd.strip()
     if "://" not in raw:
         raw = "http://" + raw
     parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"nsqlookupd address must be http or https: {lookupd!r}")
+    check_http_scheme(lookupd, parts.scheme, NSQLOOKUPD_HTTP_PORT)
     if not parts.hostname:
         raise ValueError(f"nsqlookupd address has no host: {lookupd!r}")
     parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
