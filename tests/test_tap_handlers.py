@@ -205,6 +205,7 @@ class FactoryOptionTests(SynchronousTestCase):
              "--handler-setting and --handler-settings-file need --handler-factory"),
             (["--handler", "tests.test_tap:recording_handler", "--handler-setting", "a=b"],
              "need --handler-factory"),
+            (["--handler-settings-file", self.settings_file({})], "need --handler-factory"),
             ([*FACTORY, "--handler-setting", "novalue"],
              "--handler-setting must look like KEY=VALUE, not 'novalue'"),
             ([*FACTORY, "--handler-setting", "=v"], "must look like KEY=VALUE, not '=v'"),

@@ -91,7 +91,7 @@ class HandlerFactoryTests(TwistdTestCase):
             "--topic", topic, "--channel", channel, "--nsqd-tcp-address", nsqd.tcp_address,
             "--max-in-flight", "30",
             "--handler-factory", "tests.test_tap_handlers_integration:sqlite_writer",
-            "--handler-setting", f"db={path}", "--handler-setting", "hold=1.5",
+            "--handler-setting", f"db={path}", "--handler-setting", "hold=3",
         )
         handling = {b"handling " + body for body in sent}
         await self.until(proto, lambda: handling <= set(proto.lines()), "all 30 in flight")
@@ -104,6 +104,7 @@ class HandlerFactoryTests(TwistdTestCase):
         stopping = next(i for i, line in enumerate(lines) if b"Stopping: " in line)
         self.assertLess(opened, min(i for i, line in enumerate(lines) if b"handling" in line))
         self.assertLess(stopping, min(written))  # SIGTERM came while all were held
+        self.assertIn(b"waiting for 30 in flight (30 received, 0 finished", lines[stopping])
         self.assertLess(max(written), closed)
         stopped = next(i for i, line in enumerate(lines) if b"Stopped consuming" in line)
         self.assertLess(closed, stopped)

@@ -612,12 +612,12 @@ class Options(usage.Options):
             self["handler_factory"] = resolve_handler(factory_spec, "--handler-factory")
         elif threads:
             raise usage.UsageError("--handler-threads needs --handler or --handler-factory")
-        settings = self._handler_settings()
-        if settings and factory_spec is None:
+        given = self["handler-settings-file"] is not None or self["handler_setting_entries"]
+        if given and factory_spec is None:
             raise usage.UsageError(
                 "--handler-setting and --handler-settings-file need --handler-factory"
             )
-        self["handler_settings"] = MappingProxyType(settings)
+        self["handler_settings"] = MappingProxyType(self._handler_settings())
 
     def _handler_settings(self) -> dict[str, str]:
         path = self["handler-settings-file"]
@@ -1069,8 +1069,7 @@ class ConsumerService(MultiService):
         starting = self._starting
         if starting is not None:
             starting.cancel()  # the children were not started
-        children_running = self.consumer.running
-        if children_running:
+        if any(child.running for child in self):
             stopped: defer.Deferred[Any] = super().stopService()  # type: ignore[no-untyped-call]
         else:
             Service.stopService(self)  # type: ignore[no-untyped-call]
