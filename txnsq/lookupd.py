@@ -304,7 +304,8 @@ class LookupdPoller:
         return closing.addBoth(lambda _: None)
 
     def poll_now(self) -> None:
-        """Ask for a prompt round (e.g. because a connection to an nsqd closed).
+        """Ask for one prompt round (for an nsqd whose connection closed, see
+        :meth:`nsqd_lost`: it keeps asking while that nsqd is missing).
 
         Rate-limited: the round starts at once if the previous one started at least
         ``min_repoll_interval`` ago, otherwise at that point; a round in progress is
