@@ -24,6 +24,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
 from tests.support.subscriber import Driver, FakeNsqd
+from txnsq._wire.retry import RetryPolicy
 from txnsq.consumer import Consumer
 from txnsq.message import Message
 from txnsq.testing import FakeLookupd, FakeNSQD
@@ -257,6 +258,31 @@ class SubscriberOutageTests(SynchronousTestCase):
         after = self.run_until(d, lost_at + 200)
         self.assertLess(after[0] - found[0], 11.4)  # the recheck already due
         self.assertEqual([round(b - a, 6) for a, b in itertools.pairwise(after)], [60.0, 60.0])
+
+    def test_listed_again_is_dialled_at_once_not_when_its_backoff_ends(self) -> None:
+        """nsqlookupd still lists the nsqd for a while after the loss: it is dialled
+        (refused) with the reconnect backoff, 1, 2, 4 s apart; the next attempt would
+        be 8 s later. Once nsqlookupd no longer lists it, that backoff is forgotten, so
+        the recheck that lists it again dials it at once."""
+        nsqd = FakeNsqd(self.N1)
+        d = Driver(self, [nsqd], lookupd=[self.L1], retry=RetryPolicy(jitter=0))
+        d.serve(self.L1, self.N1)
+        d.step()
+        (conn,) = nsqd.live()
+        lost_at = d.clock()
+        nsqd.down = True
+        conn.break_()
+        d.io()
+        self.run_until(d, lost_at + 7.5)
+        self.assertEqual([t - lost_at for t in nsqd.dialled[1:]], [1.0, 3.0, 7.0])
+        d.serve(self.L1)  # nsqd left nsqlookupd: gone at the recheck at 8.125 s
+        self.run_until(d, lost_at + 9)
+        nsqd.down = False
+        d.serve(self.L1, self.N1)
+        self.run_until(d, lost_at + 16)
+        # Dialled by the recheck at 13.1875 s, not at 15 s (7 + 8) as the backoff said.
+        self.assertEqual([t - lost_at for t in nsqd.dialled[4:]], [13.1875])
+        self.assertEqual(d.subscriber.connection_count, 1)
 
     def test_a_static_nsqd_does_not_bring_rechecks(self) -> None:
         nsqd = FakeNsqd(self.N1)
