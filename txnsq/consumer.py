@@ -665,6 +665,8 @@ class Consumer(Service):
         nsqd.handshake_failures = 0
         nsqd.connects += 1
         session.subscribed = True
+        if self._poller is not None and not nsqd.static:
+            self._poller.nsqd_connected(nsqd.address)
         self._log.info(
             "Subscribed to {topic}/{channel} on nsqd {nsqd}",
             topic=self.topic,
@@ -695,8 +697,9 @@ class Consumer(Service):
             self._notify("connection_lost", nsqd.address, reason)
         if not self.running:
             return
-        if self._poller is not None:
-            self._poller.poll_now()
+        if self._poller is not None and session.subscribed and not nsqd.static:
+            # Found through nsqlookupd: ask it again soon, and again while it is missing.
+            self._poller.nsqd_lost(nsqd.address)
         if not nsqd.wanted and not nsqd.static:
             self._remove_nsqd(nsqd)
         else:
