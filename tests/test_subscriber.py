@@ -16,12 +16,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.subscriber import Driver, FakeNsqd
 from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
-from txnsq._wire.lookup import (
-    LOOKUP_ACCEPT,
-    MAX_LOOKUP_RESPONSE_SIZE,
-    LookupResponseError,
-    poll_delay,
-)
+from txnsq._wire.lookup import LOOKUP_ACCEPT, MAX_LOOKUP_RESPONSE_SIZE, LookupResponseError
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.blocking import Subscriber, SubscriberOptions
 from txnsq.blocking._subscriber import MAX_CONNECTIONS_PER_NSQD, fetch_lookup
@@ -603,11 +598,6 @@ class LookupdTests(SynchronousTestCase):
         self.assertEqual(len(d.fetched), 2 * 20)
         self.assertTrue(all(15.0 <= w <= 30.0 for w in waits), waits)
         self.assertGreater(len(set(waits)), 10)
-
-    def test_poll_delay_rule(self) -> None:
-        self.assertEqual(poll_delay(60.0, 0.3, lambda: 0.5), 51.0)
-        self.assertEqual(poll_delay(60.0, 0.3, lambda: 0.0), 60.0)
-        self.assertEqual(poll_delay(60.0, 0.0, lambda: 1 / 0), 60.0)  # not drawn
 
 
 class ShutdownTests(SynchronousTestCase):
