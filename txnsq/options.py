@@ -464,7 +464,7 @@ class ConsumerOptions(ConnectionOptions):
         if self.retry is not None:
             warn_deprecated(
                 "ConsumerOptions(retry=...)", "ConsumerOptions(reconnect_policy=...)",
-                stacklevel=4,
+                stacklevel=6,
             )
             if not isinstance(self.retry, RetryPolicy):
                 raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
@@ -476,7 +476,7 @@ class ConsumerOptions(ConnectionOptions):
             warn_deprecated(
                 "ConsumerOptions(reconnect_delay=..., max_reconnect_delay=...)",
                 "ConsumerOptions(reconnect_policy=RetryPolicy(initial=..., max_delay=...))",
-                stacklevel=4,
+                stacklevel=6,
             )
             initial = self.reconnect_delay
             max_delay = self.max_reconnect_delay
