@@ -20,10 +20,10 @@ from pyspark.sql import functions as F
 # Writes take "value" (binary or string) and, optionally, "topic" and "delay_ms".
 events = spark.range(1000).select(F.format_string("event %d", "id").alias("value"))
 (events.write.format("nsq").mode("append")
-    .option("nsqd", "127.0.0.1:4150").option("topic", "events").save())
+    .option("nsqdTcpAddresses", "127.0.0.1:4150").option("topic", "events").save())
 
 stream = (spark.readStream.format("nsq")
-    .option("lookupd", "http://127.0.0.1:4161")
+    .option("lookupdHttpAddresses", "http://127.0.0.1:4161")
     .option("topic", "events").option("channel", "archive")
     .option("maxMessagesPerTrigger", 10000)  # Spark's admission control
     .option("numPartitions", 4)  # each micro-batch as 4 partitions

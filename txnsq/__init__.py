@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from txnsq._version import __version__
 
 if TYPE_CHECKING:
+    from txnsq._tap import HandlerContext
     from txnsq._wire.deadletter import DeadLetter
     from txnsq._wire.identify import Features, IdentifyOptions
     from txnsq.consumer import Consumer, ConsumerOptions, Handler
@@ -29,6 +30,7 @@ _LAZY = {
     "DeadLetter": "txnsq._wire.deadletter",
     "Features": "txnsq._wire.identify",
     "Handler": "txnsq.consumer",
+    "HandlerContext": "txnsq._tap",
     "IConsumerObserver": "txnsq.observers",
     "IdentifyOptions": "txnsq._wire.identify",
     "Message": "txnsq.message",
@@ -47,6 +49,7 @@ __all__ = [
     "DeadLetter",
     "Features",
     "Handler",
+    "HandlerContext",
     "IConsumerObserver",
     "IdentifyOptions",
     "Message",

@@ -35,11 +35,13 @@ from txnsq._wire import commands
 from txnsq._wire.address import (
     NSQD_HTTP_PORT,
     NSQLOOKUPD_HTTP_PORT,
+    check_http_scheme,
     format_address,
     parse_address,
+    refuse_several,
 )
 from txnsq._wire.lookup import LOOKUP_ACCEPT
-from txnsq._wire.numbers import check_number
+from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq.errors import HTTPResponseError, NSQHTTPError, ResponseTooLarge, error_from_http
 
 if TYPE_CHECKING:
@@ -142,13 +144,15 @@ def parse_http_address(
         URL is a contradiction.
     :raises TypeError: for an address that is neither a str nor a pair.
     :raises ValueError: for a malformed address, another scheme, credentials, a query or
-        fragment in the URL, or an ``http://`` URL with ``tls``.
+        fragment in the URL, an ``http://`` URL with ``tls``, or several addresses in one
+        string.
     """
+    if isinstance(address, str):
+        refuse_several(address, default_port)
     if isinstance(address, str) and "://" in address:
         parts = urlsplit(address.strip())
         scheme = parts.scheme.lower()
-        if scheme not in ("http", "https"):
-            raise ValueError(f"invalid address {address!r}: the scheme must be http or https")
+        check_http_scheme(address, scheme, default_port)
         if scheme == "http" and tls:
             raise ValueError(
                 f"invalid address {address!r}: TLS options were given for an http:// URL "
@@ -320,7 +324,8 @@ def nsqd_stats(
 
 def nsqd_publish(topic: str, body: bytes, delay: float | None = None) -> AdminRequest[None]:
     """``POST /pub``: publish ``body`` to ``topic``, delivered after ``delay`` seconds
-    when given (sent as ``defer=`` in whole milliseconds; nsqd refuses more than its
+    when given (sent as ``defer=`` in whole milliseconds by
+    :func:`~txnsq._wire.numbers.seconds_to_ms`, as DPUB; nsqd refuses more than its
     ``--max-req-timeout``, 1 h by default, with ``INVALID_DEFER``).
 
     :raises TypeError: for a body that is not bytes or a delay that is not a number.
@@ -329,8 +334,7 @@ def nsqd_publish(topic: str, body: bytes, delay: float | None = None) -> AdminRe
     query = [("topic", commands.validate_topic_name(topic))]
     payload = commands.validate_message_body(body)
     if delay is not None:
-        seconds = check_number(delay, "delay", minimum=0)
-        query.append(("defer", str(round(seconds * 1000))))
+        query.append(("defer", str(seconds_to_ms(delay, "delay"))))
     return AdminRequest("POST", "/pub", tuple(query), payload, _parse_nothing)
 
 

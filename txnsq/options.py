@@ -1,0 +1,494 @@
+"""The settings of txnsq's clients, each checked once, at construction.
+
+:class:`ConnectionOptions` holds what every connection to nsqd needs (TLS, AUTH,
+compression, what IDENTIFY asks for, the timeouts and the reconnect policy), with one
+name, one meaning and one default wherever it appears. Each client's own options type
+extends it: :class:`ProducerOptions` (:class:`~txnsq.producer.Producer`),
+:class:`ConsumerOptions` (:class:`~txnsq.consumer.Consumer`) and
+:class:`~txnsq.blocking.SubscriberOptions`; the blocking
+:class:`~txnsq.blocking.Connection` takes a :class:`ConnectionOptions` itself, and the
+Spark data source parses its options into one. A plain :class:`ConnectionOptions` can be
+given wherever a client's own options type is expected: the client's other settings
+take their defaults.
+
+Times are seconds (``float``) everywhere; milliseconds exist only on the wire
+(:func:`txnsq._wire.numbers.seconds_to_ms` converts them, once). Invalid values raise
+:class:`TypeError` or :class:`ValueError` naming the setting, the same message whichever
+client it was given to. This module is pure: it imports no Twisted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar, Final, TypeVar
+
+from txnsq._deprecate import suggest_names, warn_deprecated
+from txnsq._wire.address import AddressMap, check_address_map
+from txnsq._wire.batching import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_COUNT
+from txnsq._wire.deadletter import DeadLetter
+from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
+from txnsq._wire.liveness import DEFAULT_HEARTBEATS_MISSED, DEFAULT_READ_TIMEOUT
+from txnsq._wire.liveness import read_timeout as silence_bound
+from txnsq._wire.numbers import check_number, seconds_to_ms
+from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
+from txnsq.tls_options import TLSOptions
+
+__all__ = [
+    "COMPRESSIONS",
+    "ConnectionOptions",
+    "ConsumerOptions",
+    "ProducerOptions",
+    "RetryPolicy",
+]
+
+#: The values of :attr:`ConnectionOptions.compression`.
+COMPRESSIONS: Final = (None, "snappy", "deflate")
+
+_O = TypeVar("_O", bound="ConnectionOptions")
+
+
+def _seconds_or_none_ms(value: float | None, what: str) -> int | None:
+    if value is None:
+        return None
+    if value == -1:
+        return -1
+    return seconds_to_ms(value, what)
+
+
+@suggest_names
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionOptions:
+    """What every connection to nsqd needs, for every client.
+
+    All times are seconds. ``None`` leaves a value to nsqd where nsqd has a default.
+
+    :raises TypeError: for a value of the wrong type; the message names the setting.
+    :raises ValueError: for a value nsqd would refuse or that makes no sense (a
+        negative timeout, ``compression="zstd"``); the message names the setting and
+        what it accepts.
+    """
+
+    #: Upgrade every connection to TLS with these settings (``None``: plain TCP).
+    tls: TLSOptions | None = None
+    #: Sent with AUTH when nsqd requires it (``--auth-http-address``). Never logged or
+    #: shown in a ``repr``.
+    auth_secret: str | bytes | None = field(default=None, repr=False)
+    #: ``"snappy"``, ``"deflate"`` or ``None`` (no compression).
+    compression: str | None = None
+    #: The deflate level (1-9), with ``compression="deflate"``; nsqd may lower it to
+    #: its ``--max-deflate-level``.
+    deflate_level: int = 6
+    #: The client id nsqd shows in its stats (default: this machine's short host name).
+    client_id: str | None = None
+    #: The host name nsqd shows in its stats (default: this machine's full host name).
+    hostname: str | None = None
+    #: The user agent nsqd shows in its stats.
+    user_agent: str = DEFAULT_USER_AGENT
+    #: Seconds between the heartbeats nsqd sends (at least 1; nsqd allows at most its
+    #: ``--max-heartbeat-interval``, 60 s by default). ``None`` turns heartbeats off:
+    #: nsqd then never drops an idle connection, and ``read_timeout`` bounds silence.
+    heartbeat_interval: float | None = 30.0
+    #: Seconds nsqd waits for a message to be finished, requeued or touched before it
+    #: delivers it again (at least 1; nsqd allows at most its ``--max-msg-timeout``,
+    #: 15 min by default). ``None``: nsqd's ``--msg-timeout`` (60 s by default).
+    msg_timeout: float | None = None
+    #: Bytes nsqd buffers before writing to this connection (at least 64); ``-1`` turns
+    #: buffering off; ``None``: nsqd's default (16 KiB).
+    output_buffer_size: int | None = None
+    #: Seconds nsqd may hold buffered data before writing it; ``-1`` turns the timeout
+    #: off; ``None``: nsqd's default (250 ms). nsqd >= 1.2 refuses less than its
+    #: ``--min-output-buffer-timeout`` (25 ms by default).
+    output_buffer_timeout: float | None = None
+    #: Deliver only this percentage (1-99) of the channel's messages; 0 delivers all.
+    sample_rate: int = 0
+    #: Seconds a TCP connect may take.
+    connect_timeout: float = 10.0
+    #: Seconds the handshake may take: IDENTIFY, TLS, compression, AUTH (and SUB, for
+    #: a consumer).
+    handshake_timeout: float = 10.0
+    #: Seconds a sent command (PUB, MPUB, DPUB, SUB, ...) may wait for nsqd's answer;
+    #: past it the connection, which can no longer be trusted to answer in order, is
+    #: closed and its commands fail with :class:`~txnsq.errors.CommandTimeout`.
+    #: ``None``: only the silence bound (``heartbeats_missed``) applies.
+    command_timeout: float | None = 30.0
+    #: A connection that has received nothing (no answer, no message, no heartbeat) for
+    #: this many heartbeat intervals plus 0.5 s is dead: it is closed and reconnected.
+    heartbeats_missed: float = DEFAULT_HEARTBEATS_MISSED
+    #: The same bound in seconds when heartbeats are off (``heartbeat_interval=None``).
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    #: How long to wait before reconnecting after the ``n``-th consecutive failure
+    #: (failed handshakes count too): 1 s, doubling up to 60 s, each delay shortened by
+    #: up to 20% at random, by default.
+    reconnect_policy: RetryPolicy = DEFAULT_RETRY
+
+    #: Deprecated fields, accepted with a warning and not suggested for misspellings.
+    _deprecated_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        self._check_connection()
+
+    def _check_connection(self) -> None:
+        if self.tls is not None and not isinstance(self.tls, TLSOptions):
+            raise TypeError(f"tls must be a TLSOptions or None, not {type(self.tls).__name__}")
+        if self.auth_secret is not None and not isinstance(self.auth_secret, str | bytes):
+            raise TypeError(
+                f"auth_secret must be str or bytes, not {type(self.auth_secret).__name__}"
+            )
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(
+                f"compression must be 'snappy', 'deflate' or None, not {self.compression!r}"
+            )
+        check_number(self.deflate_level, "deflate_level", integer=True, minimum=1, maximum=9)
+        for name in ("client_id", "hostname", "user_agent"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+        check_number(self.heartbeat_interval, "heartbeat_interval", minimum=1, allow_none=True)
+        check_number(self.msg_timeout, "msg_timeout", minimum=1, allow_none=True)
+        if self.output_buffer_size != -1:
+            check_number(
+                self.output_buffer_size, "output_buffer_size", integer=True, minimum=64,
+                allow_none=True,
+            )
+        if self.output_buffer_timeout != -1:
+            check_number(
+                self.output_buffer_timeout, "output_buffer_timeout", minimum=0.001,
+                allow_none=True,
+            )
+        check_number(self.sample_rate, "sample_rate", integer=True, minimum=0, maximum=99)
+        for name in ("connect_timeout", "handshake_timeout"):
+            check_number(getattr(self, name), name, positive=True)
+        check_number(self.command_timeout, "command_timeout", positive=True, allow_none=True)
+        check_number(self.heartbeats_missed, "heartbeats_missed", minimum=1)
+        check_number(self.read_timeout, "read_timeout", positive=True)
+        if not isinstance(self.reconnect_policy, RetryPolicy):
+            raise TypeError(
+                "reconnect_policy must be a RetryPolicy, not "
+                f"{type(self.reconnect_policy).__name__}"
+            )
+
+    # -- derived values ------------------------------------------------------------
+
+    @property
+    def silence_timeout(self) -> float:
+        """Seconds of silence after which a connection with these options is dead:
+        ``heartbeats_missed`` heartbeat intervals plus 0.5 s, or ``read_timeout``
+        without heartbeats."""
+        interval = self.heartbeat_interval
+        return silence_bound(
+            None if interval is None else seconds_to_ms(interval, "heartbeat_interval"),
+            heartbeats_missed=self.heartbeats_missed,
+            without_heartbeats=self.read_timeout,
+        )
+
+    def identify_options(self, **wire: Any) -> IdentifyOptions:
+        """What a connection with these options asks for in IDENTIFY (milliseconds, as
+        on the wire: the one place seconds become IDENTIFY's milliseconds).
+
+        :param wire: :class:`~txnsq._wire.identify.IdentifyOptions` fields that replace
+            the computed ones (for a client's own fixed choices).
+        """
+        interval = self.heartbeat_interval
+        values: dict[str, Any] = {
+            "client_id": self.client_id,
+            "hostname": self.hostname,
+            "user_agent": self.user_agent,
+            "heartbeat_interval_ms": (
+                -1 if interval is None else seconds_to_ms(interval, "heartbeat_interval")
+            ),
+            "output_buffer_size": self.output_buffer_size,
+            "output_buffer_timeout_ms": _seconds_or_none_ms(
+                self.output_buffer_timeout, "output_buffer_timeout"
+            ),
+            "sample_rate": self.sample_rate,
+            "msg_timeout_ms": _seconds_or_none_ms(self.msg_timeout, "msg_timeout"),
+            "tls_v1": self.tls is not None,
+            "snappy": self.compression == "snappy",
+            "deflate": self.compression == "deflate",
+            "deflate_level": self.deflate_level,
+        }
+        values.update(wire)
+        return IdentifyOptions(**values)
+
+    def connection_options(self) -> ConnectionOptions:
+        """The :class:`ConnectionOptions` part of these options (itself, for a plain
+        :class:`ConnectionOptions`)."""
+        if type(self) is ConnectionOptions:
+            return self
+        return ConnectionOptions(**{name: getattr(self, name) for name in _CONNECTION_FIELDS})
+
+    @classmethod
+    def from_options(cls: type[_O], options: ConnectionOptions | None, **settings: Any) -> _O:
+        """Options of this type from ``options`` (of this type, or a plain
+        :class:`ConnectionOptions` whose fields are kept, the others taking their
+        defaults) with ``settings`` replacing fields.
+
+        :raises TypeError: for ``options`` of another type, or a setting this type does
+            not have (naming the nearest one).
+        """
+        if options is None:
+            return cls(**settings)
+        if isinstance(options, cls):
+            return replace(options, **settings) if settings else options
+        if type(options) is ConnectionOptions:
+            values = {name: getattr(options, name) for name in _CONNECTION_FIELDS}
+            values.update(settings)
+            return cls(**values)
+        raise TypeError(
+            f"options must be a {cls.__name__} or a ConnectionOptions, "
+            f"not {type(options).__name__}"
+        )
+
+    # -- deprecated spellings --------------------------------------------------------
+
+    def _take_identify(self, identify: IdentifyOptions | None, where: str) -> None:
+        """Fold deprecated ``identify=IdentifyOptions(...)`` into the seconds fields
+        (called by a subclass's ``_take_deprecated``, from ``__post_init__``)."""
+        if identify is None:
+            return
+        warn_deprecated(
+            f"{where}(identify=IdentifyOptions(...))",
+            f"{where}'s own fields (heartbeat_interval, msg_timeout, compression, ... "
+            "in seconds)",
+            # Past _take_deprecated, __post_init__, __init__ and suggest_names' wrapper:
+            # the caller's line.
+            stacklevel=7,
+        )
+        if not isinstance(identify, IdentifyOptions):
+            raise TypeError(f"identify must be an IdentifyOptions, not {type(identify).__name__}")
+        for name, value in identify_to_settings(identify).items():
+            if name == "tls":
+                if value and self.tls is None:
+                    object.__setattr__(self, "tls", TLSOptions())
+                continue
+            object.__setattr__(self, name, value)
+
+
+_CONNECTION_FIELDS: Final = tuple(f.name for f in fields(ConnectionOptions))
+
+
+def identify_to_settings(identify: IdentifyOptions) -> dict[str, Any]:
+    """The :class:`ConnectionOptions` fields an old ``IdentifyOptions`` stands for
+    (``tls``: whether it asked for TLS)."""
+
+    def seconds(ms: int | None) -> float | None:
+        if ms is None or ms == -1:
+            return ms
+        return ms / 1000.0
+
+    interval = identify.heartbeat_interval_ms
+    return {
+        "client_id": identify.client_id,
+        "hostname": identify.hostname,
+        "user_agent": identify.user_agent,
+        # -1 turned heartbeats off; None left them to nsqd, whose default is 30 s.
+        "heartbeat_interval": (
+            None if interval == -1 else 30.0 if interval is None else interval / 1000.0
+        ),
+        "output_buffer_size": identify.output_buffer_size,
+        "output_buffer_timeout": seconds(identify.output_buffer_timeout_ms),
+        "sample_rate": identify.sample_rate,
+        "msg_timeout": seconds(identify.msg_timeout_ms),
+        "compression": "snappy" if identify.snappy else "deflate" if identify.deflate else None,
+        "deflate_level": identify.deflate_level,
+        "tls": identify.tls_v1,
+    }
+
+
+@suggest_names
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerOptions(ConnectionOptions):
+    """A :class:`~txnsq.producer.Producer`'s settings: every
+    :class:`ConnectionOptions` field, and these. Times are seconds.
+
+    :raises TypeError, ValueError: as :class:`ConnectionOptions`, naming the setting.
+    """
+
+    #: Seconds a publish may wait for a ready connection before it fails with
+    #: :class:`~txnsq.errors.NotReady`.
+    ready_timeout: float = 10.0
+    #: How many publishes may wait for a ready connection at once; one more fails at
+    #: once with :class:`~txnsq.errors.PublishQueueFull`.
+    max_queued: int = 10_000
+    #: How many times a publish whose connection was lost before nsqd answered, or that
+    #: nsqd could not store (``E_PUB_FAILED``...), is sent again. ``0`` never re-sends.
+    #: With retries a message may be stored twice (its ``OK`` was lost with the
+    #: connection): consumers must tolerate duplicates.
+    publish_retries: int = 0
+    #: Seconds :meth:`~txnsq.producer.Producer.stopService` waits for publishes in
+    #: flight before closing the connections.
+    stop_timeout: float = 30.0
+    #: Coalesce :meth:`~txnsq.producer.Producer.publish` calls to the same topic into
+    #: MPUBs (each publish keeps its own Deferred).
+    batch: bool = False
+    #: With ``batch``: seconds a publish may wait for others to join its batch.
+    batch_linger: float = 0.0
+    #: With ``batch``: at most this many messages per MPUB.
+    batch_max_count: int = DEFAULT_MAX_BATCH_COUNT
+    #: With ``batch``: at most this many bytes of MPUB body (a bigger message goes
+    #: alone, as a PUB).
+    batch_max_bytes: int = DEFAULT_MAX_BATCH_BYTES
+
+    def __post_init__(self) -> None:
+        self._check_connection()
+        check_number(self.ready_timeout, "ready_timeout", positive=True)
+        check_number(self.max_queued, "max_queued", integer=True, minimum=0)
+        check_number(self.publish_retries, "publish_retries", integer=True, minimum=0)
+        check_number(self.stop_timeout, "stop_timeout", minimum=0)
+        if not isinstance(self.batch, bool):
+            raise TypeError(f"batch must be True or False, not {type(self.batch).__name__}")
+        check_number(self.batch_linger, "batch_linger", minimum=0)
+        check_number(self.batch_max_count, "batch_max_count", integer=True, minimum=1)
+        check_number(self.batch_max_bytes, "batch_max_bytes", integer=True, minimum=9)
+
+
+@suggest_names
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerOptions(ConnectionOptions):
+    """A :class:`~txnsq.consumer.Consumer`'s settings: every
+    :class:`ConnectionOptions` field, and these. Times are seconds; defaults follow the
+    reference clients (go-nsq, pynsq).
+
+    :raises TypeError, ValueError: as :class:`ConnectionOptions`, naming the setting.
+    """
+
+    #: Messages in flight over all connections (the sum of RDY); 0 pauses.
+    max_in_flight: int = 1
+    #: A message delivered more than this many times is given up (with 3: handled on
+    #: its 1st to 3rd delivery, given up on the 4th): published to ``dead_letter`` if
+    #: set, else finished and handed to ``giving_up`` (which logs it). 0: no limit.
+    max_attempts: int = 5
+    #: Seconds a failed message waits before redelivery, times its attempts (90 s,
+    #: 180 s, ...), up to ``max_requeue_delay``.
+    requeue_delay: float = 90.0
+    #: The longest requeue delay, in seconds.
+    max_requeue_delay: float = 900.0
+    #: After a failure, the consumer backs off (RDY 0) for
+    #: ``backoff_multiplier * 2 ** level`` seconds...
+    backoff_multiplier: float = 1.0
+    #: ...at most this long; 0 turns backoff off.
+    max_backoff_duration: float = 120.0
+    #: Seconds between two polls of nsqlookupd.
+    lookupd_poll_interval: float = 60.0
+    #: Each poll interval is shortened by up to this fraction at random (0-1).
+    lookupd_poll_jitter: float = 0.3
+    #: Seconds one nsqlookupd request may take.
+    lookupd_request_timeout: float = 5.0
+    #: How often RDY is redistributed when connections outnumber ``max_in_flight``.
+    rdy_redistribute_interval: float = 5.0
+    #: A connection idle this long gives its RDY to another (connections >
+    #: ``max_in_flight``).
+    low_rdy_idle_timeout: float = 10.0
+    #: A connection holding RDY this long gives it up (connections > ``max_in_flight``).
+    low_rdy_timeout: float = 30.0
+    #: After lowering a connection's RDY, count the messages nsqd may have sent before
+    #: it saw the lowering for this long before giving the room to another connection
+    #: (so nsqd's own in-flight total stays within ``max_in_flight``); 0 trusts what has
+    #: arrived.
+    rdy_settle_time: float = 1.0
+    #: How an nsqd address given by nsqlookupd (its ``broadcast_address``) becomes one
+    #: this consumer can dial: a mapping (``{"nsqd-0:4150": "10.0.0.5:31500"}``, or by
+    #: host alone, ``{"nsqd-0": "127.0.0.1"}``, keeping the port) or a callable
+    #: ``announced -> address``. Only discovered addresses are mapped.
+    address_map: AddressMap | None = None
+    #: TOUCH messages whose handler has not answered yet, before nsqd's timeout runs out.
+    auto_touch: bool = False
+    #: Seconds :meth:`~txnsq.consumer.Consumer.stopService` waits for in-flight
+    #: handlers and nsqd's CLOSE_WAIT.
+    stop_timeout: float = 30.0
+    #: Run the handler (a blocking function) in a pool of at most this many threads of
+    #: the consumer's own; 0 runs it on the reactor thread.
+    handler_threads: int = 0
+    #: Where messages past ``max_attempts`` go: published there, then finished once
+    #: nsqd acknowledged the publish; requeued if that fails, never dropped. ``None``:
+    #: finished and handed to ``giving_up``.
+    dead_letter: DeadLetter | None = None
+
+    # Deprecated in 0.2.0 (accepted with a DeprecationWarning, folded into the fields
+    # above, then cleared).
+    identify: IdentifyOptions | None = field(default=None, repr=False, compare=False)
+    retry: RetryPolicy | None = field(default=None, repr=False, compare=False)
+    reconnect_delay: float | None = field(default=None, repr=False, compare=False)
+    max_reconnect_delay: float | None = field(default=None, repr=False, compare=False)
+
+    _deprecated_fields: ClassVar[tuple[str, ...]] = (
+        "identify",
+        "retry",
+        "reconnect_delay",
+        "max_reconnect_delay",
+    )
+
+    def __post_init__(self) -> None:
+        self._take_deprecated()
+        self._check_connection()
+        check_number(self.max_in_flight, "max_in_flight", integer=True, minimum=0)
+        check_number(self.max_attempts, "max_attempts", integer=True, minimum=0, maximum=65535)
+        check_number(self.handler_threads, "handler_threads", integer=True, minimum=0)
+        for name in (
+            "requeue_delay",
+            "max_requeue_delay",
+            "max_backoff_duration",
+            "stop_timeout",
+            "rdy_settle_time",
+        ):
+            check_number(getattr(self, name), name, minimum=0)
+        for name in (
+            "lookupd_poll_interval",
+            "lookupd_request_timeout",
+            "rdy_redistribute_interval",
+            "low_rdy_idle_timeout",
+            "low_rdy_timeout",
+        ):
+            check_number(getattr(self, name), name, positive=True)
+        check_number(self.lookupd_poll_jitter, "lookupd_poll_jitter", minimum=0, maximum=1)
+        # Only needed when backoff is on (max_backoff_duration > 0).
+        check_number(
+            self.backoff_multiplier,
+            "backoff_multiplier",
+            positive=self.max_backoff_duration > 0,
+            minimum=None if self.max_backoff_duration > 0 else 0,
+        )
+        if not isinstance(self.auto_touch, bool):
+            raise TypeError(
+                f"auto_touch must be True or False, not {type(self.auto_touch).__name__}"
+            )
+        check_address_map(self.address_map)
+        if self.dead_letter is not None and not isinstance(self.dead_letter, DeadLetter):
+            raise TypeError(
+                f"dead_letter must be a DeadLetter or None, not {type(self.dead_letter).__name__}"
+            )
+
+    def _take_deprecated(self) -> None:
+        self._take_identify(self.identify, "ConsumerOptions")
+        object.__setattr__(self, "identify", None)
+        if self.retry is not None:
+            warn_deprecated(
+                "ConsumerOptions(retry=...)", "ConsumerOptions(reconnect_policy=...)",
+                stacklevel=6,
+            )
+            if not isinstance(self.retry, RetryPolicy):
+                raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
+            if self.reconnect_delay is not None or self.max_reconnect_delay is not None:
+                raise ValueError("give retry or reconnect_delay/max_reconnect_delay, not both")
+            object.__setattr__(self, "reconnect_policy", self.retry)
+            object.__setattr__(self, "retry", None)
+        if self.reconnect_delay is not None or self.max_reconnect_delay is not None:
+            warn_deprecated(
+                "ConsumerOptions(reconnect_delay=..., max_reconnect_delay=...)",
+                "ConsumerOptions(reconnect_policy=RetryPolicy(initial=..., max_delay=...))",
+                stacklevel=6,
+            )
+            initial = self.reconnect_delay
+            max_delay = self.max_reconnect_delay
+            check_number(initial, "reconnect_delay", positive=True, allow_none=True)
+            check_number(max_delay, "max_reconnect_delay", positive=True, allow_none=True)
+            policy = self.reconnect_policy
+            initial = policy.initial if initial is None else initial
+            max_delay = policy.max_delay if max_delay is None else max_delay
+            if max_delay < initial:
+                raise ValueError("max_reconnect_delay must not be below reconnect_delay")
+            object.__setattr__(
+                self, "reconnect_policy", replace(policy, initial=initial, max_delay=max_delay)
+            )
+            object.__setattr__(self, "reconnect_delay", None)
+            object.__setattr__(self, "max_reconnect_delay", None)
