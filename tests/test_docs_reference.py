@@ -182,7 +182,11 @@ class ReferenceTests(TestCase):
                     continue
                 if not (_from_txnsq(cls) and cls.__name__.endswith("Options")):
                     continue
-                attr_docs = ModuleAnalyzer.for_module(cls.__module__).find_attr_docs()
+                attr_docs = {}
+                for klass in cls.__mro__:
+                    if _from_txnsq(klass):
+                        attr_docs.update(ModuleAnalyzer.for_module(klass.__module__)
+                                         .find_attr_docs())
                 doc = cls.__doc__ or ""
                 for field in dataclasses.fields(cls):
                     if field.name.startswith("_"):
@@ -190,9 +194,10 @@ class ReferenceTests(TestCase):
                     commented = any(
                         (klass.__qualname__, field.name) in attr_docs for klass in cls.__mro__
                     )
+                    # A :param:, an :ivar:, or (deprecated fields) named in the text.
                     in_docstring = any(
                         f":{role} {field.name}:" in doc for role in ("param", "ivar")
-                    )
+                    ) or f"``{field.name}``" in doc
                     if not (commented or in_docstring):
                         missing.append(f"{cls.__module__}.{cls.__qualname__}.{field.name}")
                     elif f"{field.name}" not in doc:
@@ -210,8 +215,11 @@ def _undocumented_definitions(path: Path) -> list[str]:
     def walk(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                if child.name.startswith("_"):
-                    continue
+                if child.name.startswith("_") or any(
+                    isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter")
+                    for d in getattr(child, "decorator_list", [])
+                ):
+                    continue  # private, or a property's setter (the getter is documented)
                 if ast.get_docstring(child) is None:
                     found.append(f"{path.relative_to(REPO)}:{child.lineno} {prefix}{child.name}")
                 if isinstance(child, ast.ClassDef):

@@ -66,7 +66,10 @@ def document_fields(cls: T) -> T:
 
     :returns: ``cls`` itself.
     """
-    comments = field_comments(cls)
+    comments: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # a subclass's comment wins over its base's
+        if dataclasses.is_dataclass(klass):
+            comments.update(field_comments(klass))
     entries = []
     for field in dataclasses.fields(cls):
         if field.name.startswith("_"):

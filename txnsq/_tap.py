@@ -1025,11 +1025,15 @@ class ConsumerService(MultiService):
         consumer.setServiceParent(self)  # type: ignore[no-untyped-call]
 
     def privilegedStartService(self) -> None:
+        """Give the handler's service (if any), then the children, their privileged
+        start (before twistd drops privileges)."""
         if self.handler_service is not None:
             self.handler_service.privilegedStartService()  # type: ignore[no-untyped-call]
         super().privilegedStartService()  # type: ignore[no-untyped-call]
 
     def startService(self) -> None:
+        """Start the handler's service (if any) first, then the consumer once that start
+        has finished (a Deferred it returns is waited for; a failure stops twistd)."""
         handler_service = self.handler_service
         if handler_service is None:
             super().startService()  # type: ignore[no-untyped-call]

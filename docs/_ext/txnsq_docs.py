@@ -3,7 +3,7 @@
 - ``.. txnsq-tap-usage::``: ``twistd nsq-consumer --help``, from the plugin's ``Options``.
 - ``.. txnsq-fields:: module.Class``: the fields of an options dataclass with their
   defaults and their ``#:`` comments (option ``:optional:``: nothing when the module
-  does not exist yet).
+  does not exist yet; ``:own:``: only the fields the class adds to its bases).
 - ``.. txnsq-defaults:: module.callable``: the keyword parameters of a constructor or
   function that have defaults (timeouts, bounds), with those defaults.
 - ``.. txnsq-automodule-if-exists:: module``: ``automodule`` of a module that may not
@@ -130,7 +130,7 @@ class Fields(_GeneratedDirective):
     """The fields of an options dataclass: name, default, and what the field means."""
 
     required_arguments = 1
-    option_spec = {"optional": directives.flag}
+    option_spec = {"optional": directives.flag, "own": directives.flag}
 
     def run(self) -> list[nodes.Node]:
         path = self.arguments[0]
@@ -155,10 +155,16 @@ class Fields(_GeneratedDirective):
                 ),
                 "",
             )
+            owner = next(
+                (k for k in cls.__mro__ if field.name in vars(k).get("__annotations__", {})),
+                cls,
+            )
+            if "own" in self.options and owner is not cls:
+                continue  # an inherited field, listed with its own class
             rows.append([
-                f":attr:`~{cls.__module__}.{cls.__qualname__}.{field.name}`",
+                f":attr:`~{owner.__module__}.{owner.__qualname__}.{field.name}`",
                 "(required)" if default is _MISSING else _literal(default),
-                doc,
+                _qualify_roles(doc, owner),
             ])
         return self.render(_table(["field", "default", "meaning"], rows, "25 20 55"))
 
@@ -254,30 +260,102 @@ class Errors(_GeneratedDirective):
         return self.render(_table(header, rows, "22 15 13 10 40"))
 
 
+def _private(path: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in path.split("."))
+
+
+def _txnsq_modules() -> list[Any]:
+    return [m for name, m in sorted(sys.modules.items()) if name.split(".")[0] == "txnsq" and m]
+
+
+def _public_names(target: str) -> list[str]:
+    """Public spellings of the object ``target`` names (``txnsq.blocking._subscriber.
+    Subscriber.close`` -> ``txnsq.blocking.Subscriber.close``): a public module that
+    exports its outermost object, followed by the rest of the path."""
+    parts = target.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            head = import_object(".".join(parts[: split + 1]))
+        except (ImportError, AttributeError):
+            continue
+        if inspect.ismodule(head):
+            break
+        if isinstance(head, int | float | str | bytes | bool | type(None)):
+            continue
+        rest = parts[split + 1:]
+        found = []
+        for module in _txnsq_modules():
+            if _private(module.__name__):
+                continue
+            for name, value in vars(module).items():
+                if value is head and not name.startswith("_"):
+                    found.append(".".join([module.__name__, name, *rest]))
+        if found:
+            return found
+    return []
+
+
+def _unique_short_name(name: str) -> str | None:
+    """The one txnsq module-level object called ``name`` (an annotation's bare
+    ``AddressMap``), as ``module.name`` where it is defined; ``None`` if not exactly one."""
+    objects = {}
+    for module in _txnsq_modules():
+        value = vars(module).get(name)
+        if value is not None and not inspect.ismodule(value):
+            objects.setdefault(id(value), (module.__name__, value))
+    if len(objects) != 1:
+        return None
+    [(module_name, value)] = objects.values()
+    home = getattr(value, "__module__", None)
+    return f"{home}.{name}" if home and home.startswith("txnsq") else f"{module_name}.{name}"
+
+
 def _resolve_reexported(app: Sphinx, env: Any, node: Any, contnode: Any) -> Any:
-    """Resolve ``txnsq.Name`` (a re-export) to where the object is documented."""
+    """Resolve a txnsq name that has no entry of its own: a re-export (``txnsq.Producer``)
+    to where the object is documented, a short name to its module's, a private name to a
+    public spelling of it (or, when there is none, to code shown unlinked)."""
     target = node.get("reftarget", "")
     if node.get("refdomain") != "py":
         return None
     if not target.startswith("txnsq."):
-        # A short name in a txnsq module's docstring: that module's name for it.
+        # A short name in a txnsq module's docstring: that module's name for it, or the
+        # one txnsq object of that name.
         module = node.get("py:module") or ""
         if not module.startswith("txnsq") or not target[:1].isalpha():
             return None
-        target = f"{module}.{target}"
+        try:
+            import_object(f"{module}.{target}")
+            target = f"{module}.{target}"
+        except (ImportError, AttributeError):
+            unique = _unique_short_name(target) if "." not in target else None
+            if unique is None:
+                return None
+            target = unique
     try:
         obj = import_object(target)
     except (ImportError, AttributeError):
         return None
-    if any(part.startswith("_") and not part.startswith("__") for part in target.split(".")):
-        return contnode  # a private name that exists: shown as code, not linked
+    domain = env.get_domain("py")
+
+    def resolve(name: str) -> Any:
+        return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], name,
+                                   node, contnode)
+
+    candidates = []
     module = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", None)
-    if not module or not qualname or f"{module}.{qualname}" == target:
-        return None
-    domain = env.get_domain("py")
-    return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"],
-                               f"{module}.{qualname}", node, contnode)
+    if module and qualname and f"{module}.{qualname}" != target:
+        candidates.append(f"{module}.{qualname}")
+    if _private(target) or any(_private(c) for c in candidates):
+        candidates.extend(_public_names(target))
+    for name in candidates:
+        if name != target and not _private(name):
+            resolved = resolve(name)
+            if resolved is not None:
+                return resolved
+    if _private(target):
+        return contnode  # a private name that exists, with no public entry: code, unlinked
+    return None
 
 
 def _source_module_of(module_name: str, name: str) -> str | None:

@@ -82,7 +82,8 @@ The options every txnsq client shares are the camelCase spellings of
 Durations are seconds (``"2.5"``) or a number with a unit (``"500ms"``, ``"30s"``, ``"15m"``,
 ``"1h"``). An unknown option fails the query, naming the nearest valid one.
 
-Both directions:
+Both directions::
+
   ``nsqdTcpAddresses``      ``host:port[,host:port...]`` (required for writes)
   ``topic``                 topic name (required for reads; for writes unless a ``topic`` column)
   ``tls``                   ``true`` to use TLS (implied by the other ``tls*`` options)
@@ -99,12 +100,16 @@ Both directions:
   ``handshakeTimeout``      the handshake's bound: IDENTIFY, TLS, AUTH, SUB (default 10 s)
   ``commandTimeout``        a command's wait for nsqd's answer (default 30 s; ``none``:
                             only the silence bound)
-Writes:
+
+Writes::
+
   ``batchSize``             messages per MPUB (default 500)
   ``maxPendingBatches``     MPUBs in flight per task (default 4)
   ``maxBodySize``           largest MPUB body in bytes (default 5 MiB, nsqd's default)
   ``ignoreExtraColumns``    ``true``: leave out columns other than value/topic/delay_ms
-Reads:
+
+Reads::
+
   ``channel``               channel name (required)
   ``lookupdHttpAddresses``  nsqlookupd HTTP address(es) to discover nsqds (``http://host:4161``)
   ``lookupdPollInterval``   time between nsqlookupd polls (default 60 s)...
@@ -134,7 +139,9 @@ Reads:
   ``reportLag``             ``false``: no nsqd statistics in the progress (default true)
   ``nsqdHttp``              ``tcp=http`` address pairs (``h:4150=h:4151,...``; the HTTP
                             side may be an ``https://`` URL) for the lag statistics
-Deprecated spellings (they work, with a DeprecationWarning; removed in 0.4.0):
+
+Deprecated spellings (they work, with a DeprecationWarning; removed in 0.4.0)::
+
   ``nsqd`` (``nsqdTcpAddresses``), ``lookupd`` (``lookupdHttpAddresses``), ``timeout``
   (sets ``connectTimeout``, ``handshakeTimeout`` and ``commandTimeout``),
   ``msgTimeoutMs``, ``heartbeatIntervalMs``, ``availableNowIdleMs`` (in milliseconds;
