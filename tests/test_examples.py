@@ -53,6 +53,12 @@ class ExamplesTests(TestCase):
         out = run_python(code)
         self.assertIn("received ['report 1', 'report 2', 'report 3']", out)
 
+    def test_blocking_subscriber(self) -> None:
+        nsqd = start_nsqd(self)
+        code = example("blocking_subscriber.py").replace("127.0.0.1:4150", nsqd.tcp_address)
+        self.assertIn("archived 5 events", run_python(code))
+        self.assert_consumed(nsqd, "audit", "archive", 5)
+
     def test_publish(self) -> None:
         nsqd = start_nsqd(self)
         code = example("publish.py")
