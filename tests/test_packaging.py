@@ -8,8 +8,9 @@ checked by ``scripts/check-dist``, a step of ``scripts/test``).
   licence classifier (setuptools warns on those), the project URLs, the author.
 - ``scripts/floors.txt`` pins exactly the lower bounds that setup.cfg declares, so the
   floors run of ``scripts/test`` tests what we promise.
-- The changelog: every news fragment's name is one towncrier reads as we mean it, and
-  ``towncrier build --draft`` renders them into valid reStructuredText.
+- The changelog: every news fragment's name is one towncrier reads as we mean it,
+  ``towncrier build --draft`` renders them into valid reStructuredText, and the newest
+  section of CHANGELOG.rst is this version's.
 """
 
 from __future__ import annotations
@@ -287,3 +288,11 @@ class ChangelogTests(SynchronousTestCase):
         text = (REPO / "CHANGELOG.rst").read_text(encoding="utf-8")
         self.assertIn("\n.. towncrier release notes start\n", text)
         self.assertEqual(rst_problems(text), [])
+
+    def test_changelog_names_this_version(self) -> None:
+        """The newest section is the version txnsq says it is: a release bumps
+        ``txnsq/_version.py`` and runs ``towncrier build`` together."""
+        text = (REPO / "CHANGELOG.rst").read_text(encoding="utf-8")
+        _, _, releases = text.partition("\n.. towncrier release notes start\n")
+        newest = releases.strip().splitlines()[0]
+        self.assertTrue(newest.startswith(f"txnsq {__version__} ("), newest)
