@@ -14,16 +14,15 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.support.subscriber import Driver, FakeNsqd
 from tests.support.wire import identify_answer, parse_commands
 from txnsq._wire.frames import encode_response
-from txnsq._wire.lookup import lookup_url
 from txnsq.blocking import (
     Connection,
+    LookupdHTTPClient,
     NSQTimeoutError,
     Subscriber,
     SubscriberOptions,
     TLSOptions,
 )
-from txnsq.blocking._subscriber import fetch_lookup
-from txnsq.errors import ConnectionClosed, ConnectionSilent
+from txnsq.errors import ConnectionClosed, ConnectionSilent, HTTPTimeoutError
 
 HEARTBEAT = encode_response(b"_heartbeat_")
 OK = encode_response(b"OK")
@@ -235,7 +234,8 @@ class SilentPeerBoundTests(SynchronousTestCase):
 
     def test_lookupd_request(self) -> None:
         address = self.listener()
-        self.assert_bounded(lambda: fetch_lookup(lookup_url(address, "t"), 0.3), OSError, 0.3)
+        client = LookupdHTTPClient(address, timeout=0.3)
+        self.assert_bounded(lambda: client.lookup("t"), HTTPTimeoutError, 0.3)
         # The Subscriber's poll fails and is logged; start() goes on without it.
         sub = Subscriber(
             SubscriberOptions(

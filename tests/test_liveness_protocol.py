@@ -542,10 +542,10 @@ class SilentLookupdTests(PollerTestCase):
         self.clock.advance(0.1)
         self.assertEqual(self.rounds, [{"n2:4150"}])
         (event,) = self.warnings_about(LOOKUPD_A)
-        self.assertEqual(event["kind"], "TimeoutError")
+        self.assertEqual(event["kind"], "HTTPTimeoutError")
         self.assertEqual(
             formatEvent(event),
-            f"nsqlookupd {LOOKUPD_A} failed (TimeoutError: no complete answer within "
+            f"nsqlookupd {LOOKUPD_A} failed (HTTPTimeoutError: no complete answer within "
             "request_timeout=2 s); asking again next round",
         )
 

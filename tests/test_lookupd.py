@@ -26,7 +26,8 @@ from zope.interface import implementer
 from tests.support.logs import LogCapture
 from txnsq import lookupd as lookupd_module
 from txnsq._wire.address import parse_address
-from txnsq.lookupd import LookupdHTTPError, LookupdPoller
+from txnsq.errors import NSQHTTPError
+from txnsq.lookupd import LookupdPoller
 
 TOPIC = "clicks"
 
@@ -315,7 +316,7 @@ class FailureTests(PollerTestCase):
             (lambda: self.agent.fail_with(A, error.ConnectionRefusedError()), "refused"),
             (lambda: self.agent.respond(A, 500, b"INTERNAL_ERROR"), "500"),
             (lambda: self.agent.respond(A, 200, b"<html>"), "not JSON"),
-            (lambda: self.agent.respond(A, 200, b'{"producers": 3}'), "no producers"),
+            (lambda: self.agent.respond(A, 200, b'{"producers": 3}'), "'producers' is not a list"),
             (lambda: self.agent.fail_with(A, error.DNSLookupError("nx")), "nx"),
         ]
         self.agent.serve(A)
@@ -339,13 +340,27 @@ class FailureTests(PollerTestCase):
         self.assertEqual(self.rounds[-1], {"n1:4150", "n2:4150"})
         self.assertIn("answers again", self.events[-2]["log_format"])
 
+    def test_a_malformed_entry_is_logged_and_left_out(self) -> None:
+        """One bad producer entry is logged with its lookupd; the good ones count."""
+        entries = [
+            {"broadcast_address": "bad", "tcp_port": 70000},
+            {"broadcast_address": "n1", "tcp_port": 4150},
+        ]
+        self.agent.respond(A, 200, json.dumps({"producers": entries}).encode())
+        self.poller([A]).start()
+        self.assertEqual(self.rounds, [{"n1:4150"}])
+        (event,) = self.warnings_about(A)
+        self.assertIn("producer left out", event["problem"])
+        self.assertIn("70000", event["problem"])
+        self.assertEqual(self.flushLoggedErrors(), [])
+
     def test_body_size_is_limited(self) -> None:
         self.patch(lookupd_module, "MAX_LOOKUP_RESPONSE_SIZE", 100)
         self.agent.respond(A, 200, b" " * 101)
         self.agent.serve(B, "n2:4150")
         self.poller().start()
         (event,) = self.warnings_about(A)
-        self.assertIn("larger than 100 bytes", event["error"])
+        self.assertIn("above max_response_size=100", event["error"])
         self.assertTrue(self.agent.responses[0].transport.stopped)
         self.assertEqual(self.rounds, [{"n2:4150"}])
 
@@ -356,10 +371,11 @@ class FailureTests(PollerTestCase):
                 protocol.dataReceived(b'{"producers": [')
                 protocol.connectionLost(Failure(error.ConnectionLost("reset")))
 
-        self.agent.handlers[A] = lambda url: Cut(200, b"")
+        self.agent.handlers[A] = lambda url: Cut(200, b'{"producers": []}')
         self.poller([A]).start()
         (event,) = self.warnings_about(A)
-        self.assertEqual(event["kind"], "ConnectionLost")
+        self.assertEqual(event["kind"], "HTTPConnectionError")
+        self.assertIn("closed before a complete answer", event["error"])
 
     def test_timeout_while_reading_the_body(self) -> None:
         self.agent.respond(A, 200, b'{"producers": [', complete=False)
@@ -370,7 +386,8 @@ class FailureTests(PollerTestCase):
         self.assertFalse(p.polling)
         self.assertTrue(self.agent.responses[0].transport.stopped)
         (event,) = self.warnings_about(A)
-        self.assertEqual(event["kind"], "TimeoutError")
+        self.assertEqual(event["kind"], "HTTPTimeoutError")
+        self.assertIn("no complete answer within request_timeout=", event["error"])
 
     def test_stop_while_reading_the_body(self) -> None:
         self.agent.respond(A, 200, b'{"producers": [', complete=False)
@@ -381,10 +398,23 @@ class FailureTests(PollerTestCase):
         self.assertEqual(self.clock.getDelayedCalls(), [])
         self.assertEqual(self.warnings_about(A), [])
 
-    def test_http_error_text(self) -> None:
-        e = LookupdHTTPError(503, b"  busy\n")
-        self.assertEqual(str(e), "HTTP 503 busy")
-        self.assertEqual(e.code, 503)
+    def test_http_error_is_nsqhttperror(self) -> None:
+        """An HTTP error status fails as every HTTP client's does; the old name still
+        imports, deprecated, as that class."""
+        failures: list[Failure] = []
+        self.agent.respond(A, 503, b"  busy\n")
+        p = self.poller([A], on_failure=lambda lookupd, f: failures.append(f))
+        p.start()
+        [failure] = failures
+        self.assertIsInstance(failure.value, NSQHTTPError)
+        self.assertEqual((failure.value.status, failure.value.message), (503, "busy"))
+        from txnsq.lookupd import LookupdHTTPError
+
+        [warning] = self.flushWarnings()
+        self.assertIs(warning["category"], DeprecationWarning)
+        self.assertIn("use txnsq.errors.NSQHTTPError", warning["message"])
+        self.assertIs(LookupdHTTPError, NSQHTTPError)
+        self.assertTrue(failure.check(LookupdHTTPError))
 
     def test_unexpected_errors_logged_with_traceback(self) -> None:
         self.agent.fail_with(A, ZeroDivisionError("bug"))
@@ -439,7 +469,8 @@ class FailureTests(PollerTestCase):
         self.assertEqual(self.agent.cancelled, 1)
         self.assertEqual(self.rounds, [{"n2:4150"}])
         (event,) = self.warnings_about(A)
-        self.assertEqual(event["kind"], "TimeoutError")
+        self.assertEqual(event["kind"], "HTTPTimeoutError")
+        self.assertIn("no complete answer within request_timeout=", event["error"])
         self.assertFalse(p.polling)
         self.assertEqual(self.next_delay(), 60)
 

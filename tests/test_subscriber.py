@@ -4,22 +4,22 @@ options, RDY sharing, TOUCH timing, answers, reconnects, nsqlookupd, shutdown.""
 from __future__ import annotations
 
 import dataclasses
-import http.server
 import json
 import random
-import threading
 import warnings
 from dataclasses import fields
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.support.lookupds import CannedLookupd
 from tests.support.subscriber import Driver, FakeNsqd
+from txnsq._wire.admin import ACCEPT
 from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
-from txnsq._wire.lookup import LOOKUP_ACCEPT, MAX_LOOKUP_RESPONSE_SIZE, LookupResponseError
+from txnsq._wire.lookup import MAX_LOOKUP_RESPONSE_SIZE
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.blocking import Subscriber, SubscriberOptions
-from txnsq.blocking._subscriber import MAX_CONNECTIONS_PER_NSQD, fetch_lookup
+from txnsq.blocking._subscriber import MAX_CONNECTIONS_PER_NSQD
 from txnsq.options import ConnectionOptions, ConsumerOptions
 
 N1, N2, N3, N4, N5 = (f"10.0.0.{i}:4150" for i in range(1, 6))
@@ -690,48 +690,44 @@ class ShutdownTests(SynchronousTestCase):
         self.assertEqual(ids(conn.commands("REQ")), [b"%016d" % 3, b"%016d" % 4])
 
 
-class _LookupHandler(http.server.BaseHTTPRequestHandler):
-    seen: list[dict[str, str]] = []
-    body = b"{}"
-    status = 200
+class DefaultLookupTests(SynchronousTestCase):
+    """Without ``fetch``, nsqlookupd is asked through the blocking LookupdHTTPClient:
+    the headers of every HTTP client, its errors, the discovery size cap."""
 
-    def do_GET(self) -> None:
-        self.seen.append(dict(self.headers))
-        self.send_response(self.status)
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class FetchTests(SynchronousTestCase):
-    """The default fetcher sends the Twisted poller's headers and applies its cap."""
-
-    def serve(self, status: int, body: bytes) -> str:
-        handler = type("Handler", (_LookupHandler,), {"seen": [], "status": status, "body": body})
-        server = http.server.HTTPServer(("127.0.0.1", 0), handler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        self.addCleanup(thread.join)
-        self.addCleanup(server.server_close)
-        self.addCleanup(server.shutdown)
-        self.handler = handler
-        return f"http://127.0.0.1:{server.server_address[1]}/lookup?topic=t"
+    def poll(self, status: int, body: bytes) -> tuple[CannedLookupd, Subscriber]:
+        lookupd = CannedLookupd(self)
+        lookupd.answer(status, body)
+        sub = Subscriber(topic="t", channel="c", lookupd_http_addresses=[lookupd.address])
+        self.addCleanup(sub.close)
+        sub._poll_lookupd()
+        return lookupd, sub
 
     def test_headers_and_answer(self) -> None:
-        body = json.dumps({"producers": []}).encode()
-        url = self.serve(200, body)
-        self.assertEqual(fetch_lookup(url, 5.0), (200, body))
-        (headers,) = self.handler.seen
+        body = json.dumps({"producers": [{"broadcast_address": "h", "tcp_port": 1}]})
+        lookupd, sub = self.poll(200, body.encode())
+        self.assertEqual(sub._addresses(0.0), ["h:1"])
+        [(path, headers)] = lookupd.seen
+        self.assertEqual(path, "/lookup?topic=t")
         self.assertEqual(headers["User-Agent"], DEFAULT_USER_AGENT)
-        self.assertEqual(headers["Accept"], LOOKUP_ACCEPT)
+        self.assertEqual(headers["Accept"], ACCEPT)
 
-    def test_not_found(self) -> None:
-        url = self.serve(404, b'{"message":"TOPIC_NOT_FOUND"}')
-        self.assertEqual(fetch_lookup(url, 5.0), (404, b'{"message":"TOPIC_NOT_FOUND"}'))
+    def test_not_found_is_an_answer(self) -> None:
+        lookupd, sub = self.poll(404, b'{"message":"TOPIC_NOT_FOUND"}')
+        self.assertFalse(sub._lookup.failing(lookupd.address))
 
     def test_size_cap(self) -> None:
-        url = self.serve(200, b" " * (MAX_LOOKUP_RESPONSE_SIZE + 1))
-        self.assertRaises(LookupResponseError, fetch_lookup, url, 5.0)
+        lookupd, sub = self.poll(200, b" " * (MAX_LOOKUP_RESPONSE_SIZE + 1))
+        self.assertTrue(sub._lookup.failing(lookupd.address))
+
+    def test_a_malformed_entry_is_logged_and_left_out(self) -> None:
+        entries = [
+            {"broadcast_address": "bad", "tcp_port": 70000},
+            {"broadcast_address": "h", "tcp_port": 1},
+        ]
+        with self.assertLogs("txnsq.blocking", "WARNING") as logs:
+            lookupd, sub = self.poll(200, json.dumps({"producers": entries}).encode())
+        self.assertEqual(sub._addresses(0.0), ["h:1"])
+        self.assertFalse(sub._lookup.failing(lookupd.address))
+        [line] = logs.output
+        self.assertIn(f"nsqlookupd {lookupd.address}: producer left out", line)
+        self.assertIn("70000", line)

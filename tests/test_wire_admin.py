@@ -583,11 +583,8 @@ class ErrorTests(SynchronousTestCase):
             (admin.nsqd_info(), b'"OK"'),
             (admin.nsqd_info(), b'{"status_code":200,"status_txt":"OK","data":null}'),
             (admin.lookupd_lookup("t"), b'{"channels": []}'),  # no producers
-            (admin.lookupd_lookup("t"), b'{"producers": [{"tcp_port": 1, "http_port": 2}]}'),
-            (
-                admin.lookupd_lookup("t"),
-                b'{"producers": [{"broadcast_address": "h", "http_port": 2}]}',
-            ),
+            (admin.lookupd_lookup("t"), b'{"producers": {}}'),
+            (admin.lookupd_lookup("t"), b"[]"),
             (admin.lookupd_topics(), b'{"topics": [1]}'),
             (admin.lookupd_topics(), b"{}"),
             (admin.lookupd_channels("t"), b'{"channels": "c"}'),
@@ -606,6 +603,128 @@ class ErrorTests(SynchronousTestCase):
         with self.assertRaises(HTTPResponseError) as caught:
             answer(admin.nsqd_stats(), b"x" * 100_000)
         self.assertLess(len(str(caught.exception)), 400)
+
+
+def _producer(host: str = "127.0.0.1", port: Any = 4150, **extra: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "remote_address": f"{host}:51234",
+        "hostname": "box",
+        "broadcast_address": host,
+        "tcp_port": port,
+        "http_port": 4151,
+        "version": "1.3.0",
+    }
+    entry.update(extra)
+    return entry
+
+
+def _flat(*producers: Any) -> bytes:
+    return json.dumps({"channels": ["ch"], "producers": list(producers)}).encode()
+
+
+def _wrapped(*producers: Any) -> bytes:
+    data = {"channels": [], "producers": list(producers)}
+    return json.dumps({"status_code": 200, "status_txt": "OK", "data": data}).encode()
+
+
+def _addresses(body: bytes | str) -> set[str]:
+    return {p.tcp_address for p in admin.parse_lookup(body).producers}
+
+
+class ParseLookupTests(SynchronousTestCase):
+    """admin.parse_lookup: the one parser of nsqlookupd's /lookup answer."""
+
+    def test_both_forms(self) -> None:
+        for form in (_flat, _wrapped):
+            with self.subTest(form=form.__name__):
+                body = form(_producer("10.0.0.1", 4150), _producer("nsqd-2.example", 4152))
+                result = admin.parse_lookup(body)
+                self.assertEqual(
+                    {p.tcp_address for p in result.producers},
+                    {"10.0.0.1:4150", "nsqd-2.example:4152"},
+                )
+                self.assertEqual(result.problems, ())
+
+    def test_str_body(self) -> None:
+        self.assertEqual(_addresses(_flat(_producer()).decode()), {"127.0.0.1:4150"})
+
+    def test_no_producers(self) -> None:
+        self.assertEqual(admin.parse_lookup(_flat()).producers, ())
+        self.assertEqual(admin.parse_lookup(_wrapped()).producers, ())
+
+    def test_duplicates_kept_once(self) -> None:
+        result = admin.parse_lookup(_flat(_producer(), _producer(hostname="other")))
+        self.assertEqual([p.hostname for p in result.producers], ["box"])
+
+    def test_ipv6_bracketed_once(self) -> None:
+        body = _flat(_producer("::1", 4150), _producer("[fe80::1]", 4151), _producer(" h ", 1))
+        self.assertEqual(_addresses(body), {"[::1]:4150", "[fe80::1]:4151", "h:1"})
+
+    def test_very_old_entry(self) -> None:
+        [producer] = admin.parse_lookup(_flat({"address": "old-nsqd", "tcp_port": 4150})).producers
+        self.assertEqual((producer.tcp_address, producer.http_port), ("old-nsqd:4150", 0))
+
+    def test_wrapped_topic_not_found(self) -> None:
+        body = json.dumps({"status_code": 404, "status_txt": "TOPIC_NOT_FOUND", "data": None})
+        self.assertRaises(TopicNotFound, admin.parse_lookup, body)
+
+    def test_wrapped_error(self) -> None:
+        body = json.dumps({"status_code": 500, "status_txt": "INTERNAL_ERROR", "data": None})
+        e = self.assertRaises(NSQHTTPError, admin.parse_lookup, body)
+        self.assertEqual((e.status, e.message), (500, "INTERNAL_ERROR"))
+
+    def test_bad_answers(self) -> None:
+        """An answer with no usable producers list fails as a whole."""
+        for body in [
+            b"",
+            b"<html>502 Bad Gateway</html>",
+            b"\xff\xfe{}",
+            b"[]",
+            b'"producers"',
+            b"{}",
+            b'{"message": "TOPIC_NOT_FOUND"}',
+            b'{"producers": {}}',
+            b'{"status_code": 200, "status_txt": "OK", "data": []}',
+        ]:
+            with self.subTest(body=body):
+                self.assertRaises(HTTPResponseError, admin.parse_lookup, body)
+
+    def test_a_bad_entry_is_left_out_and_reported(self) -> None:
+        """Each malformed entry is skipped with one problem line; the good one beside it
+        is kept, whatever the form of the answer."""
+        bad: list[Any] = [
+            "127.0.0.1:4150",
+            {"tcp_port": 4150},
+            _producer(host=""),
+            _producer(host="  "),
+            _producer(broadcast_address=5),
+            _producer(port="4150"),
+            _producer(port=True),
+            _producer(port=0),
+            _producer(port=65536),
+            _producer(port=70000),
+            _producer(port=-1),
+            _producer(port=4150.0),
+            _producer(http_port=99999),
+            {"broadcast_address": "h"},
+        ]
+        for entry in bad:
+            for form in (_flat, _wrapped):
+                with self.subTest(entry=entry, form=form.__name__):
+                    result = admin.parse_lookup(form(entry, _producer("good", 4150)))
+                    self.assertEqual({p.tcp_address for p in result.producers}, {"good:4150"})
+                    [problem] = result.problems
+                    self.assertTrue(problem.startswith("producer left out: "), problem)
+
+    def test_problem_lines_are_bounded(self) -> None:
+        result = admin.parse_lookup(_flat(_producer(port="x" * 10_000)))
+        [problem] = result.problems
+        self.assertLess(len(problem), 400)
+
+    def test_the_request_reads_with_it(self) -> None:
+        body = _flat(_producer(port=70000), _producer("good", 4150))
+        result = answer(admin.lookupd_lookup("t"), body)
+        self.assertEqual(result, admin.parse_lookup(body))
 
 
 class ErrorClassTests(SynchronousTestCase):

@@ -3,155 +3,24 @@
 from __future__ import annotations
 
 import itertools
-import json
 import subprocess
 import sys
 from typing import Any
 
-from hypothesis import given
-from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from txnsq._wire.admin import LookupResult, Producer
 from txnsq._wire.lookup import (
     RECHECK_FACTOR,
     RECHECK_INITIAL,
     LookupAnswers,
-    LookupResponseError,
     RecheckSchedule,
+    discovered,
     lookup_url,
-    parse_lookup_response,
-    producer_address,
+    lookupd_http_address,
+    topic_unknown,
 )
-from txnsq.errors import NSQError
-
-HOSTNAMES = st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z][a-z0-9-]{0,9}){0,3}", fullmatch=True)
-
-
-def producer(host: str = "127.0.0.1", port: int = 4150, **extra: Any) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "remote_address": f"{host}:51234",
-        "hostname": "box",
-        "broadcast_address": host,
-        "tcp_port": port,
-        "http_port": port + 1,
-        "version": "1.3.0",
-    }
-    entry.update(extra)
-    return entry
-
-
-def flat(*producers: dict[str, Any]) -> bytes:
-    return json.dumps({"channels": ["ch"], "producers": list(producers)}).encode()
-
-
-def wrapped(*producers: dict[str, Any]) -> bytes:
-    data = {"channels": [], "producers": list(producers)}
-    return json.dumps({"status_code": 200, "status_txt": "OK", "data": data}).encode()
-
-
-class ParseTests(SynchronousTestCase):
-    def test_flat_form(self) -> None:
-        body = flat(producer("10.0.0.1", 4150), producer("nsqd-2.example", 4152))
-        self.assertEqual(
-            parse_lookup_response(body),
-            frozenset({"10.0.0.1:4150", "nsqd-2.example:4152"}),
-        )
-
-    def test_wrapped_form(self) -> None:
-        body = wrapped(producer("10.0.0.1", 4150))
-        self.assertEqual(parse_lookup_response(body), frozenset({"10.0.0.1:4150"}))
-
-    def test_str_body(self) -> None:
-        self.assertEqual(parse_lookup_response(flat(producer()).decode()), {"127.0.0.1:4150"})
-
-    def test_no_producers(self) -> None:
-        self.assertEqual(parse_lookup_response(flat()), frozenset())
-        self.assertEqual(parse_lookup_response(wrapped()), frozenset())
-
-    def test_duplicates_collapse(self) -> None:
-        body = flat(producer(), producer(hostname="other"))
-        self.assertEqual(parse_lookup_response(body), frozenset({"127.0.0.1:4150"}))
-
-    def test_ipv6_is_bracketed(self) -> None:
-        body = flat(producer("::1", 4150), producer("[fe80::1]", 4151))
-        self.assertEqual(parse_lookup_response(body), {"[::1]:4150", "[fe80::1]:4151"})
-
-    def test_old_address_field(self) -> None:
-        entry = {"address": "old-nsqd", "tcp_port": 4150}
-        self.assertEqual(parse_lookup_response(flat(entry)), {"old-nsqd:4150"})
-
-    def test_wrapped_404_is_empty(self) -> None:
-        body = json.dumps({"status_code": 404, "status_txt": "TOPIC_NOT_FOUND", "data": None})
-        self.assertEqual(parse_lookup_response(body), frozenset())
-
-    def test_wrapped_error(self) -> None:
-        body = json.dumps({"status_code": 500, "status_txt": "INTERNAL_ERROR", "data": None})
-        e = self.assertRaises(LookupResponseError, parse_lookup_response, body)
-        self.assertIn("INTERNAL_ERROR", str(e))
-
-    def test_error_is_a_value_error_and_an_nsq_error(self) -> None:
-        e = self.assertRaises(ValueError, parse_lookup_response, b"nope")
-        self.assertIsInstance(e, LookupResponseError)
-        self.assertIsInstance(e, NSQError)
-
-    def test_bad_answers(self) -> None:
-        bad: list[Any] = [
-            b"",
-            b"<html>502 Bad Gateway</html>",
-            b"\xff\xfe{}",
-            b"[]",
-            b'"producers"',
-            b"{}",
-            b'{"message": "TOPIC_NOT_FOUND"}',
-            b'{"producers": {}}',
-            b'{"status_code": 200, "status_txt": "OK", "data": []}',
-            flat("127.0.0.1:4150"),  # type: ignore[arg-type]
-            flat({"tcp_port": 4150}),
-            flat(producer(host="")),
-            flat(producer(host="  ")),
-            flat(producer(broadcast_address=5)),
-            flat(producer(tcp_port="4150")),
-            flat(producer(tcp_port=True)),
-            flat(producer(tcp_port=0)),
-            flat(producer(tcp_port=65536)),
-            flat(producer(tcp_port=4150.0)),
-            flat({"broadcast_address": "h"}),
-        ]
-        for body in bad:
-            with self.subTest(body=body):
-                self.assertRaises(LookupResponseError, parse_lookup_response, body)
-
-    def test_error_message_is_bounded(self) -> None:
-        body = flat(producer(tcp_port="x" * 10_000))
-        e = self.assertRaises(LookupResponseError, parse_lookup_response, body)
-        self.assertLess(len(str(e)), 400)
-
-    @given(
-        st.lists(
-            st.tuples(
-                st.one_of(
-                    st.ip_addresses(v=4).map(str),
-                    st.ip_addresses(v=6).map(str),
-                    HOSTNAMES,
-                ),
-                st.integers(min_value=1, max_value=65535),
-            ),
-            max_size=10,
-        ),
-        st.booleans(),
-    )
-    def test_both_forms_roundtrip(self, entries: list[tuple[str, int]], old: bool) -> None:
-        body = (wrapped if old else flat)(*(producer(h, p) for h, p in entries))
-        expected = {f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in entries}
-        self.assertEqual(parse_lookup_response(body), expected)
-
-
-class ProducerAddressTests(SynchronousTestCase):
-    def test_forms(self) -> None:
-        self.assertEqual(producer_address("10.1.2.3", 4150), "10.1.2.3:4150")
-        self.assertEqual(producer_address("host", 1), "host:1")
-        self.assertEqual(producer_address("2001:db8::7", 4150), "[2001:db8::7]:4150")
-        self.assertEqual(producer_address("[::1]", 4150), "[::1]:4150")
+from txnsq.errors import HTTPConnectionError, NSQHTTPError, TopicNotFound
 
 
 class LookupURLTests(SynchronousTestCase):
@@ -159,16 +28,14 @@ class LookupURLTests(SynchronousTestCase):
         cases = {
             "127.0.0.1:4161": "http://127.0.0.1:4161/lookup?topic=t",
             " 127.0.0.1:4161 ": "http://127.0.0.1:4161/lookup?topic=t",
-            "lookupd": "http://lookupd/lookup?topic=t",
+            "lookupd": "http://lookupd:4161/lookup?topic=t",
             "http://lookupd:4161": "http://lookupd:4161/lookup?topic=t",
             "http://lookupd:4161/": "http://lookupd:4161/lookup?topic=t",
             "https://lookupd:4161": "https://lookupd:4161/lookup?topic=t",
             "http://lookupd:4161/lookup": "http://lookupd:4161/lookup?topic=t",
-            "http://proxy/nsq": "http://proxy/nsq/lookup?topic=t",
-            "http://proxy/nsq/": "http://proxy/nsq/lookup?topic=t",
-            "http://proxy/nsq/lookup/": "http://proxy/nsq/lookup?topic=t",
-            "http://lookupd:4161/?token=abc": "http://lookupd:4161/lookup?token=abc&topic=t",
-            "http://lookupd:4161/?topic=old": "http://lookupd:4161/lookup?topic=t",
+            "http://proxy/nsq": "http://proxy:80/nsq/lookup?topic=t",
+            "http://proxy/nsq/": "http://proxy:80/nsq/lookup?topic=t",
+            "http://proxy/nsq/lookup/": "http://proxy:80/nsq/lookup?topic=t",
             "[::1]:4161": "http://[::1]:4161/lookup?topic=t",
             "http://[2001:db8::1]:4161": "http://[2001:db8::1]:4161/lookup?topic=t",
         }
@@ -176,17 +43,54 @@ class LookupURLTests(SynchronousTestCase):
             with self.subTest(address=address):
                 self.assertEqual(lookup_url(address, "t"), url)
 
+    def test_client_address(self) -> None:
+        """What the HTTP clients are given: the configured address less a /lookup path."""
+        self.assertEqual(lookupd_http_address(" h:1 "), "h:1")
+        self.assertEqual(lookupd_http_address("http://p/nsq/lookup/"), "http://p/nsq")
+        self.assertEqual(lookupd_http_address("https://p:4161"), "https://p:4161")
+
     def test_topic_is_encoded(self) -> None:
         self.assertEqual(
             lookup_url("h:1", "events.v1_x-y#ephemeral"),
             "http://h:1/lookup?topic=events.v1_x-y%23ephemeral",
         )
-        self.assertEqual(lookup_url("h:1", "a b&c=d"), "http://h:1/lookup?topic=a+b%26c%3Dd")
 
     def test_bad_addresses(self) -> None:
-        for address in ["ftp://h:21", "http://", "http://:4161", "h:notaport", "h:99999", ""]:
+        for address in [
+            "ftp://h:21",
+            "http://",
+            "http://:4161",
+            "h:notaport",
+            "h:99999",
+            "",
+            "http://lookupd:4161/?token=abc",
+            "a:4161,b:4161",
+        ]:
             with self.subTest(address=address):
                 self.assertRaises(ValueError, lookup_url, address, "t")
+        self.assertRaises(TypeError, lookupd_http_address, ("h", 1))
+
+
+class AnswerMeaningTests(SynchronousTestCase):
+    """What a /lookup answer (or failure) means for discovery, on both clients."""
+
+    def test_discovered(self) -> None:
+        result = LookupResult(
+            ("c",),
+            (
+                Producer("", "a", "10.0.0.1", 4150, 4151, "1.3.0"),
+                Producer("", "b", "::1", 4152, 4153, "1.3.0"),
+            ),
+        )
+        self.assertEqual(discovered(result), {"10.0.0.1:4150", "[::1]:4152"})
+
+    def test_topic_unknown(self) -> None:
+        self.assertTrue(topic_unknown(TopicNotFound(404, b"", "TOPIC_NOT_FOUND")))
+        self.assertTrue(topic_unknown(TopicNotFound(500, b"", "TOPIC_NOT_FOUND")))  # pre-1.0
+        self.assertTrue(topic_unknown(NSQHTTPError(404, b"not here")))
+        self.assertFalse(topic_unknown(NSQHTTPError(500, b"boom")))
+        self.assertFalse(topic_unknown(HTTPConnectionError("refused")))
+        self.assertFalse(topic_unknown(OSError("refused")))
 
 
 class LookupAnswersTests(SynchronousTestCase):

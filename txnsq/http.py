@@ -49,12 +49,15 @@ from twisted.internet.interfaces import (
     IOpenSSLClientConnectionCreator,
     IReactorTime,
 )
+from twisted.internet.protocol import Protocol, connectionDone
 from twisted.python.failure import Failure
 from twisted.web.client import (
     HTTPConnectionPool,
     RequestTransmissionFailed,
+    ResponseDone,
     ResponseFailed,
 )
+from twisted.web.http import PotentialDataLoss
 from twisted.web.iweb import IAgent, IBodyProducer, IPolicyForHTTPS, IResponse
 from zope.interface import implementer
 
@@ -75,7 +78,7 @@ from txnsq._wire.admin import (
     Producer,
     TopicStats,
 )
-from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError
+from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError, ResponseTooLarge
 from txnsq.tls import client_connection_creator, describe_tls_failure
 from txnsq.tls_options import TLSOptions
 
@@ -150,6 +153,54 @@ class _BodyProducer:
 
     def stopProducing(self) -> None:
         pass
+
+
+class _BodyReader(Protocol):
+    """Collects an answer's body, up to ``limit`` bytes, into :attr:`finished`. Past the
+    limit (:class:`~txnsq.errors.ResponseTooLarge`), or when :attr:`finished` is
+    cancelled (a timeout), it stops reading at once: the connection is dropped rather
+    than left open until the server sends more."""
+
+    def __init__(self, limit: int, declared: int = 0) -> None:
+        self.finished: Deferred[bytes] = Deferred(lambda _: self._stop())
+        self._limit = limit
+        self._chunks: list[bytes] = []
+        self._received = 0
+        self._declared = declared  # the Content-Length, 0 when not known
+
+    def connectionMade(self) -> None:
+        self._check(self._declared)  # announced too large: not read at all
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.finished.called:
+            return
+        self._received += len(data)
+        if self._check(self._received):
+            self._chunks.append(data)
+
+    def _check(self, size: int) -> bool:
+        try:
+            admin.check_response_size(size, self._limit)
+        except ResponseTooLarge:
+            self.finished.errback()
+            self._stop()
+            return False
+        return True
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self.finished.called:
+            return
+        if isinstance(reason.value, ResponseDone | PotentialDataLoss):
+            # PotentialDataLoss: an answer without a length, ended by closing.
+            self.finished.callback(b"".join(self._chunks))
+        else:
+            self.finished.errback(reason)
+
+    def _stop(self) -> None:
+        # The body's transport is an IPushProducer: stopping it drops the connection.
+        stop = getattr(self.transport, "stopProducing", None)
+        if stop is not None:
+            stop()
 
 
 def https_policy(tls: TLSOptions) -> IPolicyForHTTPS:
@@ -254,38 +305,12 @@ class _AdminClient:
         return d
 
     def _read(self, response: IResponse, request: AdminRequest[T]) -> Deferred[T]:
-        import treq
-
         limit = self._config.max_response_size
         length = response.length
         declared = length if isinstance(length, int) else 0
-        chunks: list[bytes] = []
-        received = 0
-        abandoned = declared > limit
-
-        def collect(data: bytes) -> None:
-            # Raising here makes treq drop the connection.
-            nonlocal received
-            if abandoned:
-                raise CancelledError()
-            received += len(data)
-            admin.check_response_size(max(received, declared), limit)
-            chunks.append(data)
-
-        def stop_on_cancel(failure: Failure) -> Failure:
-            # Cancelled (timeout) while reading: drop the connection at the next chunk.
-            nonlocal abandoned
-            if isinstance(failure.value, CancelledError):
-                abandoned = True
-            return failure
-
-        reading: Deferred[None] = treq.collect(response, collect)
-        if abandoned:
-            # Announced too large: fail now; the connection drops at the first chunk.
-            reading.addErrback(lambda _: None)
-            admin.check_response_size(declared, limit)
-        reading.addErrback(stop_on_cancel)
-        return reading.addCallback(lambda _: request.response(response.code, b"".join(chunks)))
+        reader = _BodyReader(limit, declared)
+        response.deliverBody(reader)  # type: ignore[no-untyped-call]
+        return reader.finished.addCallback(lambda body: request.response(response.code, body))
 
     def _timed_out(self, method: str, url: str) -> Callable[[object, float], Any]:
         def timed_out(result: object, seconds: float) -> Any:
@@ -461,8 +486,9 @@ class LookupdHTTPClient(_AdminClient):
 
     def lookup(self, topic: str) -> Deferred[LookupResult]:
         """``GET /lookup``: fires with the topic's channels and producers (tombstoned
-        ones left out); fails with :class:`~txnsq.errors.TopicNotFound` when nsqlookupd
-        does not know the topic."""
+        ones left out; a malformed producer entry is left out too and described in
+        :attr:`LookupResult.problems`); fails with :class:`~txnsq.errors.TopicNotFound`
+        when nsqlookupd does not know the topic."""
         return self._call(admin.lookupd_lookup(topic))
 
     def topics(self) -> Deferred[tuple[str, ...]]:

@@ -1,7 +1,8 @@
 """Discovering a topic's producers by polling nsqlookupd.
 
 :class:`LookupdPoller` asks every configured nsqlookupd for the topic (``GET /lookup``)
-through an :class:`~twisted.web.iweb.IAgent`, right at :meth:`~LookupdPoller.start` and
+through a :class:`txnsq.http.LookupdHTTPClient` (its parser and errors: those of every
+client, see :mod:`txnsq._wire.lookup`), right at :meth:`~LookupdPoller.start` and
 then every ``poll_interval`` seconds (with jitter), and hands the union of all producers
 to a callback after each round. A failing nsqlookupd is logged and asked again next
 round; it is never fatal. While an nsqd it listed is missing (its connection closed:
@@ -14,7 +15,8 @@ Producers do not vanish because a lookupd is briefly down: the answers merge by
 :class:`txnsq._wire.lookup.LookupAnswers` (the rule the blocking Subscriber follows too),
 so a lookupd whose request fails keeps contributing its last good answer for
 ``stale_after`` seconds (default: three poll intervals) after that answer. A lookupd that
-answers (404 included) replaces its previous answer at once.
+answers (404 included) replaces its previous answer at once. A malformed producer entry
+is logged (with the lookupd's address) and left out; the healthy entries beside it count.
 """
 
 from __future__ import annotations
@@ -22,34 +24,32 @@ from __future__ import annotations
 import random as _random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from twisted.internet import error as _error
 from twisted.internet.defer import Deferred, TimeoutError, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
-from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.client import (
-    HTTPConnectionPool,
-    ResponseDone,
-    ResponseFailed,
-    ResponseNeverReceived,
-)
-from twisted.web.http_headers import Headers
-from twisted.web.iweb import IAgent, IResponse
+from twisted.web.client import ResponseFailed, ResponseNeverReceived
+from twisted.web.iweb import IAgent
 
+from txnsq._wire.admin import LookupResult
 from txnsq._wire.lookup import (
-    LOOKUP_HEADERS,
+    DEFAULT_LOOKUPD_POLL_INTERVAL,
+    DEFAULT_LOOKUPD_POLL_JITTER,
+    DEFAULT_LOOKUPD_REQUEST_TIMEOUT,
     MAX_LOOKUP_RESPONSE_SIZE,
     STALE_POLLS,
     LookupAnswers,
-    LookupResponseError,
     RecheckSchedule,
+    discovered,
     lookup_url,
-    parse_lookup_response,
+    lookupd_http_address,
+    topic_unknown,
 )
-from txnsq.errors import NSQError
+from txnsq.errors import HTTPTimeoutError, NSQError
+from txnsq.http import LookupdHTTPClient
 
 __all__ = [
     "DEFAULT_LOOKUPD_POLL_INTERVAL",
@@ -57,25 +57,16 @@ __all__ = [
     "DEFAULT_LOOKUPD_REQUEST_TIMEOUT",
     "DEFAULT_MIN_REPOLL_INTERVAL",
     "MAX_LOOKUP_RESPONSE_SIZE",
-    "LookupdHTTPError",
     "LookupdPoller",
 ]
 
-#: Seconds between two polling rounds (before jitter).
-DEFAULT_LOOKUPD_POLL_INTERVAL: Final = 60.0
-#: Each round's delay is shortened by up to this fraction of the interval, at random.
-DEFAULT_LOOKUPD_POLL_JITTER: Final = 0.3
-#: Seconds one ``/lookup`` request (connect, answer and body) may take.
-DEFAULT_LOOKUPD_REQUEST_TIMEOUT: Final = 10.0
 #: The shortest time between the starts of two rounds asked for by
 #: :meth:`LookupdPoller.poll_now`.
 DEFAULT_MIN_REPOLL_INTERVAL: Final = 5.0
 
-_HEADERS: Final = {k.encode("ascii"): [v.encode("ascii")] for k, v in LOOKUP_HEADERS.items()}
-
 # Failures that are part of life with a network: logged as one line, no traceback.
 _EXPECTED_FAILURES: Final = (
-    NSQError,  # LookupResponseError, LookupdHTTPError
+    NSQError,  # NSQHTTPError, HTTPResponseError, HTTPConnectionError, HTTPTimeoutError
     TimeoutError,
     _error.ConnectError,
     _error.ConnectionLost,
@@ -86,81 +77,34 @@ _EXPECTED_FAILURES: Final = (
 )
 
 
-class LookupdHTTPError(NSQError):
-    """nsqlookupd answered with an HTTP status other than 200 or 404.
+def __getattr__(name: str) -> Any:
+    if name == "LookupdHTTPError":
+        from txnsq._deprecate import warn_deprecated
+        from txnsq.errors import NSQHTTPError
 
-    :ivar code: the HTTP status code.
-    """
-
-    def __init__(self, code: int, body: bytes) -> None:
-        self.code = code
-        text = body[:200].decode("utf-8", "replace").strip()
-        super().__init__(f"HTTP {code} {text}".strip())
-
-
-class _BodyReader(Protocol):
-    """Collects a response body up to a size limit into ``finished``."""
-
-    def __init__(self, finished: Deferred[bytes], limit: int) -> None:
-        self._finished = finished
-        self._limit = limit
-        self._chunks: list[bytes] = []
-        self._size = 0
-
-    def dataReceived(self, data: bytes) -> None:
-        if self._finished.called:
-            return
-        self._size += len(data)
-        if self._size > self._limit:
-            self._finished.errback(
-                LookupResponseError(f"nsqlookupd answer larger than {self._limit} bytes")
-            )
-            self.abort()
-            return
-        self._chunks.append(data)
-
-    def connectionLost(self, reason: Failure = connectionDone) -> None:
-        if self._finished.called:
-            return
-        if isinstance(reason.value, ResponseDone):
-            self._finished.callback(b"".join(self._chunks))
-        else:  # includes PotentialDataLoss: a body cut short cannot be trusted
-            self._finished.errback(reason)
-
-    def abort(self) -> None:
-        # The response's transport is an IPushProducer: stopping it drops the connection.
-        stop = getattr(self.transport, "stopProducing", None)
-        if stop is not None:
-            stop()
-
-
-def _read_body(response: IResponse, limit: int) -> Deferred[bytes]:
-    reader: _BodyReader
-    finished: Deferred[bytes] = Deferred(lambda _: reader.abort())
-    reader = _BodyReader(finished, limit)
-    response.deliverBody(reader)  # type: ignore[no-untyped-call]
-    return finished
-
-
-def _timed_out(result: object, timeout: float) -> Failure:
-    """What a request that hit ``request_timeout`` fails with, whatever its cancellation
-    turned into (a lookupd that accepted and never answered gives
-    ``ResponseNeverReceived``, not ``CancelledError``)."""
-    return Failure(TimeoutError(timeout, "nsqlookupd request"))  # type: ignore[no-untyped-call]
+        warn_deprecated(
+            "txnsq.lookupd.LookupdHTTPError",
+            "txnsq.errors.NSQHTTPError (its status is the old code)",
+        )
+        return NSQHTTPError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(slots=True)
 class _Lookupd:
     address: str
-    url: bytes
-    pending: Deferred[None] | None = None
+    url: str
+    client: LookupdHTTPClient
+    pending: Deferred[Any] | None = None
 
 
 class LookupdPoller:
     """Poll nsqlookupd instances for one topic's producers.
 
-    :param lookupds: nsqlookupd HTTP addresses, as :func:`txnsq._wire.lookup.lookup_url`
-        takes them (``"127.0.0.1:4161"``, ``"http://host:4161"``, ``"https://..."``).
+    :param lookupds: nsqlookupd HTTP addresses, as
+        :func:`txnsq._wire.lookup.lookupd_http_address` takes them (``"127.0.0.1:4161"``,
+        ``"http://host:4161"``, ``"https://..."``); each is asked through a
+        :class:`txnsq.http.LookupdHTTPClient`.
     :param topic: the topic to look up.
     :param on_producers: called after every round with the full current set of producer
         addresses (``"host:port"``, IPv6 hosts bracketed), changed or not. Its return
@@ -168,22 +112,30 @@ class LookupdPoller:
     :param reactor: provides :class:`~twisted.internet.interfaces.IReactorTime` for the
         timers (and, when no ``agent`` is given, what
         :class:`~twisted.web.client.Agent` needs). Default: the global reactor.
-    :param agent: the HTTP client; default a :class:`~twisted.web.client.Agent` on
-        ``reactor`` with a persistent connection pool that :meth:`stop` closes.
+    :param agent: the ``IAgent`` the clients send requests with; default each
+        :class:`~txnsq.http.LookupdHTTPClient`'s own (a persistent connection pool that
+        :meth:`stop` closes).
     :param poll_interval: seconds between rounds, before jitter (while an nsqd is
         missing, see :meth:`nsqd_lost`, rounds come sooner).
     :param poll_jitter: 0 to 1; the delay before each round is drawn uniformly from
         ``[poll_interval * (1 - poll_jitter), poll_interval]``, so a newly published
         topic is never found later than ``poll_interval`` after the previous round.
-    :param request_timeout: seconds one request may take before it is cancelled.
+    :param request_timeout: seconds one request may take before it is cancelled (a
+        client's ``lookupd_request_timeout``, 5 s by default).
     :param min_repoll_interval: seconds; :meth:`poll_now` never starts a round sooner than
         this after the start of the previous one.
     :param stale_after: seconds a failing lookupd's last good answer keeps counting;
         default ``3 * poll_interval``.
     :param rng: the random source for jitter (a seeded :class:`random.Random` in tests).
     :param on_failure: called with a lookupd's address and the ``Failure`` whenever a
-        request to it fails (after the failure is logged); an exception it raises is
-        logged.
+        request to it fails (after the failure is logged): an
+        :class:`~txnsq.errors.NSQHTTPError` for an HTTP error status, an
+        :class:`~txnsq.errors.HTTPResponseError` for an answer that cannot be read (one
+        over :data:`MAX_LOOKUP_RESPONSE_SIZE` included), an
+        :class:`~txnsq.errors.HTTPConnectionError` for none (an
+        :class:`~txnsq.errors.HTTPTimeoutError` after ``request_timeout``). An exception
+        it raises is logged. A malformed producer entry in an answer is logged and left
+        out, the rest of the answer used.
     :raises ValueError: for no lookupds, a bad lookupd address or a bad parameter.
     """
 
@@ -219,27 +171,30 @@ class LookupdPoller:
             raise ValueError("min_repoll_interval must not be negative")
         if stale_after is None:
             stale_after = STALE_POLLS * poll_interval
-        self._lookupds = [
-            _Lookupd(address, lookup_url(address, topic).encode("ascii"))
-            for address in dict.fromkeys(lookupds)  # drop duplicates, keep order
-        ]
-        self._answers = LookupAnswers(self.lookupds, stale_after)
-        self.topic = topic
-        self._on_producers = on_producers
-        self._on_failure = on_failure
         if reactor is None:
             from twisted.internet import reactor as _global_reactor
 
             reactor = _global_reactor
         assert reactor is not None
         self._reactor: IReactorTime = reactor
-        self._pool: HTTPConnectionPool | None = None
-        if agent is None:
-            from twisted.web.client import Agent
-
-            self._pool = HTTPConnectionPool(reactor, persistent=True)  # type: ignore[no-untyped-call]
-            agent = Agent(reactor, pool=self._pool)  # type: ignore[no-untyped-call]
-        self._agent: IAgent = agent
+        self._lookupds = [
+            _Lookupd(
+                address,
+                lookup_url(address, topic),
+                LookupdHTTPClient(
+                    lookupd_http_address(address),
+                    timeout=request_timeout,
+                    max_response_size=MAX_LOOKUP_RESPONSE_SIZE,
+                    reactor=reactor,
+                    agent=agent,
+                ),
+            )
+            for address in dict.fromkeys(lookupds)  # drop duplicates, keep order
+        ]
+        self._answers = LookupAnswers(self.lookupds, stale_after)
+        self.topic = topic
+        self._on_producers = on_producers
+        self._on_failure = on_failure
         self._interval = float(poll_interval)
         self._jitter = float(poll_jitter)
         self._timeout = float(request_timeout)
@@ -288,19 +243,19 @@ class LookupdPoller:
         """Stop polling: cancel the timer and every request in progress. The callback is
         not called again. Does nothing (but return a fired Deferred) if not running.
 
-        :returns: a Deferred that fires once the default agent's connections are closed
+        :returns: a Deferred that fires once the clients' kept connections are closed
             (at once with an injected agent); it never fails.
         """
         was_running, self._running = self._running, False
+        if not was_running:
+            return succeed(None)
         if self._next is not None and self._next.active():
             self._next.cancel()
         self._next = None
         for s in self._lookupds:
             if s.pending is not None:
                 s.pending.cancel()
-        if not was_running or self._pool is None:
-            return succeed(None)
-        closing: Deferred[object] = self._pool.closeCachedConnections()  # type: ignore[no-untyped-call]
+        closing = gatherResults([s.client.close() for s in self._lookupds])
         return closing.addBoth(lambda _: None)
 
     def poll_now(self) -> None:
@@ -394,36 +349,36 @@ class LookupdPoller:
     # -- one request ---------------------------------------------------------------------
 
     def _query(self, s: _Lookupd) -> Deferred[None]:
-        fetching: Deferred[frozenset[str]] = Deferred.fromCoroutine(self._fetch(s.url))
-        fetching.addTimeout(self._timeout, self._reactor, onTimeoutCancel=_timed_out)
-        d = fetching.addCallbacks(self._answered, self._failed, callbackArgs=(s,), errbackArgs=(s,))
-        if not d.called:
-            s.pending = d
-        return d
+        # Pending until answered or failed (both clear it, at once if it fired already).
+        asking: Deferred[Any] = s.client.lookup(self.topic)
+        s.pending = asking
+        return asking.addCallbacks(
+            self._answered, self._failed, callbackArgs=(s,), errbackArgs=(s,)
+        )
 
-    async def _fetch(self, url: bytes) -> frozenset[str]:
-        response = await self._agent.request(b"GET", url, Headers(_HEADERS))
-        body = await _read_body(response, MAX_LOOKUP_RESPONSE_SIZE)
-        if response.code == 404:  # nsqlookupd: TOPIC_NOT_FOUND, i.e. no producers yet
-            return frozenset()
-        if response.code != 200:
-            raise LookupdHTTPError(response.code, body)
-        return parse_lookup_response(body)
-
-    def _answered(self, producers: frozenset[str], s: _Lookupd) -> None:
+    def _answered(self, result: LookupResult, s: _Lookupd) -> None:
         s.pending = None
-        if self._answers.answered(s.address, producers, self._reactor.seconds()):
+        for problem in result.problems:
+            self._log.warn(
+                "nsqlookupd {lookupd}: {problem}", lookupd=s.address, problem=problem, url=s.url
+            )
+        if self._answers.answered(s.address, discovered(result), self._reactor.seconds()):
             self._log.info("nsqlookupd {lookupd} answers again", lookupd=s.address)
 
     def _failed(self, failure: Failure, s: _Lookupd) -> None:
         s.pending = None
         if not self._running:
             return  # stop() cancelled it; nothing to report
+        if failure.value is not None and topic_unknown(
+            failure.value
+        ):  # nsqlookupd does not know the topic (yet)
+            self._answered(LookupResult((), ()), s)
+            return
         self._answers.failed(s.address)
-        url = s.url.decode("ascii")
+        url = s.url
         if isinstance(failure.value, _EXPECTED_FAILURES):
-            if isinstance(failure.value, TimeoutError):
-                # A lookupd that accepted the connection and never answered.
+            if isinstance(failure.value, HTTPTimeoutError):
+                # Say which setting bounded it (a lookupd that accepted and never answered).
                 error = f"no complete answer within request_timeout={self._timeout:g} s"
             else:
                 error = failure.getErrorMessage()

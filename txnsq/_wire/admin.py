@@ -40,7 +40,6 @@ from txnsq._wire.address import (
     parse_address,
     refuse_several,
 )
-from txnsq._wire.lookup import LOOKUP_ACCEPT
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq.errors import HTTPResponseError, NSQHTTPError, ResponseTooLarge, error_from_http
 
@@ -85,11 +84,12 @@ __all__ = [
     "nsqd_stats",
     "nsqd_topic_action",
     "parse_http_address",
+    "parse_lookup",
     "ping",
 ]
 
 #: The ``Accept`` header of every request: asks for the 1.x answers (no wrapper).
-ACCEPT: Final = LOOKUP_ACCEPT
+ACCEPT: Final = "application/vnd.nsq; version=1.0"
 #: The ``User-Agent`` header of every request.
 USER_AGENT: Final = f"txnsq/{__version__}"
 #: Seconds a request (connect, send, answer, body) may take by default.
@@ -383,7 +383,7 @@ def lookupd_info() -> AdminRequest[LookupdInfo]:
 def lookupd_lookup(topic: str) -> AdminRequest[LookupResult]:
     """``GET /lookup?topic=...``: the topic's channels and producers (404
     ``TOPIC_NOT_FOUND`` when nsqlookupd does not know the topic)."""
-    return AdminRequest("GET", "/lookup", _topic(topic), None, _parse_lookup)
+    return AdminRequest("GET", "/lookup", _topic(topic), None, parse_lookup)
 
 
 def lookupd_topics() -> AdminRequest[tuple[str, ...]]:
@@ -674,6 +674,9 @@ class LookupResult:
 
     channels: tuple[str, ...]
     producers: tuple[Producer, ...]
+    #: the producer entries left out because they were malformed (no address, a port
+    #: out of range...), one line each saying why; ``()`` for a sound answer.
+    problems: tuple[str, ...] = ()
 
 
 def _parse_nothing(body: bytes) -> None:
@@ -807,11 +810,36 @@ def _parse_lookupd_info(body: bytes) -> LookupdInfo:
     return LookupdInfo(version=_object(body).text("version"))
 
 
-def _parse_lookup(body: bytes) -> LookupResult:
-    doc = _object(body)
+def parse_lookup(body: bytes | str) -> LookupResult:
+    """Parse nsqlookupd's ``/lookup`` answer: the one parser of it (the HTTP clients'
+    :meth:`~txnsq.http.LookupdHTTPClient.lookup`, the Consumer's discovery and the
+    blocking Subscriber's all read it here).
+
+    The 1.x form and the pre-1.0 wrapper are told apart as every answer is (see the
+    module's notes). A producer entry that is not usable (not an object, no address, a
+    ``tcp_port`` or ``http_port`` that is not an integer in 1-65535) is left out and
+    described in :attr:`LookupResult.problems`: one bad entry never hides the good ones
+    beside it. Duplicate entries (the same ``tcp_address``) are kept once, the first.
+
+    :raises HTTPResponseError: for a body that is not JSON, not an object, or has no
+        ``producers`` list.
+    :raises NSQHTTPError: for a pre-1.0 wrapper whose ``status_code`` is an error
+        (:class:`~txnsq.errors.TopicNotFound` for ``TOPIC_NOT_FOUND``).
+    """
+    doc = _object(body.encode("utf-8") if isinstance(body, str) else body)
+    producers: dict[str, Producer] = {}
+    problems: list[str] = []
+    for entry in doc.items("producers", required=True):
+        try:
+            producer = _producer(entry)
+        except HTTPResponseError as e:
+            problems.append(f"producer left out: {e}")
+            continue
+        producers.setdefault(producer.tcp_address, producer)
     return LookupResult(
         channels=doc.texts("channels"),
-        producers=tuple(_producer(p) for p in doc.items("producers", required=True)),
+        producers=tuple(producers.values()),
+        problems=tuple(problems),
     )
 
 
@@ -829,16 +857,19 @@ def _parse_nodes(body: bytes) -> tuple[Node, ...]:
 
 def _producer_fields(value: Any) -> tuple[_Fields, dict[str, Any]]:
     p = _Fields(value, "producer")
-    # Very old nsqlookupd had "address" where broadcast_address is now.
-    address = p.text("broadcast_address") or p.text("address")
+    # Very old nsqlookupd had "address" where broadcast_address is now (and may have
+    # left out http_port: 0 then). An IPv6 address may come bracketed or not.
+    address = (p.text("broadcast_address") or p.text("address")).strip()
+    if address.startswith("[") and address.endswith("]"):
+        address = address[1:-1]
     if not address:
         raise HTTPResponseError(f"producer without broadcast_address: {_short(value)}")
     fields = {
         "remote_address": p.text("remote_address"),
         "hostname": p.text("hostname"),
         "broadcast_address": address,
-        "tcp_port": p.integer("tcp_port", required=True),
-        "http_port": p.integer("http_port", required=True),
+        "tcp_port": p.port("tcp_port", required=True),
+        "http_port": p.port("http_port") if p.get("http_port") is not None else 0,
         "version": p.text("version"),
     }
     return p, fields
@@ -898,6 +929,12 @@ class _Fields:
         if not _is_int(value):
             raise self._wrong(key, "an integer")
         assert isinstance(value, int)
+        return value
+
+    def port(self, key: str, *, required: bool = False) -> int:
+        value = self.integer(key, required=required)
+        if not 0 < value < 65536:
+            raise self._wrong(key, "a port (1-65535)")
         return value
 
     def optional_int(self, key: str) -> int | None:

@@ -1,55 +1,66 @@
-"""nsqlookupd ``/lookup``: building the request URL and parsing the answer.
+"""nsqlookupd ``/lookup`` for discovery: the address and URL asked, what an answer
+means for the nsqds to read from, how several answers merge and when to ask next.
 
-nsqlookupd >= 1.0, asked with ``Accept: application/vnd.nsq; version=1.0``, answers
-``{"channels": [...], "producers": [...]}``; older versions wrap the same object as
-``{"status_code": 200, "status_txt": "OK", "data": {...}}``. Both are accepted. Each
-producer becomes the ``"host:port"`` string a consumer connects to, from its
-``broadcast_address`` and ``tcp_port`` (IPv6 hosts bracketed: ``"[::1]:4150"``).
+The request and its parser are :func:`txnsq._wire.admin.lookupd_lookup` and
+:func:`txnsq._wire.admin.parse_lookup`, the ones of the HTTP clients: the Twisted
+:class:`~txnsq.lookupd.LookupdPoller` asks through :class:`txnsq.http.LookupdHTTPClient`,
+the blocking Subscriber through :class:`txnsq.blocking.LookupdHTTPClient`, both with
+:data:`MAX_LOOKUP_RESPONSE_SIZE` as the size cap. Each producer becomes the
+``"host:port"`` a consumer dials (:func:`discovered`); a malformed entry is left out and
+reported (:attr:`~txnsq._wire.admin.LookupResult.problems`), and nsqlookupd not knowing
+the topic (:func:`topic_unknown`) is an answer with no producers, not a failure.
 
 :class:`LookupAnswers` is how the answers of several nsqlookupds merge into the set of
-producers to read from (the Twisted :class:`~txnsq.lookupd.LookupdPoller` and the blocking
-Subscriber both use it); :data:`LOOKUP_HEADERS` and :data:`MAX_LOOKUP_RESPONSE_SIZE` are
-what both send and accept. :class:`RecheckSchedule` is when both ask next: every poll
-interval, and sooner while an nsqd nsqlookupd listed is missing.
+producers to read from; :class:`RecheckSchedule` is when both clients ask next: every
+poll interval, and sooner while an nsqd nsqlookupd listed is missing. The polling
+defaults of every client are here (:data:`DEFAULT_LOOKUPD_POLL_INTERVAL`...).
 
 Pure: no I/O, no Twisted, no clock reads (time is passed in).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Final
+from urllib.parse import urlsplit, urlunsplit
 
-from txnsq._wire.address import NSQLOOKUPD_HTTP_PORT, check_http_scheme, refuse_several
-from txnsq._wire.identify import DEFAULT_USER_AGENT
+from txnsq._wire.address import NSQLOOKUPD_HTTP_PORT
+from txnsq._wire.admin import LookupResult, lookupd_lookup, parse_http_address
 from txnsq._wire.numbers import check_number
 from txnsq._wire.retry import backoff_delay, jittered
-from txnsq.errors import NSQError
+from txnsq.errors import NSQHTTPError, TopicNotFound
 
 __all__ = [
-    "LOOKUP_ACCEPT",
-    "LOOKUP_HEADERS",
+    "DEFAULT_LOOKUPD_POLL_INTERVAL",
+    "DEFAULT_LOOKUPD_POLL_JITTER",
+    "DEFAULT_LOOKUPD_REQUEST_TIMEOUT",
     "MAX_LOOKUP_RESPONSE_SIZE",
     "RECHECK_FACTOR",
     "RECHECK_INITIAL",
     "STALE_POLLS",
     "LookupAnswers",
-    "LookupResponseError",
     "RecheckSchedule",
+    "discovered",
     "lookup_url",
-    "parse_lookup_response",
-    "producer_address",
+    "lookupd_http_address",
+    "topic_unknown",
 ]
 
-#: The ``Accept`` header that asks nsqlookupd >= 1.0 for the flat answer.
-LOOKUP_ACCEPT: Final = "application/vnd.nsq; version=1.0"
-#: The headers of every ``/lookup`` request.
-LOOKUP_HEADERS: Final = {"Accept": LOOKUP_ACCEPT, "User-Agent": DEFAULT_USER_AGENT}
-#: The largest ``/lookup`` answer read, in bytes (about 20,000 producers); a larger one is
-#: an error, so that a confused server cannot make the client buffer without limit.
+#: Seconds between two polls of nsqlookupd (before jitter): every client's
+#: ``lookupd_poll_interval`` default.
+DEFAULT_LOOKUPD_POLL_INTERVAL: Final = 60.0
+#: Each poll's delay is shortened by up to this fraction of it, at random: every
+#: client's ``lookupd_poll_jitter`` default.
+DEFAULT_LOOKUPD_POLL_JITTER: Final = 0.3
+#: Seconds one ``/lookup`` request (connect, answer and body) may take: every client's
+#: ``lookupd_request_timeout`` default.
+DEFAULT_LOOKUPD_REQUEST_TIMEOUT: Final = 5.0
+#: The largest ``/lookup`` answer discovery reads, in bytes, on both clients; a larger
+#: one is a failed request (:class:`~txnsq.errors.ResponseTooLarge`). 4 MiB holds
+#: about 15,000 producers (some 280 bytes each), far beyond any cluster, and keeps a
+#: confused server (a proxy's endless page) from making a long-running consumer buffer
+#: and parse up to the admin clients' 32 MiB every poll.
 MAX_LOOKUP_RESPONSE_SIZE: Final = 4 * 1024 * 1024
 #: By default a failing nsqlookupd's last answer keeps counting for this many poll
 #: intervals after it came (see :class:`LookupAnswers`).
@@ -61,94 +72,58 @@ RECHECK_INITIAL: Final = 1.0
 RECHECK_FACTOR: Final = 1.5
 
 
-class LookupResponseError(NSQError, ValueError):
-    """An nsqlookupd answer that is not valid JSON or not shaped like a lookup answer."""
+def lookupd_http_address(lookupd: str) -> str:
+    """Return the address an HTTP client of nsqlookupd takes for a configured nsqlookupd
+    address: ``lookupd`` as it is, less a path ending in ``/lookup``.
 
+    ``lookupd`` is ``"host:port"`` (plain HTTP; port 4161 when left out),
+    ``"http://host:port"`` or ``"https://host:port"``; a URL's path is a prefix (a
+    reverse proxy's: ``"http://proxy/nsq"`` asks ``"http://proxy/nsq/lookup?..."``), and
+    a path ending in ``/lookup`` names the lookup endpoint itself.
 
-def producer_address(host: str, port: int) -> str:
-    """Return ``"host:port"``, bracketing an IPv6 ``host`` (``"[::1]:4150"``).
-
-    An already bracketed host is kept as it is.
+    :raises ValueError: for an address with another scheme, no host, a bad port, a
+        query, or several addresses in one string (as
+        :func:`txnsq._wire.admin.parse_http_address`).
+    :raises TypeError: for an address that is not a str.
     """
-    if ":" in host and not host.startswith("["):
-        return f"[{host}]:{port}"
-    return f"{host}:{port}"
+    if not isinstance(lookupd, str):
+        raise TypeError(f"an nsqlookupd address must be a str, not {type(lookupd).__name__}")
+    address = lookupd.strip()
+    if "://" in address:
+        parts = urlsplit(address)
+        path = parts.path.rstrip("/")
+        if path.endswith("/lookup"):
+            path = path[: -len("/lookup")]
+        address = urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+    parse_http_address(address, NSQLOOKUPD_HTTP_PORT)  # ValueError for a bad one
+    return address
 
 
 def lookup_url(lookupd: str, topic: str) -> str:
-    """Return the ``/lookup`` URL asking ``lookupd`` for ``topic``'s producers.
+    """Return the URL that asks the configured nsqlookupd ``lookupd`` (see
+    :func:`lookupd_http_address`) for ``topic``'s producers; ``topic`` is URL-encoded
+    (``#`` of ``#ephemeral`` becomes ``%23``).
 
-    ``lookupd`` is a configured address: ``"host:port"`` (plain HTTP is assumed),
-    ``"http://host:port"`` or ``"https://host:port"``. An empty path or ``/`` becomes
-    ``/lookup``; a path ending in ``/lookup`` is used as it is; any other path is taken as a
-    prefix (a reverse proxy's), so ``"http://proxy/nsq"`` gives
-    ``"http://proxy/nsq/lookup?topic=..."``. A query string in ``lookupd`` is kept, and
-    ``topic`` is URL-encoded (``#`` of ``#ephemeral`` becomes ``%23``).
-
-    :raises ValueError: for an address with another scheme, no host, or a bad port, or
-        several addresses in one string.
+    :raises ValueError: for a bad address (see :func:`lookupd_http_address`) or topic.
     """
-    refuse_several(lookupd, NSQLOOKUPD_HTTP_PORT)
-    raw = lookupd.strip()
-    if "://" not in raw:
-        raw = "http://" + raw
-    parts = urlsplit(raw)
-    check_http_scheme(lookupd, parts.scheme, NSQLOOKUPD_HTTP_PORT)
-    if not parts.hostname:
-        raise ValueError(f"nsqlookupd address has no host: {lookupd!r}")
-    parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
-    path = parts.path.rstrip("/")
-    if not path.endswith("/lookup"):
-        path += "/lookup"
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "topic"]
-    query.append(("topic", topic))
-    return urlunsplit((parts.scheme, parts.netloc, path, urlencode(query), ""))
+    base = parse_http_address(lookupd_http_address(lookupd), NSQLOOKUPD_HTTP_PORT)
+    return lookupd_lookup(topic).url(base)
 
 
-def parse_lookup_response(body: bytes | str) -> frozenset[str]:
-    """Parse a ``/lookup`` answer into the set of producer addresses (``"host:port"``).
-
-    Accepts the flat form and the older ``{"status_code", "status_txt", "data"}`` wrapper.
-    A wrapper whose ``status_code`` is 404 (``TOPIC_NOT_FOUND``) gives an empty set, as an
-    HTTP 404 does. A producer's ``broadcast_address`` falls back to ``address`` (very old
-    nsqlookupd); ``channels`` is not needed and not checked.
-
-    :raises LookupResponseError: if ``body`` is not UTF-8 JSON, the wrapper's
-        ``status_code`` is another error, ``producers`` is missing or not a list, or a
-        producer lacks a non-empty host or a valid ``tcp_port``.
-    """
-    try:
-        doc: Any = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise LookupResponseError(f"nsqlookupd answer is not JSON: {e}") from None
-    if not isinstance(doc, dict):
-        raise LookupResponseError(f"nsqlookupd answer is not a JSON object: {_short(doc)}")
-    if "status_code" in doc and "producers" not in doc:
-        status = doc.get("status_code")
-        if status == 404:
-            return frozenset()
-        if status != 200:
-            text = doc.get("status_txt", "")
-            raise LookupResponseError(f"nsqlookupd answered status_code {status!r} {text!r}")
-        doc = doc.get("data")
-        if not isinstance(doc, dict):
-            raise LookupResponseError(f"nsqlookupd answer has no data object: {_short(doc)}")
-    producers = doc.get("producers")
-    if not isinstance(producers, list):
-        raise LookupResponseError(f"nsqlookupd answer has no producers list: {_short(doc)}")
-    return frozenset(_producer(p) for p in producers)
+def discovered(result: LookupResult) -> frozenset[str]:
+    """The nsqds a ``/lookup`` answer lists, as the ``"host:port"`` a consumer dials
+    (``broadcast_address`` and ``tcp_port``, an IPv6 host bracketed)."""
+    return frozenset(p.tcp_address for p in result.producers)
 
 
-def _producer(entry: Any) -> str:
-    if not isinstance(entry, dict):
-        raise LookupResponseError(f"nsqlookupd producer is not an object: {_short(entry)}")
-    host = entry.get("broadcast_address") or entry.get("address")
-    port = entry.get("tcp_port")
-    if not isinstance(host, str) or not host.strip():
-        raise LookupResponseError(f"nsqlookupd producer has no address: {_short(entry)}")
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-        raise LookupResponseError(f"nsqlookupd producer has a bad tcp_port: {_short(entry)}")
-    return producer_address(host.strip(), port)
+def topic_unknown(error: BaseException) -> bool:
+    """Whether ``error``, a ``/lookup`` request's failure, says nsqlookupd does not know
+    the topic (HTTP 404, or ``TOPIC_NOT_FOUND`` in a pre-1.0 answer): for discovery an
+    answer listing no producers (it replaces that lookupd's previous answer), not a
+    failure."""
+    return isinstance(error, TopicNotFound) or (
+        isinstance(error, NSQHTTPError) and error.status == 404
+    )
 
 
 @dataclass(slots=True)
@@ -341,8 +316,3 @@ class RecheckSchedule:
 
     def _delay(self, recheck: int) -> float:
         return backoff_delay(recheck, self._initial, self._factor, self._interval)
-
-
-def _short(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

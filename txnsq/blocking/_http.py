@@ -288,8 +288,9 @@ class LookupdHTTPClient(_AdminClient):
         return self._call(admin.lookupd_info())
 
     def lookup(self, topic: str) -> LookupResult:
-        """``GET /lookup``: the topic's channels and producers
-        (:class:`~txnsq.errors.TopicNotFound` when nsqlookupd does not know it)."""
+        """``GET /lookup``: the topic's channels and producers (a malformed producer
+        entry left out and described in ``problems``; :class:`~txnsq.errors.TopicNotFound`
+        when nsqlookupd does not know it)."""
         return self._call(admin.lookupd_lookup(topic))
 
     def topics(self) -> tuple[str, ...]:

@@ -36,8 +36,6 @@ import selectors
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
@@ -53,25 +51,30 @@ from txnsq._wire.address import (
     map_address,
     parse_address,
 )
+from txnsq._wire.admin import LookupResult, check_response_size, lookupd_lookup
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.frames import MessageFrame
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.liveness import SILENT, Liveness
 from txnsq._wire.lookup import (
-    LOOKUP_HEADERS,
+    DEFAULT_LOOKUPD_POLL_INTERVAL,
+    DEFAULT_LOOKUPD_POLL_JITTER,
+    DEFAULT_LOOKUPD_REQUEST_TIMEOUT,
     MAX_LOOKUP_RESPONSE_SIZE,
     STALE_POLLS,
     LookupAnswers,
-    LookupResponseError,
     RecheckSchedule,
+    discovered,
     lookup_url,
-    parse_lookup_response,
+    lookupd_http_address,
+    topic_unknown,
 )
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq._wire.rdy import DEFAULT_RDY_REDISTRIBUTE_INTERVAL, RdyController, RdyUpdate
 from txnsq._wire.retry import RetryPolicy
 from txnsq._wire.touch import touch_schedule
 from txnsq.blocking._connection import Connection, connection_silent
+from txnsq.blocking._http import LookupdHTTPClient
 from txnsq.errors import NSQError
 from txnsq.options import ConnectionOptions
 
@@ -84,15 +87,12 @@ __all__ = [
     "Subscriber",
     "SubscriberConnection",
     "SubscriberOptions",
-    "fetch_lookup",
 ]
 
 _log = logging.getLogger("txnsq.blocking")
 
 #: Upper bound on the connections a Subscriber opens to one nsqd.
 MAX_CONNECTIONS_PER_NSQD: Final = 200
-#: Seconds between two nsqlookupd polls, by default.
-DEFAULT_LOOKUPD_POLL_INTERVAL: Final = 60.0
 #: Each wait during :meth:`Subscriber.close` (RDY 0, REQ, CLS) is bounded by this.
 _SHUTDOWN_IO_TIMEOUT_S: Final = 2.0
 #: The I/O and discovery threads look at their clocks at least this often (seconds).
@@ -152,9 +152,9 @@ class SubscriberOptions(ConnectionOptions):
     #: Seconds between two polls of nsqlookupd.
     lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL
     #: Each poll interval is shortened by up to this fraction at random (0-1).
-    lookupd_poll_jitter: float = 0.3
+    lookupd_poll_jitter: float = DEFAULT_LOOKUPD_POLL_JITTER
     #: Seconds one nsqlookupd request may take.
-    lookupd_request_timeout: float = 5.0
+    lookupd_request_timeout: float = DEFAULT_LOOKUPD_REQUEST_TIMEOUT
     #: Seconds between two RDY redistributions when there are more connections than
     #: ``max_in_flight``.
     rdy_redistribute_interval: float = DEFAULT_RDY_REDISTRIBUTE_INTERVAL
@@ -340,32 +340,11 @@ class SubscriberConnection(Protocol):
 #: Raises :class:`~txnsq.errors.NSQError` or :class:`OSError` when that fails.
 ConnectionFactory = Callable[[str], SubscriberConnection]
 
-#: ``fetch(url, timeout) -> (HTTP status, body)``: one nsqlookupd ``/lookup`` request.
-#: Raises :class:`OSError` (or :class:`ValueError`) when there is no answer.
+#: ``fetch(url, timeout) -> (HTTP status, body)``: one nsqlookupd ``/lookup`` request,
+#: for tests (the answer is then read as :class:`~txnsq.blocking.LookupdHTTPClient`
+#: reads it). Raises :class:`OSError` (or an :class:`~txnsq.errors.NSQError`) when there
+#: is no answer.
 LookupdFetcher = Callable[[str, float], tuple[int, bytes]]
-
-
-def fetch_lookup(url: str, timeout: float) -> tuple[int, bytes]:
-    """``GET url`` with :data:`~txnsq._wire.lookup.LOOKUP_HEADERS` (the Twisted poller's
-    headers) and return ``(status, body)``; the default :data:`LookupdFetcher`.
-
-    :raises OSError: when the request fails or takes longer than ``timeout`` per wait.
-    :raises LookupResponseError: for a body larger than
-        :data:`~txnsq._wire.lookup.MAX_LOOKUP_RESPONSE_SIZE` (the Twisted poller's cap).
-    """
-    request = urllib.request.Request(url, headers=LOOKUP_HEADERS)
-    limit = MAX_LOOKUP_RESPONSE_SIZE + 1
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, body = response.status, response.read(limit)
-    except urllib.error.HTTPError as e:  # 404 (no such topic) and other statuses
-        if e.fp is None:
-            return e.code, b""
-        with e:
-            status, body = e.code, e.read(limit)
-    if len(body) > MAX_LOOKUP_RESPONSE_SIZE:
-        raise LookupResponseError(f"nsqlookupd answer larger than {MAX_LOOKUP_RESPONSE_SIZE} bytes")
-    return status, body
 
 
 # -- state --------------------------------------------------------------------------------
@@ -438,7 +417,8 @@ class Subscriber:
     :param connect: how to open a subscribed connection to an address (default: a
         :class:`~txnsq.blocking.Connection` with ``options``' connection part,
         connected and SUBscribed).
-    :param fetch: how to ask one nsqlookupd (default: :func:`fetch_lookup`).
+    :param fetch: how to ask one nsqlookupd, for tests (a :data:`LookupdFetcher`);
+        default: a :class:`~txnsq.blocking.LookupdHTTPClient` per nsqlookupd.
     :param rng: the random source of reconnect jitter and RDY redistribution (a seeded
         :class:`random.Random` gives the same reconnect delays as a Consumer or a
         Producer seeded alike).
@@ -475,7 +455,6 @@ class Subscriber:
         self.options: SubscriberOptions = options
         self._clock = clock
         self._connect = connect or self._open
-        self._fetch = fetch or fetch_lookup
         self._rng = rng or random.Random()
         self._retry = options.reconnect_policy
         # -- shared with the caller's thread
@@ -512,9 +491,7 @@ class Subscriber:
         # -- the discovery thread's
         self._discovery_thread: threading.Thread | None = None
         self._discovery_wake = threading.Event()
-        self._lookup_urls = [
-            (a, lookup_url(a, options.topic)) for a in options.lookupd_http_addresses
-        ]
+        self._lookupd_askers = [(a, self._asker(a, fetch)) for a in options.lookupd_http_addresses]
         self._lookup = LookupAnswers(
             options.lookupd_http_addresses,
             stale_after=STALE_POLLS * options.lookupd_poll_interval,
@@ -546,7 +523,7 @@ class Subscriber:
             raise RuntimeError("a Subscriber can be started only once")
         self._started = True
         now = self._clock()
-        if self._lookup_urls:
+        if self._lookupd_askers:
             self._poll_lookupd()
             self._polled(now)
         first_error: Exception | None = None
@@ -1013,7 +990,7 @@ class Subscriber:
                 peers.remove(state)
             if state.address not in self._next_attempt:
                 self._schedule_retry(state.address, now)
-            if self._lookup_urls and state.address not in self.options.nsqd_tcp_addresses:
+            if self._lookupd_askers and state.address not in self.options.nsqd_tcp_addresses:
                 # Found through nsqlookupd: poll it again soon, and again while missing.
                 self._recheck.lost(state.address, now, self._rng.random)
         self._send_rdy(self._rdy.remove_connection(state, now))
@@ -1063,11 +1040,11 @@ class Subscriber:
     def _discover(self, now: float) -> float:
         """Poll nsqlookupd when due, dial every nsqd short of connections whose retry
         time has come; return when there is something to do next."""
-        if self._lookup_urls and now >= self._lookup_due():
+        if self._lookupd_askers and now >= self._lookup_due():
             self._poll_lookupd()
             now = self._clock()
             self._polled(now)
-        due = [self._lookup_due()] if self._lookup_urls else []
+        due = [self._lookup_due()] if self._lookupd_askers else []
         for address in self._addresses(now):
             if self._stopping.is_set():
                 break
@@ -1109,7 +1086,7 @@ class Subscriber:
         """The nsqds to read from: the static ones always, the discovered ones while
         nsqlookupd lists them."""
         static = self.options.nsqd_tcp_addresses
-        found = self._lookup.producers(now) if self._lookup_urls else frozenset()
+        found = self._lookup.producers(now) if self._lookupd_askers else frozenset()
         return list(static) + sorted(found.difference(static))
 
     def _mapped(self, announced: frozenset[str]) -> frozenset[str]:
@@ -1126,23 +1103,43 @@ class Subscriber:
                 _log.warning("nsq subscriber: address map failed for %s: %r", address, e)
         return frozenset(dial)
 
+    def _asker(self, lookupd: str, fetch: LookupdFetcher | None) -> Callable[[], LookupResult]:
+        """How to ask ``lookupd`` for the topic's producers: its
+        :class:`~txnsq.blocking.LookupdHTTPClient`, or ``fetch`` (tests) with the answer
+        read as that client reads it."""
+        topic = self.options.topic
+        timeout = self.options.lookupd_request_timeout
+        if fetch is None:
+            client = LookupdHTTPClient(
+                lookupd_http_address(lookupd),
+                timeout=timeout,
+                max_response_size=MAX_LOOKUP_RESPONSE_SIZE,
+            )
+            return lambda: client.lookup(topic)
+        url, request = lookup_url(lookupd, topic), lookupd_lookup(topic)
+
+        def ask() -> LookupResult:
+            status, body = fetch(url, timeout)
+            check_response_size(len(body), MAX_LOOKUP_RESPONSE_SIZE)
+            return request.response(status, body)
+
+        return ask
+
     def _poll_lookupd(self) -> None:
         """Ask every nsqlookupd once; feed the answers to the merge rule."""
-        timeout = self.options.lookupd_request_timeout
-        for lookupd, url in self._lookup_urls:
+        for lookupd, ask in self._lookupd_askers:
             try:
-                status, body = self._fetch(url, timeout)
-                if status == 404:  # the topic is unknown there: no producers
-                    producers: frozenset[str] = frozenset()
-                elif status == 200:
-                    producers = self._mapped(parse_lookup_response(body))
+                result = ask()
+            except (NSQError, OSError) as e:
+                if topic_unknown(e):  # the topic is unknown there: no producers
+                    result = LookupResult((), ())
                 else:
-                    text = body[:200].decode("utf-8", "replace").strip()
-                    raise LookupResponseError(f"HTTP {status} {text}".strip())
-            except (OSError, ValueError) as e:  # LookupResponseError is a ValueError
-                _log.warning("nsq subscriber: nsqlookupd %s failed: %s", lookupd, e)
-                self._lookup.failed(lookupd)
-                continue
+                    _log.warning("nsq subscriber: nsqlookupd %s failed: %s", lookupd, e)
+                    self._lookup.failed(lookupd)
+                    continue
+            for problem in result.problems:
+                _log.warning("nsq subscriber: nsqlookupd %s: %s", lookupd, problem)
+            producers = self._mapped(discovered(result))
             if self._lookup.answered(lookupd, producers, self._clock()):
                 _log.info("nsq subscriber: nsqlookupd %s answers again", lookupd)
 
