@@ -125,7 +125,7 @@ class BlockingHandlerTests(TestCase):
             nsqd,
             topic,
             handler,
-            identify=IdentifyOptions(heartbeat_interval_ms=1000, msg_timeout_ms=3000),
+            heartbeat_interval=1.0, msg_timeout=3.0,
         )
         await self.wait(lambda: len(attempts) >= 2, "the redelivery", 30)
         self.assertEqual(attempts, [1, 2])
@@ -152,7 +152,7 @@ class BlockingHandlerTests(TestCase):
             handler_threads=2,
             max_in_flight=2,
             auto_touch=True,
-            identify=IdentifyOptions(heartbeat_interval_ms=1000, msg_timeout_ms=1500),
+            heartbeat_interval=1.0, msg_timeout=1.5,
         )
         await self.wait(lambda: consumer.stats()["finished"] == 2, "2 messages", 20)
         await consumer.stopService()

@@ -18,6 +18,7 @@ from tests.support.processes import start_nsqd
 from tests.support.proxy import start_proxy
 from tests.test_producer_integration import make_channel, message_count, read_messages, settle
 from txnsq._wire.identify import IdentifyOptions
+from txnsq._wire.retry import RetryPolicy
 from txnsq.errors import BadMessageError, ConnectionClosed
 from txnsq.producer import Producer
 
@@ -74,7 +75,7 @@ class BatchingIntegrationTests(TestCase):
         nsqd = start_nsqd(self, nsqd_tls_args(certs, required="false"))
         producer = self.producer(
             nsqd.tcp_address,
-            identify=IdentifyOptions(client_id="test", hostname="test", deflate=True),
+            client_id="test", hostname="test", compression="deflate",
             tls=TLSOptions(ca_certs=certs.ca_path),
             batch_linger=0.002,
         )
@@ -94,7 +95,9 @@ class BatchingIntegrationTests(TestCase):
         failed ones with ConnectionClosed, and every acknowledged message is in nsqd."""
         nsqd = start_nsqd(self)
         proxy = start_proxy(self, nsqd.tcp_address)
-        producer = self.producer(proxy.address, retry_policy=lambda attempt: 0.05)
+        producer = self.producer(
+            proxy.address, reconnect_policy=RetryPolicy(initial=0.05, factor=1.0, jitter=0.0)
+        )
         yield producer.when_ready()
         topic = "batched_cut"
         make_channel(nsqd, topic)

@@ -19,10 +19,12 @@ client it was given to. This module is pure: it imports no Twisted.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Final, TypeVar
 
-from txnsq._deprecate import suggest_names, warn_deprecated
+from txnsq._deprecate import suggest_names, unexpected_keyword, warn_deprecated
 from txnsq._wire.address import AddressMap, check_address_map
 from txnsq._wire.batching import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_COUNT
 from txnsq._wire.deadletter import DeadLetter
@@ -264,6 +266,32 @@ class ConnectionOptions:
 _CONNECTION_FIELDS: Final = tuple(f.name for f in fields(ConnectionOptions))
 
 
+def client_options(
+    cls: type[_O], client: Callable[..., object], options: ConnectionOptions | None,
+    settings: dict[str, Any],
+) -> _O:
+    """A client's options: ``options`` (of type ``cls``, a plain
+    :class:`ConnectionOptions`, or ``None``) with the keyword arguments ``settings``
+    the client was called with replacing fields.
+
+    :raises TypeError: for a keyword that is neither a parameter of ``client`` nor a
+        field of ``cls``, worded as Python words it for the call the user made
+        (``Consumer() got an unexpected keyword argument 'max_inflight'; did you mean
+        'max_in_flight'?``); for ``options`` of another type.
+    """
+    known = cls.__dataclass_fields__
+    for name in settings:
+        if name not in known:
+            parameters = [
+                p.name for p in inspect.signature(client).parameters.values()
+                if p.kind is not p.VAR_KEYWORD
+            ]
+            hidden = cls._deprecated_fields
+            valid = parameters + [f for f in known if f not in hidden]
+            raise unexpected_keyword(getattr(client, "__name__", str(client)), name, valid)
+    return cls.from_options(options, **settings)
+
+
 def identify_to_settings(identify: IdentifyOptions) -> dict[str, Any]:
     """The :class:`ConnectionOptions` fields an old ``IdentifyOptions`` stands for
     (``tls``: whether it asked for TLS)."""
@@ -337,6 +365,14 @@ class ProducerOptions(ConnectionOptions):
         check_number(self.batch_linger, "batch_linger", minimum=0)
         check_number(self.batch_max_count, "batch_max_count", integer=True, minimum=1)
         check_number(self.batch_max_bytes, "batch_max_bytes", integer=True, minimum=9)
+        if not self.batch:
+            for name, default in (
+                ("batch_linger", 0.0),
+                ("batch_max_count", DEFAULT_MAX_BATCH_COUNT),
+                ("batch_max_bytes", DEFAULT_MAX_BATCH_BYTES),
+            ):
+                if getattr(self, name) != default:
+                    raise ValueError(f"{name} is only used with batch=True")
 
 
 @suggest_names
