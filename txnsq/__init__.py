@@ -78,9 +78,9 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _DEPRECATED:
-        module, replacement = _DEPRECATED[name]
+        where, replacement = _DEPRECATED[name]
         warn_deprecated(f"txnsq.{name}", replacement)
-        return getattr(import_module(module), name)  # not cached: each use warns
+        return getattr(import_module(where), name)  # not cached: each use warns
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'txnsq' has no attribute {name!r}")
