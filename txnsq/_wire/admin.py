@@ -39,7 +39,7 @@ from txnsq._wire.address import (
     parse_address,
 )
 from txnsq._wire.lookup import LOOKUP_ACCEPT
-from txnsq._wire.numbers import check_number
+from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq.errors import HTTPResponseError, NSQHTTPError, ResponseTooLarge, error_from_http
 
 if TYPE_CHECKING:
@@ -329,8 +329,7 @@ def nsqd_publish(topic: str, body: bytes, delay: float | None = None) -> AdminRe
     query = [("topic", commands.validate_topic_name(topic))]
     payload = commands.validate_message_body(body)
     if delay is not None:
-        seconds = check_number(delay, "delay", minimum=0)
-        query.append(("defer", str(round(seconds * 1000))))
+        query.append(("defer", str(seconds_to_ms(delay, "delay"))))
     return AdminRequest("POST", "/pub", tuple(query), payload, _parse_nothing)
 
 
