@@ -26,8 +26,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.support.certs import shared_certs
 from txnsq import _tap
 from txnsq._wire.identify import DEFAULT_USER_AGENT
-from txnsq.options import ConnectionOptions
 from txnsq.consumer import Consumer, ConsumerOptions
+from txnsq.options import ConnectionOptions
 from txnsq.tls import TLSOptions
 
 REPO = Path(__file__).resolve().parents[1]
