@@ -27,6 +27,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import txnsq
 from tests.support.wire import msg_id
+from tests.test_client_agreement import pending_reconnect
 from tests.test_consumer import Harness, req
 from tests.test_protocol import message_frame, ready_server
 from txnsq import ConnectionOptions, Consumer, NSQProtocol, Producer
@@ -279,6 +280,13 @@ class DeprecationTests(SynchronousTestCase):
         )
         self.assertEqual(p.options.reconnect_policy, policy)
 
+    def first_reconnect_after(self, reactor: MemoryReactorClock, producer: Producer) -> float:
+        """Seconds from a refused connection to the producer's next attempt."""
+        producer.startService()
+        self.addCleanup(producer.stopService)
+        reactor.tcpClients[-1][2].clientConnectionFailed(None, Failure(ConnectionRefusedError()))
+        return pending_reconnect(reactor)
+
     def test_producer_retry_policy_callable(self) -> None:
         """A plain ``policy(attempt) -> seconds`` still decides the reconnect delays."""
         reactor = MemoryReactorClock()
@@ -286,13 +294,12 @@ class DeprecationTests(SynchronousTestCase):
             lambda: Producer(ADDRESS, reactor=reactor, retry_policy=lambda attempt: 7.0),
             "retry_policy", "reconnect_policy",
         )
-        p.startService()
-        self.addCleanup(p.stopService)
-        reactor.tcpClients[-1][2].clientConnectionFailed(None, Failure(ConnectionRefusedError()))
-        reactor.advance(6.99)
-        self.assertEqual(len(reactor.tcpClients), 1)
-        reactor.advance(0.01)
-        self.assertEqual(len(reactor.tcpClients), 2)
+        self.assertEqual(self.first_reconnect_after(reactor, p), 7.0)
+
+    def test_reconnect_policy(self) -> None:
+        reactor = MemoryReactorClock()
+        p = Producer(ADDRESS, reactor=reactor, reconnect_policy=RetryPolicy(3.0, jitter=0.0))
+        self.assertEqual(self.first_reconnect_after(reactor, p), 3.0)
 
     def test_producer_addresses_keyword(self) -> None:
         p = self.assertDeprecated(

@@ -4,13 +4,10 @@ setting once, with one wording, whichever client it was given to (issue 20)."""
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.testing import MemoryReactorClock
-from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 import txnsq
@@ -232,17 +229,3 @@ class WireTests(SynchronousTestCase):
         off = ConnectionOptions(heartbeat_interval=None, output_buffer_timeout=-1)
         self.assertEqual(off.identify_options().heartbeat_interval_ms, -1)
         self.assertEqual(off.identify_options().output_buffer_timeout_ms, -1)
-
-    def test_reconnect_policy_used(self) -> None:
-        """The Producer reconnects as its reconnect_policy says."""
-        reactor = MemoryReactorClock()
-        policy = RetryPolicy(initial=3.0, jitter=0.0)
-        p = Producer("127.0.0.1:4150", reactor=reactor, reconnect_policy=policy,
-                     rng=random.Random(1))
-        p.startService()
-        self.addCleanup(p.stopService)
-        reactor.tcpClients[-1][2].clientConnectionFailed(None, Failure(ConnectionRefusedError()))
-        reactor.advance(2.99)
-        self.assertEqual(len(reactor.tcpClients), 1)
-        reactor.advance(0.01)
-        self.assertEqual(len(reactor.tcpClients), 2)
