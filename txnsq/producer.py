@@ -8,10 +8,10 @@ error nsqd named (:mod:`txnsq.errors`). Publishes are pipelined: many may be in 
 one connection at once.
 
 While no connection is ready (not started yet, nsqd down, reconnecting), publishes wait
-in a bounded queue for at most ``timeout`` seconds. A publish whose connection is lost
-before nsqd answered fails with :class:`~txnsq.errors.ConnectionClosed`: nsqd may or may
-not have stored it, so it is not sent again unless ``retry`` asks for that (and accepts
-duplicates).
+in a bounded queue for at most ``ready_timeout`` seconds. A publish whose connection is
+lost before nsqd answered fails with :class:`~txnsq.errors.ConnectionClosed`: nsqd may or
+may not have stored it, so it is not sent again unless ``publish_retries`` asks for that
+(and accepts duplicates). The settings are a :class:`~txnsq.options.ProducerOptions`.
 
 With ``batch=True``, :meth:`Producer.publish` calls to one topic are coalesced into MPUBs
 (each call keeps its own Deferred); the rule (when a batch goes, how it is cut, what a
@@ -985,9 +985,9 @@ class Producer(Service):
             :class:`~txnsq.errors.ConnectionClosed` if the connection was lost before
             nsqd answered (the message may or may not have been stored),
             :class:`~txnsq.errors.NotReady` if no connection was ready within
-            ``timeout`` (:class:`PublishQueueFull` when the wait queue was full),
+            ``ready_timeout`` (:class:`PublishQueueFull` when the wait queue was full),
             :class:`~txnsq.errors.CommandTimeout` if nsqd did not answer within
-            ``publish_timeout`` (:class:`~txnsq.errors.ConnectionSilent` if the
+            ``command_timeout`` (:class:`~txnsq.errors.ConnectionSilent` if the
             connection went silent first), :class:`ProducerStopped` once the producer is
             stopping, or ``CancelledError`` when cancelled. Cancelling a publish that is
             still waiting for a connection means it is never sent; one already written
