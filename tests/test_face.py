@@ -30,7 +30,7 @@ from tests.support.wire import msg_id
 from tests.test_client_agreement import pending_reconnect
 from tests.test_consumer import Harness, req
 from tests.test_protocol import message_frame, ready_server
-from txnsq import ConnectionOptions, Consumer, NSQProtocol, Producer
+from txnsq import ConnectionOptions, Consumer, ConsumerOptions, NSQProtocol, Producer
 from txnsq._wire import identify as identify_module
 from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.numbers import seconds_to_ms
@@ -315,14 +315,10 @@ class DeprecationTests(SynchronousTestCase):
                         reactor=MemoryReactorClock(), **settings)
 
     def test_consumer_identify(self) -> None:
-        # ConsumerOptions' own warnings point into the dataclass: names only.
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            c = self.consumer(identify=IdentifyOptions(msg_timeout_ms=5000, deflate=True))
-        (message,) = [str(w.message) for w in caught]
-        self.assertIn("ConsumerOptions(identify=IdentifyOptions(...)) is deprecated since "
-                      "txnsq 0.2.0 and will be removed in 0.4.0", message)
-        self.assertIn("msg_timeout", message)
+        c = self.assertDeprecated(
+            lambda: self.consumer(identify=IdentifyOptions(msg_timeout_ms=5000, deflate=True)),
+            "ConsumerOptions(identify=IdentifyOptions(...))", "msg_timeout",
+        )
         self.assertEqual((c.options.msg_timeout, c.options.compression), (5.0, "deflate"))
 
     def test_consumer_retry_and_reconnect_delays(self) -> None:
@@ -332,13 +328,13 @@ class DeprecationTests(SynchronousTestCase):
             ({"reconnect_delay": 2.0, "max_reconnect_delay": 8.0},
              RetryPolicy(initial=2.0, max_delay=8.0), "RetryPolicy(initial=..., max_delay=...)"),
         ):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                c = self.consumer(**settings)
-            (message,) = [str(w.message) for w in caught]
-            self.assertIn("deprecated since txnsq 0.2.0 and will be removed in 0.4.0", message)
-            self.assertIn(replacement, message)
-            self.assertEqual(c.options.reconnect_policy, expected)
+            with self.subTest(settings=settings):
+                c = self.assertDeprecated(lambda s=settings: self.consumer(**s), replacement)
+                self.assertEqual(c.options.reconnect_policy, expected)
+                options = self.assertDeprecated(
+                    lambda s=settings: ConsumerOptions(**s), replacement
+                )
+                self.assertEqual(options.reconnect_policy, expected)
 
     # -- NSQProtocol
 

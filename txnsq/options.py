@@ -24,7 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Final, TypeVar
 
-from txnsq._deprecate import suggest_names, unexpected_keyword, warn_deprecated
+from txnsq._deprecate import (
+    outside_stacklevel,
+    suggest_names,
+    unexpected_keyword,
+    warn_deprecated,
+)
 from txnsq._wire.address import AddressMap, check_address_map
 from txnsq._wire.batching import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_COUNT
 from txnsq._wire.deadletter import DeadLetter
@@ -251,7 +256,7 @@ class ConnectionOptions:
             f"{where}(identify=IdentifyOptions(...))",
             f"{where}'s own fields (heartbeat_interval, msg_timeout, compression, ... "
             "in seconds)",
-            stacklevel=5,
+            stacklevel=outside_stacklevel(),
         )
         if not isinstance(identify, IdentifyOptions):
             raise TypeError(f"identify must be an IdentifyOptions, not {type(identify).__name__}")
@@ -497,7 +502,7 @@ class ConsumerOptions(ConnectionOptions):
         if self.retry is not None:
             warn_deprecated(
                 "ConsumerOptions(retry=...)", "ConsumerOptions(reconnect_policy=...)",
-                stacklevel=4,
+                stacklevel=outside_stacklevel(),
             )
             if not isinstance(self.retry, RetryPolicy):
                 raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
@@ -509,7 +514,7 @@ class ConsumerOptions(ConnectionOptions):
             warn_deprecated(
                 "ConsumerOptions(reconnect_delay=..., max_reconnect_delay=...)",
                 "ConsumerOptions(reconnect_policy=RetryPolicy(initial=..., max_delay=...))",
-                stacklevel=4,
+                stacklevel=outside_stacklevel(),
             )
             initial = self.reconnect_delay
             max_delay = self.max_reconnect_delay
