@@ -320,6 +320,13 @@ class DeprecationTests(SynchronousTestCase):
             "ConsumerOptions(identify=IdentifyOptions(...))", "msg_timeout",
         )
         self.assertEqual((c.options.msg_timeout, c.options.compression), (5.0, "deflate"))
+        # A field given beside it wins over the IdentifyOptions, as for the Producer.
+        for make in (self.consumer, self.producer):
+            given = self.assertDeprecated(
+                lambda m=make: m(identify=IdentifyOptions(msg_timeout_ms=5000), msg_timeout=3.0),
+                "identify",
+            )
+            self.assertEqual(given.options.msg_timeout, 3.0)
 
     def test_consumer_retry_and_reconnect_delays(self) -> None:
         policy = RetryPolicy(initial=3.0)

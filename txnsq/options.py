@@ -260,15 +260,17 @@ class ConnectionOptions:
         )
         if not isinstance(identify, IdentifyOptions):
             raise TypeError(f"identify must be an IdentifyOptions, not {type(identify).__name__}")
+        defaults = _CONNECTION_DEFAULTS
         for name, value in identify_to_settings(identify).items():
             if name == "tls":
                 if value and self.tls is None:
                     object.__setattr__(self, "tls", TLSOptions())
-                continue
-            object.__setattr__(self, name, value)
+            elif getattr(self, name) == defaults[name]:  # a field given explicitly wins
+                object.__setattr__(self, name, value)
 
 
 _CONNECTION_FIELDS: Final = tuple(f.name for f in fields(ConnectionOptions))
+_CONNECTION_DEFAULTS: Final = {f.name: f.default for f in fields(ConnectionOptions)}
 
 
 def client_options(
