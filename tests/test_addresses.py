@@ -272,14 +272,14 @@ class EndpointTests(SynchronousTestCase):
         return producer._addresses, list(consumer._targets.values()), recorder, mine
 
     def test_same_labels_and_tls_hosts(self) -> None:
-        from_producer, from_consumer, _, mine = self.targets()
+        from_producer, from_consumer, _, _ = self.targets()
         expected_pairs = [
             ("127.0.0.1:4150", "127.0.0.1"),
             ("[::1]:4150", "::1"),
             ("nsqd.example:4151", "nsqd.example"),
             ("tcp:host=nsqd.example:port=4152", "nsqd.example"),
             ("unix:/run/nsqd.sock", None),
-            (repr(mine), None),
+            ("10.1.1.1:1", None),  # an endpoint object: its address (issue 20)
         ]
         for targets in (from_producer, from_consumer):
             self.assertEqual([(t.label, t.tls_hostname) for t in targets], expected_pairs)
@@ -287,7 +287,7 @@ class EndpointTests(SynchronousTestCase):
     def test_endpoints(self) -> None:
         from_producer, from_consumer, recorder, mine = self.targets()
         self.assertEqual(
-            [type(t.endpoint) for t in from_producer],
+            [type(t.endpoint.wrapped) for t in from_producer],
             [
                 TCP4ClientEndpoint,
                 TCP6ClientEndpoint,
@@ -297,16 +297,16 @@ class EndpointTests(SynchronousTestCase):
                 TCP4ClientEndpoint,
             ],
         )
-        self.assertIs(from_producer[-1].endpoint, mine)
+        self.assertIs(from_producer[-1].endpoint.wrapped, mine)
         # The Consumer's endpoint_factory dials the host:port addresses only.
         self.assertEqual(
             recorder.calls, [("127.0.0.1", 4150), ("::1", 4150), ("nsqd.example", 4151)]
         )
         self.assertEqual(
-            [type(t.endpoint) for t in from_consumer[3:]],
+            [type(t.endpoint.wrapped) for t in from_consumer[3:]],
             [TCP4ClientEndpoint, UNIXClientEndpoint, TCP4ClientEndpoint],
         )
-        self.assertIs(from_consumer[-1].endpoint, mine)
+        self.assertIs(from_consumer[-1].endpoint.wrapped, mine)
 
     def test_bad_endpoint_string(self) -> None:
         for make in (

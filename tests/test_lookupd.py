@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections.abc import Callable
@@ -577,3 +578,89 @@ class StopTests(PollerTestCase):
         p.start()
         self.assertEqual(self.agent.count(A), 2)
         self.assertEqual(len(self.clock.getDelayedCalls()), 1)
+
+
+class RecheckTests(PollerTestCase):
+    """While an nsqd the poller listed is missing (nsqd_lost), rounds come sooner: 1 s
+    after the loss, then 1.5 times further apart each time, up to poll_interval; back to
+    the interval once it is connected again (nsqd_connected)."""
+
+    def round_times(self, until: float) -> list[float]:
+        """Advance the clock to ``until`` one call at a time; the times rounds started."""
+        times = []
+        while True:
+            (call,) = self.clock.getDelayedCalls()
+            if call.getTime() > until:
+                self.clock.advance(until - self.clock.seconds())
+                return times
+            before = self.agent.count(A)
+            self.clock.advance(call.getTime() - self.clock.seconds())
+            if self.agent.count(A) > before:
+                times.append(round(self.clock.seconds(), 6))
+
+    def test_rechecks_while_missing(self) -> None:
+        self.agent.serve(A, "n1:4150")
+        p = self.poller([A], poll_jitter=0)
+        p.start()
+        self.clock.advance(30)
+        p.nsqd_lost("n1:4150")
+        self.assertEqual(self.next_delay(), 1.0)
+        self.assertEqual(self.round_times(45), [31.0, 32.5, 34.75, 38.125, 43.1875])
+        p.nsqd_connected("n1:4150")
+        # The round already due still comes; then the full interval.
+        self.assertEqual(self.round_times(200), [50.78125, 110.78125, 170.78125])
+
+    def test_the_rechecks_grow_to_the_interval(self) -> None:
+        self.agent.serve(A, "n1:4150")
+        p = self.poller([A], poll_interval=10, poll_jitter=0)
+        p.start()
+        p.nsqd_lost("n1:4150")
+        times = self.round_times(60)
+        gaps = [round(b - a, 4) for a, b in itertools.pairwise(times)]
+        self.assertEqual(gaps, [1.5, 2.25, 3.375, 5.0625, 7.5938, 10.0, 10.0, 10.0])
+
+    def test_never_postpones_and_coalesces(self) -> None:
+        self.agent.serve(A, "n1:4150")
+        p = self.poller([A], poll_interval=60, poll_jitter=0)
+        p.start()
+        self.clock.advance(59.5)
+        p.nsqd_lost("n1:4150")  # the round due in 0.5 s comes first
+        self.assertEqual(self.next_delay(), 0.5)
+        p.nsqd_lost("n2:4150")  # a second nsqd lost: still that round
+        self.assertEqual(self.next_delay(), 0.5)
+        self.clock.advance(0.5)
+        self.assertEqual(self.next_delay(), 1.5)
+
+    def test_a_loss_during_a_round_is_followed_by_a_recheck(self) -> None:
+        self.agent.hang(A)
+        p = self.poller([A], poll_jitter=0, request_timeout=30)
+        p.start()
+        p.nsqd_lost("n1:4150")
+        self.assertEqual(self.clock.getDelayedCalls()[0].getTime(), 30)  # the timeout
+        self.agent.hanging[0].callback(answer("n0:4150"))
+        self.assertEqual(self.next_delay(), 1.5)
+
+    def test_ignored_when_stopped_and_forgotten_at_restart(self) -> None:
+        self.agent.serve(A, "n1:4150")
+        p = self.poller([A], poll_jitter=0)
+        p.nsqd_lost("n1:4150")
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        p.start()
+        p.nsqd_lost("n1:4150")
+        p.stop()
+        p.start()
+        self.assertEqual(self.next_delay(), 60)
+
+    def test_jitter_shortens_rechecks_too(self) -> None:
+        self.agent.serve(A, "n1:4150")
+        p = self.poller([A], poll_jitter=0.3, rng=random.Random(7))
+        p.start()
+        p.nsqd_lost("n1:4150")
+        delays = []
+        for k in range(6):
+            delay = self.next_delay()
+            self.assertLessEqual(delay, 1.5**k)
+            self.assertGreaterEqual(delay, 0.7 * 1.5**k)
+            delays.append(delay)
+            self.clock.advance(delay)
+        self.assertNotEqual(delays, [1.5**k for k in range(6)])

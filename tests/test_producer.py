@@ -235,7 +235,8 @@ class ValidationTests(ProducerTestCase):
 
     def test_address_forms(self) -> None:
         def endpoint(address: Any) -> Any:
-            return Producer(address, reactor=self.reactor)._addresses[0]
+            label, ep, host = Producer(address, reactor=self.reactor)._addresses[0]
+            return label, ep.wrapped, host  # the endpoint under its label (issue 20)
 
         label, ep, host = endpoint("127.0.0.1:4150")
         self.assertIsInstance(ep, TCP4ClientEndpoint)

@@ -331,7 +331,7 @@ class OptionErrorTests(SynchronousTestCase):
     def test_bad_lookupd_address(self) -> None:
         self.assertUsageError(
             ["--topic", "t", "--channel", "c", "--lookupd-http-address", "ftp://h:1"],
-            "--lookupd-http-address: nsqlookupd address must be http or https",
+            "--lookupd-http-address: invalid address 'ftp://h:1': the scheme must be http or https",
         )
 
     def test_snappy_and_deflate(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -12,8 +13,11 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from txnsq._wire.lookup import (
+    RECHECK_FACTOR,
+    RECHECK_INITIAL,
     LookupAnswers,
     LookupResponseError,
+    RecheckSchedule,
     lookup_url,
     parse_lookup_response,
     producer_address,
@@ -225,6 +229,134 @@ class LookupAnswersTests(SynchronousTestCase):
         self.assertRaises(KeyError, a.answered, "l9", frozenset(), 0.0)
         self.assertRaises(ValueError, LookupAnswers, ["l1"], -1)
         self.assertRaises(ValueError, LookupAnswers, ["l1"], float("nan"))
+
+
+def no_jitter() -> float:
+    return 0.0
+
+
+def most_jitter() -> float:
+    return 0.999999
+
+
+class RecheckScheduleTests(SynchronousTestCase):
+    """When nsqlookupd is asked next: every interval, sooner while an nsqd is missing."""
+
+    def rounds(self, s: RecheckSchedule, count: int, random: Any = no_jitter) -> list[float]:
+        """Play ``count`` rounds, each at its due time; return those times."""
+        times = []
+        for _ in range(count):
+            due = s.due
+            assert due is not None
+            times.append(round(due, 6))
+            s.polled(due, random)
+        return times
+
+    def test_defaults(self) -> None:
+        self.assertEqual((RECHECK_INITIAL, RECHECK_FACTOR), (1.0, 1.5))
+
+    def test_every_interval_with_downward_jitter(self) -> None:
+        s = RecheckSchedule(60.0, 0.3)
+        self.assertIsNone(s.due)
+        self.assertEqual(s.polled(100.0, no_jitter), 160.0)
+        self.assertEqual(s.due, 160.0)
+        self.assertAlmostEqual(s.polled(100.0, most_jitter), 142.0, places=4)
+        self.assertEqual(s.polled(100.0, lambda: 0.5), 151.0)
+
+    def test_a_loss_brings_rechecks_from_a_second_up_to_the_interval(self) -> None:
+        s = RecheckSchedule(60.0, 0.0)
+        s.polled(0.0, no_jitter)  # next due at 60
+        self.assertEqual(s.lost("n1:4150", 10.0, no_jitter), 11.0)
+        self.assertEqual(s.missing, {"n1:4150"})
+        # 1, 1.5, 2.25, 3.375, ... seconds apart, until the delay reaches 60 s.
+        times = self.rounds(s, 12)
+        gaps = [round(b - a, 3) for a, b in itertools.pairwise(times)]
+        self.assertEqual(times[:4], [11.0, 12.5, 14.75, 18.125])
+        self.assertEqual(gaps[:3], [1.5, 2.25, 3.375])
+        self.assertEqual(gaps[-3:], [38.443, 57.665, 60.0])
+        self.assertTrue(all(b > a for a, b in itertools.pairwise(gaps)))
+        # Caught up with the normal schedule: the missing nsqd is forgotten.
+        self.assertEqual(s.missing, frozenset())
+        self.assertEqual(self.rounds(s, 3)[1:], [times[-1] + 120.0, times[-1] + 180.0])
+
+    def test_found_within_seconds_of_a_15_s_outage(self) -> None:
+        """The issue's case: the nsqd returns 15 s after its loss; the next recheck comes
+        5.8 s after its return without jitter, 7.5 s with every delay shortened by 30%,
+        and (doubling) would come 16 s after."""
+        for factor, jitter, random, after in (
+            (1.5, 0.0, no_jitter, 5.78),
+            (1.5, 0.3, most_jitter, 7.52),
+            (2.0, 0.0, no_jitter, 16.0),
+        ):
+            s = RecheckSchedule(60.0, jitter, factor=factor)
+            s.lost("n1:4150", 0.0, random)
+            found = next(t for t in self.rounds(s, 20, random) if t > 15.0)
+            self.assertLess(abs(found - 15.0 - after), 0.01, (factor, jitter, found))
+
+    def test_back_to_the_interval_once_connected_again(self) -> None:
+        s = RecheckSchedule(60.0, 0.0)
+        s.lost("n1:4150", 0.0, no_jitter)
+        s.lost("n2:4150", 0.0, no_jitter)
+        self.rounds(s, 2)  # at 1 and 2.5
+        s.connected("n1:4150")
+        self.assertEqual(s.missing, {"n2:4150"})
+        self.assertEqual(s.polled(4.75, no_jitter), 4.75 + 3.375)  # n2 still missing
+        s.connected("n2:4150")
+        s.connected("n9:4150")  # never missing: nothing changes
+        self.assertEqual(s.polled(8.125, no_jitter), 68.125)
+        self.assertEqual(s.polled(68.125, no_jitter), 128.125)
+        # A new loss starts again from a second.
+        self.assertEqual(s.lost("n1:4150", 70.0, no_jitter), 71.0)
+        self.assertEqual(s.polled(71.0, no_jitter), 72.5)
+
+    def test_a_second_loss_restarts_the_fast_rechecks(self) -> None:
+        s = RecheckSchedule(60.0, 0.0)
+        s.lost("n1:4150", 0.0, no_jitter)
+        self.rounds(s, 8)  # gaps now above 10 s
+        self.assertGreater(s.due, 40.0)
+        due = s.due
+        self.assertIsNone(s.lost("n1:4150", 40.0, no_jitter))  # missing already
+        self.assertEqual(s.due, due)
+        self.assertEqual(s.lost("n2:4150", 40.0, no_jitter), 41.0)
+        self.assertEqual(s.polled(41.0, no_jitter), 42.5)
+
+    def test_a_loss_never_postpones_a_round(self) -> None:
+        s = RecheckSchedule(60.0, 0.0)
+        s.polled(0.0, no_jitter)
+        self.assertEqual(s.lost("n1:4150", 59.5, no_jitter), None)  # due at 60 anyway
+        self.assertEqual(s.due, 60.0)
+        self.assertEqual(s.missing, {"n1:4150"})
+        self.assertEqual(s.polled(60.0, no_jitter), 61.5)
+
+    def test_an_interval_no_longer_than_the_first_recheck(self) -> None:
+        s = RecheckSchedule(0.5, 0.0)
+        s.polled(0.0, no_jitter)
+        self.assertIsNone(s.lost("n1:4150", 0.1, no_jitter))
+        self.assertEqual(s.missing, frozenset())
+        self.assertEqual(s.polled(0.5, no_jitter), 1.0)
+
+    def test_jitter_only_shortens(self) -> None:
+        s = RecheckSchedule(60.0, 0.3)
+        at = s.lost("n1:4150", 0.0, most_jitter)
+        assert at is not None
+        self.assertAlmostEqual(at, 0.7, places=5)
+        self.assertAlmostEqual(s.polled(1.0, most_jitter), 1.0 + 1.05, places=5)
+        self.assertEqual(s.polled(3.0, no_jitter), 3.0 + 2.25)
+
+    def test_invalid(self) -> None:
+        for args, kwargs in (
+            ((0, 0.3), {}),
+            ((-1, 0.3), {}),
+            ((60, 1.5), {}),
+            ((60, -0.1), {}),
+            ((60, 0.3), {"initial": 0}),
+            ((60, 0.3), {"factor": 0.9}),
+            ((float("nan"), 0.3), {}),
+        ):
+            with self.assertRaises(ValueError, msg=str((args, kwargs))):
+                RecheckSchedule(*args, **kwargs)
+        self.assertRaises(TypeError, RecheckSchedule, "60", 0.3)
+        RecheckSchedule(60, 1.0)  # a jitter of 1 is allowed, as for the poll interval
 
 
 class PurityTests(SynchronousTestCase):

@@ -6,7 +6,7 @@ import random
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
+from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy, backoff_delay, jittered
 
 
 class RetryPolicyTests(SynchronousTestCase):
@@ -41,3 +41,21 @@ class RetryPolicyTests(SynchronousTestCase):
             with self.assertRaises(ValueError, msg=str(kwargs)):
                 RetryPolicy(**kwargs)  # type: ignore[arg-type]
         self.assertRaises(TypeError, RetryPolicy, initial="1")
+
+
+class SharedFormulaTests(SynchronousTestCase):
+    """The delay formula RetryPolicy shares with nsqlookupd's recheck schedule."""
+
+    def test_backoff_delay_and_jittered(self) -> None:
+        self.assertEqual(
+            [backoff_delay(k, 1.0, 1.5, 3.0) for k in (0, 1, 2, 3, 4)], [1.0, 1.0, 1.5, 2.25, 3.0]
+        )
+        self.assertEqual(backoff_delay(10**9, 1.0, 1e100, 7.0), 7.0)
+        self.assertEqual(jittered(10.0, 0.3, lambda: 0.5), 8.5)
+        self.assertEqual(jittered(10.0, 0.3, lambda: 0.0), 10.0)
+        policy = RetryPolicy(initial=0.5, factor=3.0, max_delay=20.0, jitter=0.25)
+        for attempt in range(1, 8):
+            self.assertEqual(
+                policy.delay(attempt, lambda: 0.4),
+                jittered(backoff_delay(attempt, 0.5, 3.0, 20.0), 0.25, lambda: 0.4),
+            )

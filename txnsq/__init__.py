@@ -13,6 +13,7 @@ from txnsq._deprecate import warn_deprecated
 from txnsq._version import __version__
 
 if TYPE_CHECKING:
+    from txnsq._tap import HandlerContext
     from txnsq._wire.deadletter import DeadLetter
     from txnsq._wire.identify import Features
     from txnsq._wire.retry import RetryPolicy
@@ -33,6 +34,7 @@ _LAZY = {
     "DeadLetter": "txnsq._wire.deadletter",
     "Features": "txnsq._wire.identify",
     "Handler": "txnsq.consumer",
+    "HandlerContext": "txnsq._tap",
     "IConsumerObserver": "txnsq.observers",
     "Message": "txnsq.message",
     "MessageAlreadyAnswered": "txnsq.message",
@@ -62,6 +64,7 @@ __all__ = [
     "DeadLetter",
     "Features",
     "Handler",
+    "HandlerContext",
     "IConsumerObserver",
     "Message",
     "MessageAlreadyAnswered",

@@ -14,6 +14,14 @@ an nsqd the same way. An nsqd is one of:
   else gets the address parser's error, so ``"h:x"`` or ``"::1:4151"`` are refused with
   the same message by every client);
 - any :class:`~twisted.internet.interfaces.IStreamClientEndpoint`, used as it is.
+
+Every nsqd has a label, its name in logs and stats: ``"host:port"`` (``"[v6]:port"``) for
+an address, the endpoint string as given, and for an endpoint object its address when it
+is one whose address can be read (Twisted's TCP, hostname and UNIX endpoints), else its
+``repr``. What a client dials is a :class:`LabelledEndpoint`: the
+endpoint under that label (so ``ClientService``'s own "Scheduling retry 1 to connect
+127.0.0.1:4150" lines name the nsqd), logging failed connection attempts once per
+outage (see :class:`LabelledEndpoint`).
 """
 
 from __future__ import annotations
@@ -24,24 +32,35 @@ import re
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
+from twisted.internet import error
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import (
     HostnameEndpoint,
     TCP4ClientEndpoint,
     TCP6ClientEndpoint,
+    UNIXClientEndpoint,
     clientFromString,
 )
 from twisted.internet.interfaces import (
+    IProtocol,
+    IProtocolFactory,
     IStreamClientEndpoint,
     IStreamClientEndpointStringParserWithReactor,
 )
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from txnsq._wire.address import format_address, parse_address
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "EndpointFactory",
+    "LabelledEndpoint",
     "NSQDAddress",
     "NSQDTarget",
+    "connect_failure_reason",
+    "endpoint_label",
     "nsqd_target",
     "tcp_endpoint",
 ]
@@ -55,6 +74,10 @@ EndpointFactory = Callable[[Any, str, int], IStreamClientEndpoint]
 #: Seconds a TCP connect may take (HostnameEndpoint's own default).
 DEFAULT_CONNECT_TIMEOUT: Final = 30.0
 
+#: After the first failed connection attempt of an outage (logged at once), every this
+#: many failed attempts with the same reason are logged again (a changed reason at once).
+LOG_EVERY_FAILURES: Final = 10
+
 # clientFromString's built-in client types; plugins add more (see _endpoint_types).
 _BUILTIN_TYPES: Final = frozenset({"tcp", "ssl", "unix"})
 
@@ -63,8 +86,10 @@ class NSQDTarget(NamedTuple):
     """One nsqd, ready to dial."""
 
     #: ``"host:port"`` (IPv6 in brackets) for an address, the endpoint string as given
-    #: (stripped), or the endpoint's ``repr``: the name used in logs and stats.
+    #: (stripped), or :func:`endpoint_label` of an endpoint object: the name used in
+    #: logs and stats.
     label: str
+    #: what to dial: a :class:`LabelledEndpoint` (its ``wrapped`` is the endpoint).
     endpoint: IStreamClientEndpoint
     #: the host a TLS certificate is checked against (``None`` for an endpoint object).
     tls_hostname: str | None
@@ -104,7 +129,7 @@ def nsqd_target(
         :func:`~txnsq._wire.address.parse_address`) or a bad endpoint string.
     """
     if IStreamClientEndpoint.providedBy(address):
-        return NSQDTarget(repr(address), address, None)
+        return _target(endpoint_label(address), address, None)
     if not isinstance(address, str | tuple):
         raise TypeError(
             "an nsqd address must be 'host:port', (host, port), an endpoint string or an "
@@ -120,12 +145,19 @@ def nsqd_target(
         endpoint = endpoint_factory(reactor, host, port)
     else:
         endpoint = tcp_endpoint(reactor, host, port, connect_timeout)
-    return NSQDTarget(format_address(host, port), endpoint, host)
+    return _target(format_address(host, port), endpoint, host)
+
+
+def _target(label: str, endpoint: IStreamClientEndpoint, tls_hostname: str | None) -> NSQDTarget:
+    if not isinstance(endpoint, LabelledEndpoint):
+        endpoint = LabelledEndpoint(endpoint, label)
+    return NSQDTarget(label, endpoint, tls_hostname)
 
 
 def _names_endpoint_type(text: str) -> bool:
-    kind, sep, _ = text.strip().partition(":")
-    return bool(sep) and kind.lower() in _endpoint_types()
+    kind, sep, rest = text.strip().partition(":")
+    # "tcp://h:4150" is a URL (the address parser's error names it), not an endpoint string.
+    return bool(sep) and not rest.startswith("//") and kind.lower() in _endpoint_types()
 
 
 @functools.cache
@@ -142,7 +174,7 @@ def _from_endpoint_string(description: str, reactor: Any) -> NSQDTarget:
         endpoint = clientFromString(reactor, description)  # type: ignore[no-untyped-call]
     except (ValueError, TypeError, KeyError) as e:
         raise ValueError(f"invalid nsqd endpoint string {description!r}: {e}") from None
-    return NSQDTarget(description, endpoint, _endpoint_string_host(description))
+    return _target(description, endpoint, _endpoint_string_host(description))
 
 
 def _endpoint_string_host(description: str) -> str | None:
@@ -154,3 +186,104 @@ def _endpoint_string_host(description: str) -> str | None:
     if parts[0] in ("tcp", "tls", "tcp6") and len(parts) > 1 and "=" not in parts[1]:
         return parts[1].replace("\\:", ":") or None
     return None
+
+
+def endpoint_label(endpoint: object) -> str:
+    """The name of an nsqd given as an endpoint object: ``"host:port"`` (``"[v6]:port"``)
+    for Twisted's TCP4, TCP6 and hostname endpoints, ``"unix:/path"`` for a UNIX
+    endpoint, the label of a :class:`LabelledEndpoint`, else the endpoint's ``repr``
+    (the testing fake's reads ``<in-memory endpoint host:port>``)."""
+    if isinstance(endpoint, LabelledEndpoint):
+        return endpoint.label
+    if isinstance(endpoint, TCP4ClientEndpoint | TCP6ClientEndpoint):
+        host, port = getattr(endpoint, "_host", None), getattr(endpoint, "_port", None)
+    elif isinstance(endpoint, HostnameEndpoint):
+        host, port = getattr(endpoint, "_hostText", None), getattr(endpoint, "_port", None)
+    elif isinstance(endpoint, UNIXClientEndpoint):
+        path = getattr(endpoint, "_path", None)
+        return f"unix:{path}" if isinstance(path, str) else repr(endpoint)
+    else:
+        return repr(endpoint)
+    if isinstance(host, str) and host and isinstance(port, int):
+        return format_address(host, port)
+    return repr(endpoint)
+
+
+def connect_failure_reason(reason: BaseException) -> str:
+    """A failed connection attempt's reason in a few words: ``"connection refused"``,
+    ``"connect timed out"``, ``"host name lookup failed"``, ``"no route to host"``, else
+    the exception's class and text."""
+    if isinstance(reason, error.ConnectionRefusedError | ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, error.TimeoutError | error.TCPTimedOutError | TimeoutError):
+        return "connect timed out"
+    if isinstance(reason, error.DNSLookupError | error.UnknownHostError):
+        return "host name lookup failed"
+    if isinstance(reason, error.NoRouteError):
+        return "no route to host"
+    text = str(reason)
+    return f"{type(reason).__name__}: {text}" if text else type(reason).__name__
+
+
+@implementer(IStreamClientEndpoint)
+class LabelledEndpoint:
+    """An nsqd's endpoint under its label, as every client dials it.
+
+    ``str()`` and ``repr()`` are the label, so whatever logs the endpoint (Twisted's
+    ``ClientService`` does, at each retry) names the nsqd as the client's own lines do.
+    Failed connection attempts are logged here, for every client alike, at warn: the
+    first of an outage with its reason ("Cannot connect to nsqd 127.0.0.1:4150:
+    connection refused"), then again when the reason changes or every
+    :data:`LOG_EVERY_FAILURES`-th failed attempt in a row; the first connection after
+    failures is logged at info with their count. A cancelled attempt (a client
+    stopping) is not a failure.
+    """
+
+    _log = Logger()
+
+    def __init__(self, wrapped: IStreamClientEndpoint, label: str) -> None:
+        #: the endpoint dialled.
+        self.wrapped = wrapped
+        #: the nsqd's name in logs.
+        self.label = label
+        #: failed attempts since the last connection (or the first attempt).
+        self.failures = 0
+        self._reason: str | None = None
+
+    def connect(self, protocolFactory: IProtocolFactory) -> Deferred[IProtocol]:
+        """Dial the wrapped endpoint; its result passes through unchanged."""
+        d: Deferred[IProtocol] = self.wrapped.connect(protocolFactory)
+        d.addCallbacks(self._connected, self._failed)
+        return d
+
+    def _connected(self, protocol: IProtocol) -> IProtocol:
+        if self.failures:
+            self._log.info(
+                "Connected to nsqd {nsqd} after {count} failed attempts",
+                nsqd=self.label, count=self.failures,
+            )
+        self.failures, self._reason = 0, None
+        return protocol
+
+    def _failed(self, failure: Failure) -> Failure:
+        if failure.check(CancelledError):  # type: ignore[no-untyped-call]
+            return failure
+        self.failures += 1
+        value = failure.value
+        reason = "unknown reason" if value is None else connect_failure_reason(value)
+        if self.failures == 1 or reason != self._reason:
+            self._log.warn(
+                "Cannot connect to nsqd {nsqd}: {reason}", nsqd=self.label, reason=reason
+            )
+        elif self.failures % LOG_EVERY_FAILURES == 0:
+            self._log.warn(
+                "Still cannot connect to nsqd {nsqd} after {count} attempts: {reason}",
+                nsqd=self.label, count=self.failures, reason=reason,
+            )
+        self._reason = reason
+        return failure
+
+    def __repr__(self) -> str:
+        return self.label
+
+    __str__ = __repr__

@@ -13,6 +13,28 @@ messages in flight, requeue what is left, close.
 Without ``--handler`` every message body is written to standard output, one per line,
 like ``nsq_tail``. twistd's own log also goes to standard output with ``-n``; use
 ``twistd --logfile=/dev/stderr -n nsq-consumer ...`` to keep the two apart.
+
+The handler, two ways:
+
+- ``--handler module:callable``: the named object is the handler, called with each
+  :class:`~txnsq.message.Message` (as it always was). An object with a ``handle(message)``
+  method is also accepted (``handle`` is then the handler).
+- ``--handler-factory module:callable``: the named callable is called once, by
+  :func:`makeService`, with a :class:`HandlerContext` (topic, channel, the
+  :class:`~txnsq.consumer.ConsumerOptions`, the reactor and the ``settings`` given with
+  ``--handler-setting KEY=VALUE`` and ``--handler-settings-file PATH``, a JSON object),
+  and returns the handler: a callable, or an object with a ``handle(message)`` method.
+  It returns the handler itself, not a Deferred or coroutine: asynchronous setup goes in
+  the handler's ``startService``.
+
+Either way, a handler object that provides
+:class:`~twisted.application.service.IService` (a ``Service`` subclass) owns resources:
+its ``startService`` runs before the consumer starts (when it returns a Deferred, the
+consumer starts once that fires), and its ``stopService`` after the consumer has stopped,
+that is after its last message was answered. A database pool opened in ``startService``
+is there for the first message and closed after the last one. A factory that raises, or
+returns something that is not a handler, stops twistd at start with one line naming
+``--handler-factory`` and the object (:class:`HandlerSetupError`).
 """
 
 from __future__ import annotations
@@ -20,9 +42,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import ipaddress
+import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import IO, Any, Final
 
 from twisted.application.service import IService, MultiService, Service
@@ -40,6 +65,7 @@ from twisted.logger import Logger
 from twisted.python import usage
 from twisted.web.server import Site
 
+from txnsq._endpoints import EndpointFactory
 from txnsq._wire import commands
 from txnsq._wire.address import check_address_map, format_address, parse_address
 from txnsq._wire.deadletter import DeadLetter
@@ -53,18 +79,28 @@ from txnsq.tls import TLSOptions
 __all__ = [
     "BodyPrinter",
     "ConsumerService",
+    "HandlerContext",
+    "HandlerSetupError",
     "MetricsService",
     "Options",
     "StatsReporter",
+    "build_handler",
+    "handler_parts",
     "makeService",
     "metrics_service",
+    "read_settings_file",
     "resolve_handler",
+    "resolve_object",
     "stats_fields",
 ]
 
 _log: Final = Logger(namespace="txnsq.tap")
 
 _DEFAULTS: Final = ConsumerOptions()
+
+_ASYNC_IN_THREADS: Final = (
+    "--handler-threads runs a blocking handler; an async def handler needs no threads"
+)
 
 
 def _default(name: str) -> str:
@@ -140,18 +176,19 @@ class BodyPrinter:
             self._on_closed()
 
 
-def resolve_handler(spec: str) -> Callable[[Message], Any]:
-    """Import ``"module.path:callable"`` (the attribute may be dotted) and return it.
+def resolve_object(spec: str, option: str = "--handler") -> Any:
+    """Import ``"module.path:attribute"`` (the attribute may be dotted) and return it.
 
     Modules in the current directory are importable: it is appended to ``sys.path``
     (after the installed packages, so it shadows none of them).
 
+    :param option: the option ``spec`` was given to, named in errors.
     :raises usage.UsageError: with one line saying what is wrong.
     """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise usage.UsageError(
-            f"--handler must look like 'module.path:callable', not {spec!r}"
+            f"{option} must look like 'module.path:callable', not {spec!r}"
         )
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
@@ -160,11 +197,11 @@ def resolve_handler(spec: str) -> Callable[[Message], Any]:
         target: Any = importlib.import_module(module_name)
     except ImportError as e:
         raise usage.UsageError(
-            f"--handler {spec!r}: cannot import module {module_name!r}: {e}"
+            f"{option} {spec!r}: cannot import module {module_name!r}: {e}"
         ) from e
     except Exception as e:
         raise usage.UsageError(
-            f"--handler {spec!r}: importing module {module_name!r} failed: "
+            f"{option} {spec!r}: importing module {module_name!r} failed: "
             f"{type(e).__name__}: {e}"
         ) from e
     path = module_name
@@ -173,15 +210,153 @@ def resolve_handler(spec: str) -> Callable[[Message], Any]:
             target = getattr(target, part)
         except AttributeError:
             raise usage.UsageError(
-                f"--handler {spec!r}: {path!r} has no attribute {part!r}"
+                f"{option} {spec!r}: {path!r} has no attribute {part!r}"
             ) from None
         path = f"{path}.{part}"
+    return target
+
+
+def resolve_handler(spec: str, option: str = "--handler") -> Callable[..., Any]:
+    """:func:`resolve_object`, for an object that must be callable.
+
+    :raises usage.UsageError: with one line saying what is wrong.
+    """
+    target = resolve_object(spec, option)
     if not callable(target):
         raise usage.UsageError(
-            f"--handler {spec!r} is not callable (it is a {type(target).__name__})"
+            f"{option} {spec!r} is not callable (it is a {type(target).__name__})"
         )
-    handler: Callable[[Message], Any] = target
+    handler: Callable[..., Any] = target
     return handler
+
+
+def handler_parts(obj: object) -> tuple[Callable[[Message], Any], IService | None]:
+    """What a handler object is made of: the callable messages go to (its
+    ``handle`` method when it has one, else the object itself) and the service to
+    start before the consumer and stop after it (the object, when it provides
+    :class:`~twisted.application.service.IService`; else ``None``).
+
+    :raises TypeError: saying why ``obj`` is not a handler (one line, to follow the
+        option and the object's name).
+    """
+    if isinstance(obj, defer.Deferred) or inspect.isawaitable(obj):
+        raise TypeError(
+            f"is {_describe(obj)}, not a handler: a factory returns the handler itself; "
+            "do asynchronous setup in the handler's startService (it may return a "
+            "Deferred, which the consumer waits for)"
+        )
+    handle = getattr(obj, "handle", None)
+    if not callable(handle):
+        if not callable(obj):
+            raise TypeError(
+                f"is not a handler: {_describe(obj)} is not callable and has no "
+                "handle(message) method"
+            )
+        handle = obj
+    service: IService | None = IService(obj) if IService.providedBy(obj) else None
+    return handle, service
+
+
+def _describe(obj: object) -> str:
+    """``obj`` in a few words, for an error message."""
+    if obj is None:
+        return "None"
+    text = repr(obj)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} (a {type(obj).__name__})"
+
+
+class HandlerSetupError(SystemExit):
+    """``--handler-factory`` failed: the factory raised, or returned no handler.
+
+    A ``SystemExit`` whose code is the message: raised by :func:`makeService`, it stops
+    twistd at start with that one line on standard error and exit status 1, without a
+    traceback.
+    """
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandlerContext:
+    """What a ``--handler-factory`` is called with (once, at start).
+
+    The factory returns the handler: a callable taking a
+    :class:`~txnsq.message.Message`, or an object with a ``handle(message)`` method; if
+    that object provides :class:`~twisted.application.service.IService`, its
+    ``startService`` runs before the consumer starts and its ``stopService`` after the
+    consumer has stopped (its last message answered).
+    """
+
+    #: the topic consumed
+    topic: str
+    #: the channel it is consumed through
+    channel: str
+    #: the consumer's options, as the command line set them (``msg_timeout`` etc.)
+    options: ConsumerOptions
+    #: the reactor the consumer runs on (for timers, thread pools, connections)
+    reactor: Any
+    #: the ``--handler-settings-file`` entries, overridden by ``--handler-setting
+    #: KEY=VALUE`` ones; read-only
+    settings: Mapping[str, str]
+    #: the ``--nsqd-tcp-address`` values, as ``"host:port"``
+    nsqd_tcp_addresses: tuple[str, ...] = ()
+    #: the ``--lookupd-http-address`` values
+    lookupd_http_addresses: tuple[str, ...] = ()
+
+
+def build_handler(
+    factory: Callable[[HandlerContext], object], context: HandlerContext, spec: str
+) -> tuple[Callable[[Message], Any], IService | None]:
+    """Call ``--handler-factory`` ``spec`` (the ``factory``) with ``context``; return
+    its handler's parts (:func:`handler_parts`).
+
+    :raises HandlerSetupError: naming the option and ``spec`` when the factory raises or
+        returns something that is not a handler.
+    """
+    where = f"--handler-factory {spec!r}"
+    try:
+        result = factory(context)
+    except Exception as e:
+        raise HandlerSetupError(f"{where} raised {type(e).__name__}: {e}") from e
+    try:
+        return handler_parts(result)
+    except TypeError as e:
+        if inspect.iscoroutine(result):
+            result.close()  # never awaited, on purpose
+        raise HandlerSetupError(f"{where} returned an object that {e}") from None
+
+
+def read_settings_file(path: str) -> dict[str, str]:
+    """The settings in the ``--handler-settings-file`` at ``path``: a JSON object whose
+    values are strings, numbers or booleans (a number or boolean is kept as its JSON
+    text: ``5``, ``0.5``, ``true``).
+
+    :raises usage.UsageError: naming the option and the file.
+    """
+    where = f"--handler-settings-file {path!r}"
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise usage.UsageError(f"{where}: cannot read it: {e.strerror or e}") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise usage.UsageError(f"{where} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise usage.UsageError(
+            f"{where} must hold a JSON object of settings, not {type(data).__name__}"
+        )
+    settings: dict[str, str] = {}
+    for key, value in data.items():
+        if isinstance(value, str):
+            settings[key] = value
+        elif isinstance(value, bool | int | float):
+            settings[key] = json.dumps(value)
+        else:
+            kind = "null" if value is None else type(value).__name__
+            raise usage.UsageError(
+                f"{where}: setting {key!r} must be a string, number or boolean, not {kind}"
+            )
+    return settings
 
 
 # -------------------------------------------------------------------- options
@@ -261,11 +436,24 @@ class Options(usage.Options):
          "The message handler, as 'module.path:callable'. It gets a txnsq Message and "
          "returns True/None (finish), False (requeue), a Deferred or coroutine of "
          "those, or raises (requeue); with twistd --reactor=asyncio a coroutine runs as "
-         "an asyncio task. Default: print each body to stdout, one per line."],
+         "an asyncio task. An object with a handle(message) method works too; if it is "
+         "a twisted Service, it is started before the consumer and stopped after it. "
+         "Default: print each body to stdout, one per line."],
+        ["handler-factory", None, None,
+         "Instead of --handler: 'module.path:callable' called once at start with a "
+         "txnsq.HandlerContext (.topic, .channel, .options, .reactor, .settings) and "
+         "returning the handler (as --handler takes it; a twisted Service with "
+         "handle(message) owns resources: startService runs before the consumer, "
+         "stopService after its last message). Not a Deferred: do async setup in "
+         "startService."],
+        ["handler-settings-file", None, None,
+         "With --handler-factory: a JSON object of settings ({\"db\": \"/var/x.db\"}; "
+         "numbers and booleans become their JSON text) for HandlerContext.settings; "
+         "a --handler-setting KEY=VALUE overrides its entry."],
         ["max-in-flight", None, _default("max_in_flight"),
          "Messages in flight at once over all connections."],
         ["handler-threads", None, _default("handler_threads"),
-         "Run --handler (a blocking function) in a pool of at most this many threads, "
+         "Run the handler (a blocking function) in a pool of at most this many threads, "
          "so the reactor keeps answering heartbeats; 0: on the reactor thread. Give "
          "--max-in-flight at least as large."],
         ["max-attempts", None, _default("max_attempts"),
@@ -297,8 +485,8 @@ class Options(usage.Options):
         ["user-agent", None, None,
          f"User agent sent to nsqd (default: {DEFAULT_USER_AGENT})."],
         ["msg-timeout", None, None,
-         "Ask nsqd to time out unanswered messages after this long (default: nsqd's, "
-         "60 s)."],
+         "Seconds nsqd waits for a message's answer before redelivering it (default: "
+         "nsqd's --msg-timeout, 60 s)."],
         ["stop-timeout", None, _default("stop_timeout"),
          "On stop, how long to wait for in-flight messages before requeueing them."],
         ["stats-interval", None, "0",
@@ -319,6 +507,11 @@ class Options(usage.Options):
         self["nsqd_tcp_addresses"] = []
         self["lookupd_http_addresses"] = []
         self["address_map"] = []
+        self["handler_setting_entries"] = []
+
+    def opt_handler_setting(self, setting: str) -> None:
+        """KEY=VALUE for --handler-factory's HandlerContext.settings (repeatable)."""
+        self["handler_setting_entries"].append(setting)
 
     def opt_nsqd_tcp_address(self, address: str) -> None:
         """An nsqd TCP address, HOST:PORT ([V6ADDR]:PORT for IPv6; a bare HOST means
@@ -370,17 +563,7 @@ class Options(usage.Options):
         connection = self._connection_settings(numbers)
         tls = self._tls_options()
         auth_secret = self._auth_secret()
-        self["handler_callable"] = (
-            resolve_handler(self["handler"]) if self["handler"] is not None else None
-        )
-        if numbers["handler-threads"]:
-            if self["handler_callable"] is None:
-                raise usage.UsageError("--handler-threads needs --handler")
-            if inspect.iscoroutinefunction(self["handler_callable"]):
-                raise usage.UsageError(
-                    "--handler-threads runs a blocking handler; an async def handler "
-                    "needs no threads"
-                )
+        self._handler_options(threads=numbers["handler-threads"] > 0)
         dead_letter = self._dead_letter()
         self._metrics_options()
         try:
@@ -404,6 +587,54 @@ class Options(usage.Options):
         except (TypeError, ValueError) as e:
             raise usage.UsageError(f"invalid consumer options: {e}") from None
         self["stats_interval"] = numbers["stats-interval"]
+
+    def _handler_options(self, threads: bool) -> None:
+        """Set ``handler_callable`` and ``handler_service`` (from ``--handler``; both
+        ``None`` without it), ``handler_factory`` (the ``--handler-factory`` callable, or
+        ``None``) and ``handler_settings`` (read-only)."""
+        spec, factory_spec = self["handler"], self["handler-factory"]
+        if spec is not None and factory_spec is not None:
+            raise usage.UsageError("give --handler or --handler-factory, not both")
+        self["handler_callable"] = self["handler_service"] = self["handler_factory"] = None
+        if spec is not None:
+            target = resolve_object(spec, "--handler")
+            try:
+                handle, service = handler_parts(target)
+            except TypeError:
+                raise usage.UsageError(
+                    f"--handler {spec!r} is not callable (it is a {type(target).__name__}) "
+                    "and has no handle(message) method"
+                ) from None
+            if threads and inspect.iscoroutinefunction(handle):
+                raise usage.UsageError(_ASYNC_IN_THREADS)
+            self["handler_callable"], self["handler_service"] = handle, service
+        elif factory_spec is not None:
+            self["handler_factory"] = resolve_handler(factory_spec, "--handler-factory")
+        elif threads:
+            raise usage.UsageError("--handler-threads needs --handler or --handler-factory")
+        given = self["handler-settings-file"] is not None or self["handler_setting_entries"]
+        if given and factory_spec is None:
+            raise usage.UsageError(
+                "--handler-setting and --handler-settings-file need --handler-factory"
+            )
+        self["handler_settings"] = MappingProxyType(self._handler_settings())
+
+    def _handler_settings(self) -> dict[str, str]:
+        path = self["handler-settings-file"]
+        settings = read_settings_file(path) if path is not None else {}
+        given: set[str] = set()
+        for entry in self["handler_setting_entries"]:
+            key, sep, value = entry.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise usage.UsageError(
+                    f"--handler-setting must look like KEY=VALUE, not {entry!r}"
+                )
+            if key in given:
+                raise usage.UsageError(f"--handler-setting: {key!r} is given twice")
+            given.add(key)
+            settings[key] = value
+        return settings
 
     def _address_map(self) -> dict[str, str] | None:
         """``--address-map FROM=TO`` options as a mapping (``None`` without any)."""
@@ -754,17 +985,72 @@ def metrics_service(
 
 
 class ConsumerService(MultiService):
-    """The ``nsq-consumer`` service: the consumer and, optionally, periodic stats.
+    """The ``nsq-consumer`` service: the consumer and, optionally, periodic stats and
+    metrics, and the handler's own service.
 
-    Stopping it logs the counters so far, stops the consumer gracefully (the returned
-    Deferred fires once every connection is closed), then flushes the default printer.
+    Starting it starts ``handler_service`` first (when its ``startService`` returns a
+    Deferred, the consumer starts once that fires; when that Deferred fails, the
+    failure is logged and ``on_start_failed`` called, which by default does nothing).
+    Stopping it logs the counters so far, stops the consumer gracefully and waits for
+    it (every message answered, every connection closed), then stops
+    ``handler_service`` and waits for it, then flushes the default printer; the
+    returned Deferred fires after all of that (a failing ``handler_service`` stop is
+    logged, not raised). Stopped while ``handler_service`` is still starting, the start
+    is cancelled.
     """
 
-    def __init__(self, consumer: Consumer, printer: BodyPrinter | None = None) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        printer: BodyPrinter | None = None,
+        *,
+        handler_service: IService | None = None,
+        on_start_failed: Callable[[], object] | None = None,
+    ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.consumer = consumer
         self.printer = printer
+        self.handler_service = handler_service
+        self._on_start_failed = on_start_failed
+        #: the handler service's start, while it has not fired
+        self._starting: defer.Deferred[object] | None = None
         consumer.setServiceParent(self)  # type: ignore[no-untyped-call]
+
+    def privilegedStartService(self) -> None:
+        if self.handler_service is not None:
+            self.handler_service.privilegedStartService()  # type: ignore[no-untyped-call]
+        super().privilegedStartService()  # type: ignore[no-untyped-call]
+
+    def startService(self) -> None:
+        handler_service = self.handler_service
+        if handler_service is None:
+            super().startService()  # type: ignore[no-untyped-call]
+            return
+        Service.startService(self)  # type: ignore[no-untyped-call]
+        # An exception fails twistd's start; a Deferred delays the consumer's.
+        started: object = handler_service.startService()  # type: ignore[no-untyped-call]
+        if not isinstance(started, defer.Deferred):
+            self._start_children(None)
+            return
+        self._starting = started
+        started.addCallbacks(self._start_children, self._handler_start_failed)
+
+    def _start_children(self, _: object) -> None:
+        self._starting = None
+        if self.running:
+            super().startService()  # type: ignore[no-untyped-call]
+
+    def _handler_start_failed(self, failure: Any) -> None:
+        self._starting = None
+        if failure.check(defer.CancelledError):
+            return
+        _log.failure(
+            "The handler's service {service!r} failed to start; stopping",
+            failure,
+            service=self.handler_service,
+        )
+        if self._on_start_failed is not None:
+            self._on_start_failed()
 
     def stopService(self) -> defer.Deferred[None]:
         stats = self.consumer.stats()
@@ -778,9 +1064,30 @@ class ConsumerService(MultiService):
             finished=stats["finished"],
             requeued=stats["requeued"],
         )
-        d: defer.Deferred[Any] = super().stopService()  # type: ignore[no-untyped-call]
-        d.addCallback(self._stopped)
-        return d
+        starting = self._starting
+        if starting is not None:
+            starting.cancel()  # the children were not started
+        if any(child.running for child in self):
+            stopped: defer.Deferred[Any] = super().stopService()  # type: ignore[no-untyped-call]
+        else:
+            Service.stopService(self)  # type: ignore[no-untyped-call]
+            stopped = defer.succeed(None)
+        stopped.addCallback(self._stop_handler_service)
+        stopped.addCallback(self._stopped)
+        return stopped
+
+    def _stop_handler_service(self, _: object) -> defer.Deferred[None] | None:
+        """Once the consumer has stopped: stop the handler's service, if it runs."""
+        service = self.handler_service
+        if service is None or not service.running:
+            return None
+
+        def failed(failure: Any) -> None:
+            _log.failure(
+                "The handler's service {service!r} failed to stop", failure, service=service
+            )
+
+        return defer.maybeDeferred(service.stopService).addCallbacks(lambda _: None, failed)
 
     def _stopped(self, _: object) -> None:
         if self.printer is not None:
@@ -793,13 +1100,24 @@ class ConsumerService(MultiService):
 
 
 def makeService(
-    options: Options, *, reactor: Any = None, stdout: IO[bytes] | None = None
+    options: Options,
+    *,
+    reactor: Any = None,
+    stdout: IO[bytes] | None = None,
+    endpoint_factory: EndpointFactory | None = None,
 ) -> IService:
     """Build the ``nsq-consumer`` service from parsed :class:`Options`.
+
+    With ``--handler-factory``, the factory is called here, once, with a
+    :class:`HandlerContext`.
 
     :param reactor: the reactor for the consumer and timers (default: the global one).
     :param stdout: where the default handler writes bodies (default: standard output,
         taken now, before twistd redirects ``sys.stdout`` into its log).
+    :param endpoint_factory: passed to the :class:`~txnsq.consumer.Consumer` (tests
+        connect it to a :class:`~txnsq.testing.FakeNSQD` with it).
+    :raises HandlerSetupError: (a ``SystemExit``) when ``--handler-factory`` raises or
+        returns something that is not a handler.
     """
     if reactor is None:
         from twisted.internet import reactor as global_reactor
@@ -807,6 +1125,27 @@ def makeService(
         reactor = global_reactor
     printer: BodyPrinter | None = None
     handler: Callable[[Message], Any] | None = options["handler_callable"]
+    handler_service: IService | None = options["handler_service"]
+    factory = options["handler_factory"]
+    if factory is not None:
+        context = HandlerContext(
+            topic=options["topic"],
+            channel=options["channel"],
+            options=options["consumer_options"],
+            reactor=reactor,
+            settings=options["handler_settings"],
+            nsqd_tcp_addresses=tuple(options["nsqd_tcp_addresses"]),
+            lookupd_http_addresses=tuple(options["lookupd_http_addresses"]),
+        )
+        spec = options["handler-factory"]
+        handler, handler_service = build_handler(factory, context, spec)
+        if options["consumer_options"].handler_threads and inspect.iscoroutinefunction(
+            handler
+        ):
+            raise HandlerSetupError(
+                f"--handler-factory {spec!r} returned an async def handler: "
+                + _ASYNC_IN_THREADS
+            )
     if handler is None:
         if stdout is None:
             stdout = _standard_output()
@@ -820,8 +1159,14 @@ def makeService(
         lookupd_http_addresses=options["lookupd_http_addresses"],
         options=options["consumer_options"],
         reactor=reactor,
+        endpoint_factory=endpoint_factory,
     )
-    service = ConsumerService(consumer, printer)
+    service = ConsumerService(
+        consumer,
+        printer,
+        handler_service=handler_service,
+        on_start_failed=lambda: _stop_soon(reactor),
+    )
     if options["metrics_port"] is not None:
         metrics = metrics_service(
             consumer, options["metrics_port"], options["metrics_interface"], reactor

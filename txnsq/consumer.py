@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import inspect
 import random
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
@@ -29,7 +28,7 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import Factory
 from twisted.internet.task import LoopingCall
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from txnsq._aio import asyncio_loop, run_as_task
@@ -41,6 +40,7 @@ from txnsq._wire import commands
 from txnsq._wire.address import map_address
 from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
 from txnsq._wire.deadletter import DeadLetter, dead_letter_body
+from txnsq._wire.ratelimit import OncePerInterval
 from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq.errors import NotReady, NSQError
 from txnsq.message import FRESH, Message
@@ -58,6 +58,11 @@ Handler = Callable[[Message], Any]
 #: How many message ids the consumer remembers the last handler error of (for the
 #: dead-letter envelope and the give-up reason); the oldest is forgotten first.
 _LAST_ERRORS_KEPT: Final = 4096
+
+#: Seconds between two tracebacks of handler exceptions of one type (every failure gets
+#: its one warn line; its traceback is logged at error for the first of its type, then
+#: at most once per this interval, with the count of those left out).
+HANDLER_TRACEBACK_INTERVAL: Final = 60.0
 
 #: The per-nsqd counters Consumer.stats() also sums.
 _TOTALS: Final = tuple(ConsumerCounters.__annotations__)
@@ -251,6 +256,7 @@ class Consumer(Service):
         self._dead_letter_producer = dead_letter_producer
         self._own_dead_letter_producers: dict[str, Producer] = {}
         self._last_errors: dict[bytes, str] = {}
+        self._tracebacks = OncePerInterval(HANDLER_TRACEBACK_INTERVAL)
         self._reactor = reactor
         self._rng = rng or random.Random()
         opts = self.options
@@ -519,6 +525,8 @@ class Consumer(Service):
         nsqd.handshake_failures = 0
         nsqd.connects += 1
         session.subscribed = True
+        if self._poller is not None and not nsqd.static:
+            self._poller.nsqd_connected(nsqd.address)
         self._log.info(
             "Subscribed to {topic}/{channel} on nsqd {nsqd}",
             topic=self.topic,
@@ -549,8 +557,9 @@ class Consumer(Service):
             self._notify("connection_lost", nsqd.address, reason)
         if not self.running:
             return
-        if self._poller is not None:
-            self._poller.poll_now()
+        if self._poller is not None and session.subscribed and not nsqd.static:
+            # Found through nsqlookupd: ask it again soon, and again while it is missing.
+            self._poller.nsqd_lost(nsqd.address)
         if not nsqd.wanted and not nsqd.static:
             self._remove_nsqd(nsqd)
         else:
@@ -836,12 +845,54 @@ class Consumer(Service):
                 )
 
     def _handler_raised(self, session: Session, message: Message) -> None:
-        self._remember_error(message, repr(sys.exc_info()[1]))
-        self._log.failure(
-            "Handler raised on message {id} from {nsqd}; requeueing it",
-            id=message.id,
-            nsqd=session.nsqd.address,
+        self._handler_failed(session, message, Failure())  # type: ignore[no-untyped-call]
+
+    def _handler_failed(self, session: Session, message: Message, failure: Failure) -> None:
+        """Log the handler's failure on ``message``, before the message is requeued: one
+        line at warn (where the message is from, its attempt, the exception, what happens
+        next), and the traceback at error for the first exception of its type, then at
+        most once per :data:`HANDLER_TRACEBACK_INTERVAL` seconds."""
+        error = failure.value
+        self._remember_error(message, repr(error))
+        kind = type(error)
+        error_type = kind.__qualname__
+        max_attempts = self._max_attempts
+        if message.has_responded:
+            outcome = "the handler had answered it"
+        elif session.closed:
+            outcome = "its connection is gone: nsqd redelivers it after its timeout"
+        else:
+            delay = self._default_requeue_delay(message.attempts)
+            outcome = f"requeueing it in {delay:g} s"
+            if max_attempts and message.attempts >= max_attempts:
+                outcome += f", to be given up at its next delivery (max_attempts {max_attempts})"
+        fields = {
+            "message_id": message.id.decode("ascii", "replace"),
+            "topic": self.topic,
+            "channel": self.channel,
+            "nsqd": session.nsqd.address,
+            "attempts": message.attempts,
+            "error_type": error_type,
+            "error": str(error),
+        }
+        self._log.warn(
+            "Handler failed on message {message_id} of {topic}/{channel} from {nsqd} "
+            "(attempt {attempts}): {error_type}: {error}; {outcome}",
+            outcome=outcome,
+            **fields,
         )
+        suppressed = self._tracebacks.check(kind, self._reactor.seconds())
+        if suppressed is not None:
+            self._log.failure(
+                "Traceback of the handler's {error_type} on message {message_id} "
+                "({suppressed} more of this type since the last traceback shown; the next "
+                "is shown {interval:g} s after this one at the earliest)",
+                failure,
+                level=LogLevel.error,
+                suppressed=suppressed,
+                interval=self._tracebacks.interval,
+                **fields,
+            )
 
     def _default_requeue_delay(self, attempts: int) -> float:
         opts = self.options
@@ -879,13 +930,7 @@ class Consumer(Service):
             return value
 
         def failed(failure: Failure) -> None:
-            self._remember_error(message, repr(failure.value))
-            self._log.failure(
-                "Handler failed on message {id} from {nsqd}; requeueing it",
-                failure,
-                id=message.id,
-                nsqd=session.nsqd.address,
-            )
+            self._handler_failed(session, message, failure)
             if not message.has_responded:
                 message.requeue()
 

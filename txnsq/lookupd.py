@@ -4,7 +4,11 @@
 through an :class:`~twisted.web.iweb.IAgent`, right at :meth:`~LookupdPoller.start` and
 then every ``poll_interval`` seconds (with jitter), and hands the union of all producers
 to a callback after each round. A failing nsqlookupd is logged and asked again next
-round; it is never fatal.
+round; it is never fatal. While an nsqd it listed is missing (its connection closed:
+:meth:`~LookupdPoller.nsqd_lost`, until :meth:`~LookupdPoller.nsqd_connected`), rounds
+come sooner, from about a second after the loss up to ``poll_interval``
+(:class:`txnsq._wire.lookup.RecheckSchedule`, the rule the blocking Subscriber follows
+too), so that an nsqd back after an outage is found within seconds.
 
 Producers do not vanish because a lookupd is briefly down: the answers merge by
 :class:`txnsq._wire.lookup.LookupAnswers` (the rule the blocking Subscriber follows too),
@@ -41,6 +45,7 @@ from txnsq._wire.lookup import (
     STALE_POLLS,
     LookupAnswers,
     LookupResponseError,
+    RecheckSchedule,
     lookup_url,
     parse_lookup_response,
 )
@@ -167,7 +172,8 @@ class LookupdPoller:
         :class:`~twisted.web.client.Agent` needs). Default: the global reactor.
     :param agent: the HTTP client; default a :class:`~twisted.web.client.Agent` on
         ``reactor`` with a persistent connection pool that :meth:`stop` closes.
-    :param poll_interval: seconds between rounds, before jitter.
+    :param poll_interval: seconds between rounds, before jitter (while an nsqd is
+        missing, see :meth:`nsqd_lost`, rounds come sooner).
     :param poll_jitter: 0 to 1; the delay before each round is drawn uniformly from
         ``[poll_interval * (1 - poll_jitter), poll_interval]``, so a newly published
         topic is never found later than ``poll_interval`` after the previous round.
@@ -248,6 +254,7 @@ class LookupdPoller:
         self._repoll_requested = False
         self._next: IDelayedCall | None = None
         self._producers: frozenset[str] = frozenset()
+        self._schedule = RecheckSchedule(self._interval, self._jitter)
 
     # -- public API ----------------------------------------------------------------------
 
@@ -277,6 +284,7 @@ class LookupdPoller:
         if self._running:
             return
         self._running = True
+        self._schedule = RecheckSchedule(self._interval, self._jitter)
         self._start_round()
 
     def stop(self) -> Deferred[None]:
@@ -299,7 +307,8 @@ class LookupdPoller:
         return closing.addBoth(lambda _: None)
 
     def poll_now(self) -> None:
-        """Ask for a prompt round (e.g. because a connection to an nsqd closed).
+        """Ask for one prompt round (for an nsqd whose connection closed, see
+        :meth:`nsqd_lost`: it keeps asking while that nsqd is missing).
 
         Rate-limited: the round starts at once if the previous one started at least
         ``min_repoll_interval`` ago, otherwise at that point; a round in progress is
@@ -321,6 +330,26 @@ class LookupdPoller:
             self._next = self._reactor.callLater(delay, self._tick)
         elif self._next.getTime() > self._reactor.seconds() + delay:
             self._next.reset(delay)
+
+    def nsqd_lost(self, address: str) -> None:
+        """The connection to ``address``, an nsqd this poller listed, closed: until
+        :meth:`nsqd_connected` is called for it, rounds come sooner (about a second after
+        the loss, then each about 1.5 times later, up to ``poll_interval``; see
+        :class:`txnsq._wire.lookup.RecheckSchedule`). Does nothing when not running."""
+        if not self._running:
+            return
+        now = self._reactor.seconds()
+        at = self._schedule.lost(address, now, self._rng.random)
+        if at is None or self._in_round:
+            return  # a round in progress is followed by a recheck anyway
+        if self._next is None or not self._next.active():
+            self._next = self._reactor.callLater(at - now, self._tick)
+        elif self._next.getTime() > at:
+            self._next.reset(at - now)
+
+    def nsqd_connected(self, address: str) -> None:
+        """``address`` is connected (again): no longer missing (see :meth:`nsqd_lost`)."""
+        self._schedule.connected(address)
 
     # -- rounds --------------------------------------------------------------------------
 
@@ -355,10 +384,9 @@ class LookupdPoller:
         self._in_round = False
         if not self._running:  # the callback may have stopped us
             return
+        delay = self._schedule.polled(now, self._rng.random) - now
         if self._repoll_requested:
-            delay = max(0.0, self._repoll_delay())
-        else:
-            delay = self._interval * (1.0 - self._jitter * self._rng.random())
+            delay = min(delay, max(0.0, self._repoll_delay()))
         self._next = self._reactor.callLater(delay, self._tick)
 
     def _repoll_delay(self) -> float:

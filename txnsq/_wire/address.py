@@ -14,33 +14,62 @@ Accepted forms:
 Anything else raises :class:`ValueError` (or :class:`TypeError` for a value that is
 not a string or a pair), with the same wording whichever client was given it. In
 particular an unbracketed IPv6 address followed by what looks like a port
-(``"::1:4151"``) is refused rather than guessed at.
+(``"::1:4151"``) is refused rather than guessed at, a URL where a ``host:port`` goes
+(``"http://127.0.0.1:4151"``) is named a URL, and several addresses in one string
+(``"a:4150, b:4152"``) are named so, with the list to give instead. The error of an
+invalid address that carries one of NSQ's well-known ports (4150, 4151, 4160, 4161) for
+another kind of address than the one expected adds what that port usually is (a hint
+only: a valid address is never refused for its port).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable, Mapping
 from typing import Final
+from urllib.parse import urlsplit
 
 __all__ = [
     "NSQD_HTTP_PORT",
     "NSQD_TCP_PORT",
     "NSQLOOKUPD_HTTP_PORT",
+    "NSQLOOKUPD_TCP_PORT",
     "AddressMap",
     "check_address_map",
+    "check_http_scheme",
     "format_address",
     "map_address",
     "map_http_address",
     "parse_address",
+    "port_hint",
+    "refuse_several",
 ]
 
 #: nsqd's default TCP port.
 NSQD_TCP_PORT: Final = 4150
 #: nsqd's default HTTP port.
 NSQD_HTTP_PORT: Final = 4151
+#: nsqlookupd's default TCP port (where nsqds register; clients never dial it).
+NSQLOOKUPD_TCP_PORT: Final = 4160
 #: nsqlookupd's default HTTP port.
 NSQLOOKUPD_HTTP_PORT: Final = 4161
+
+#: What each well-known port usually is, for the hints in address errors.
+_WELL_KNOWN_PORTS: Final = {
+    NSQD_TCP_PORT: "nsqd's TCP port",
+    NSQD_HTTP_PORT: "nsqd's HTTP port",
+    NSQLOOKUPD_TCP_PORT: "nsqlookupd's TCP port",
+    NSQLOOKUPD_HTTP_PORT: "nsqlookupd's HTTP port",
+}
+#: The kind of address a default port stands for (the parser's callers pass it).
+_KINDS: Final = {
+    NSQD_TCP_PORT: "an nsqd TCP address",
+    NSQD_HTTP_PORT: "an nsqd HTTP address",
+    NSQLOOKUPD_HTTP_PORT: "an nsqlookupd HTTP address",
+}
+_SEPARATORS: Final = re.compile(r"[\s,;]+")
+_PORTS: Final = re.compile(r":(\d+)(?!\d)")
 
 _HOST_FORBIDDEN: Final = frozenset(" \t\r\n/[]@?#")
 
@@ -51,12 +80,19 @@ def parse_address(
     """Return ``(host, port)`` for one address (see the module docstring for the forms).
 
     ``host`` comes back without brackets. ``default_port=None`` makes the port
-    mandatory.
+    mandatory. ``default_port`` also names the kind of address expected in errors:
+    4150 an nsqd TCP address, 4151 an nsqd HTTP address, 4161 an nsqlookupd HTTP address.
 
     :raises TypeError: for anything but a ``str`` or a ``(str, int)`` pair.
     :raises ValueError: for an empty or malformed host, a missing port where one is
-        required, a port that is not 1..65535, or an unbracketed IPv6 address with a port.
+        required, a port that is not 1..65535, an unbracketed IPv6 address with a port, a
+        URL, or several addresses in one string.
     """
+    if isinstance(address, str):
+        try:
+            return _parse_text(address, default_port)
+        except ValueError as e:
+            raise ValueError(f"{e}{port_hint(address, default_port)}") from None
     if isinstance(address, tuple):
         if len(address) != 2 or not isinstance(address[0], str):
             raise TypeError(f"address must be 'host:port' or (host, port), not {address!r}")
@@ -65,11 +101,84 @@ def parse_address(
             host = host[1:-1]
         _check_host(host, address)
         return host, _port(port_value, address)
-    if not isinstance(address, str):
-        raise TypeError(
-            f"address must be a str or a (host, port) pair, not {type(address).__name__}"
+    raise TypeError(
+        f"address must be a str or a (host, port) pair, not {type(address).__name__}"
+    )
+
+
+def refuse_several(address: str, default_port: int | None = NSQD_TCP_PORT) -> None:
+    """Raise :class:`ValueError` if ``address`` holds several addresses (separated by
+    commas, semicolons or spaces, each an address or a URL), with the list to give.
+
+    :func:`parse_address` does this first; so do the readers of HTTP addresses, which
+    take URLs too. ``default_port`` is :func:`parse_address`'s (the kind expected).
+    """
+    error = _several_error(address, default_port)
+    if error is not None:
+        raise ValueError(f"{error}{port_hint(address, default_port)}")
+
+
+def _several_error(address: str, default_port: int | None) -> ValueError | None:
+    pieces = [p for p in _SEPARATORS.split(address.strip()) if p]
+    if len(pieces) < 2:
+        return None
+    for piece in pieces:
+        if "://" not in piece:
+            try:
+                _parse_text(piece, default_port, alone=True)
+            except ValueError:
+                return None  # not a list of addresses: the parser's own error says more
+    return ValueError(f"{address!r} holds several addresses; give a list: {pieces!r}")
+
+
+def port_hint(address: object, default_port: int | None = NSQD_TCP_PORT) -> str:
+    """Return ``" (4151 is usually nsqd's HTTP port)"`` when ``address`` (refused for
+    another reason) names a well-known NSQ port other than ``default_port``, else ``""``.
+
+    Only for the error of an invalid address: a valid address on any port is accepted.
+    """
+    for digits in _PORTS.findall(address if isinstance(address, str) else ""):
+        port = int(digits)
+        if port != default_port and port in _WELL_KNOWN_PORTS:
+            return f" ({port} is usually {_WELL_KNOWN_PORTS[port]})"
+    return ""
+
+
+def check_http_scheme(address: str, scheme: str, default_port: int | None) -> None:
+    """Raise the one :class:`ValueError` for an HTTP address (``address``, a URL) whose
+    ``scheme`` is neither http nor https (with :func:`port_hint`'s hint)."""
+    if scheme.lower() not in ("http", "https"):
+        raise ValueError(
+            f"invalid address {address!r}: the scheme must be http or https"
+            f"{port_hint(address, default_port)}"
         )
+
+
+def _url_error(address: str, text: str, default_port: int | None) -> ValueError:
+    """The error for a URL given where ``host:port`` goes, with an example built from
+    the URL's host and the expected kind's port."""
+    kind = _KINDS.get(default_port or 0, "an address here")
+    try:
+        parts = urlsplit(text)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if port is None or port in _WELL_KNOWN_PORTS:
+        port = default_port or NSQD_TCP_PORT
+    example = format_address(host, port) if host else f"host:{port}"
+    return ValueError(f"{address!r} is a URL; {kind} is host:port, e.g. {example!r}")
+
+
+def _parse_text(
+    address: str, default_port: int | None, *, alone: bool = False
+) -> tuple[str, int]:
     text = address.strip()
+    if not alone:
+        several = _several_error(address, default_port)
+        if several is not None:
+            raise several
+    if "://" in text:
+        raise _url_error(address, text, default_port)
     port: int | None
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")

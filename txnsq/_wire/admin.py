@@ -35,8 +35,10 @@ from txnsq._wire import commands
 from txnsq._wire.address import (
     NSQD_HTTP_PORT,
     NSQLOOKUPD_HTTP_PORT,
+    check_http_scheme,
     format_address,
     parse_address,
+    refuse_several,
 )
 from txnsq._wire.lookup import LOOKUP_ACCEPT
 from txnsq._wire.numbers import check_number, seconds_to_ms
@@ -142,13 +144,15 @@ def parse_http_address(
         URL is a contradiction.
     :raises TypeError: for an address that is neither a str nor a pair.
     :raises ValueError: for a malformed address, another scheme, credentials, a query or
-        fragment in the URL, or an ``http://`` URL with ``tls``.
+        fragment in the URL, an ``http://`` URL with ``tls``, or several addresses in one
+        string.
     """
+    if isinstance(address, str):
+        refuse_several(address, default_port)
     if isinstance(address, str) and "://" in address:
         parts = urlsplit(address.strip())
         scheme = parts.scheme.lower()
-        if scheme not in ("http", "https"):
-            raise ValueError(f"invalid address {address!r}: the scheme must be http or https")
+        check_http_scheme(address, scheme, default_port)
         if scheme == "http" and tls:
             raise ValueError(
                 f"invalid address {address!r}: TLS options were given for an http:// URL "

@@ -6,6 +6,9 @@ Twisted's ``backoffPolicy`` (initial delay, factor, cap) with two differences: j
 only ever *shortens* a delay (by up to ``jitter`` of it, so ``max_delay`` is a real
 bound), and the random source is injected, so the same seed gives the same delays in
 every client.
+
+The same shape, through :func:`backoff_delay` and :func:`jittered`, times nsqlookupd's
+rechecks while an nsqd is missing (:class:`txnsq._wire.lookup.RecheckSchedule`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,23 @@ from typing import Final
 
 from txnsq._wire.numbers import check_number
 
-__all__ = ["DEFAULT_RETRY", "RetryPolicy"]
+__all__ = ["DEFAULT_RETRY", "RetryPolicy", "backoff_delay", "jittered"]
+
+
+def backoff_delay(attempt: int, initial: float, factor: float, max_delay: float) -> float:
+    """``initial * factor ** (attempt - 1)``, at most ``max_delay`` (``attempt`` counted
+    from 1; 0 or less counts as 1). Before jitter."""
+    exponent = min(max(attempt, 1) - 1, 64)
+    try:
+        return min(initial * factor**exponent, max_delay)
+    except OverflowError:  # a huge factor: the cap was reached long ago
+        return max_delay
+
+
+def jittered(delay: float, jitter: float, random: Callable[[], float]) -> float:
+    """``delay`` shortened by a random fraction in ``[0, jitter)`` of itself (``random``
+    returns a float in ``[0, 1)``), so it stays within ``[delay * (1 - jitter), delay]``."""
+    return delay * (1.0 - jitter * random())
 
 
 @dataclass(frozen=True)
@@ -53,12 +72,8 @@ class RetryPolicy:
 
         ``random`` returns a float in ``[0, 1)`` (``random.Random(seed).random``).
         """
-        exponent = min(max(attempt, 1) - 1, 64)
-        try:
-            delay = min(self.initial * self.factor**exponent, self.max_delay)
-        except OverflowError:  # a huge factor: the cap was reached long ago
-            delay = self.max_delay
-        return delay * (1.0 - self.jitter * random())
+        delay = backoff_delay(attempt, self.initial, self.factor, self.max_delay)
+        return jittered(delay, self.jitter, random)
 
     def policy(self, rng: random.Random | None = None) -> Callable[[int], float]:
         """A ``retryPolicy`` for Twisted's ``ClientService``: attempt -> seconds."""

@@ -14,7 +14,9 @@ It follows the same rules as the Twisted :class:`~txnsq.consumer.Consumer`, from
 :mod:`txnsq._wire`: RDY shared by :class:`~txnsq._wire.rdy.RdyController` (the total
 never above ``max_in_flight``), TOUCH timing by :func:`~txnsq._wire.touch.touch_schedule`,
 reconnect delays by :class:`~txnsq._wire.retry.RetryPolicy`, nsqlookupd answers merged by
-:class:`~txnsq._wire.lookup.LookupAnswers`, dead connections told by
+:class:`~txnsq._wire.lookup.LookupAnswers` and asked for on
+:class:`~txnsq._wire.lookup.RecheckSchedule` (sooner while an nsqd it listed is missing,
+so that one back from an outage is read again within seconds), dead connections told by
 :class:`~txnsq._wire.liveness.Liveness` (nothing received for about two heartbeat
 intervals: the connection is closed and dialled again, as a lost one), and announced
 addresses mapped by :func:`~txnsq._wire.address.map_address`.
@@ -63,6 +65,7 @@ from txnsq._wire.lookup import (
     STALE_POLLS,
     LookupAnswers,
     LookupResponseError,
+    RecheckSchedule,
     lookup_url,
     parse_lookup_response,
 )
@@ -435,7 +438,12 @@ class Subscriber:
         self._lookup = LookupAnswers(
             options.lookupd, stale_after=STALE_POLLS * options.lookupd_poll_interval
         )
-        self._next_lookup = 0.0
+        # When to poll nsqlookupd next: after each poll (the discovery thread) and at the
+        # loss of an nsqd it listed (the I/O thread), under _lock. SubscriberOptions has
+        # lookupd_poll_jitter from txnsq 0.2 on (the Consumer's rule); none before.
+        self._recheck = RecheckSchedule(
+            options.lookupd_poll_interval, getattr(options, "lookupd_poll_jitter", 0.0)
+        )
         # -- shared by the I/O and discovery threads, under _lock
         self._lock = threading.Lock()
         self._per_address: dict[str, list[ConnectionState]] = {}
@@ -461,7 +469,7 @@ class Subscriber:
         now = self._clock()
         if self._lookup_urls:
             self._poll_lookupd()
-            self._next_lookup = now + self.options.lookupd_poll_interval
+            self._polled(now)
         first_error: Exception | None = None
         for address in self._addresses(now):
             try:
@@ -900,6 +908,9 @@ class Subscriber:
                 peers.remove(state)
             if state.address not in self._next_attempt:
                 self._schedule_retry(state.address, now)
+            if self._lookup_urls and state.address not in self.options.nsqd:
+                # Found through nsqlookupd: poll it again soon, and again while missing.
+                self._recheck.lost(state.address, now, self._rng.random)
         self._send_rdy(self._rdy.remove_connection(state, now))
         self._discovery_wake.set()
 
@@ -947,11 +958,11 @@ class Subscriber:
     def _discover(self, now: float) -> float:
         """Poll nsqlookupd when due, dial every nsqd short of connections whose retry
         time has come; return when there is something to do next."""
-        if self._lookup_urls and now >= self._next_lookup:
+        if self._lookup_urls and now >= self._lookup_due():
             self._poll_lookupd()
             now = self._clock()
-            self._next_lookup = now + self.options.lookupd_poll_interval
-        due = [self._next_lookup] if self._lookup_urls else []
+            self._polled(now)
+        due = [self._lookup_due()] if self._lookup_urls else []
         for address in self._addresses(now):
             if self._stopping.is_set():
                 break
@@ -970,6 +981,24 @@ class Subscriber:
                 _log.warning("nsq subscriber: cannot connect to %s: %s", address, e)
                 due.append(self._failed(address))
         return min(due) if due else now + _DISCOVERY_MAX_WAIT_S
+
+    def _lookup_due(self) -> float:
+        """When nsqlookupd is to be polled next (at once before the first poll)."""
+        with self._lock:
+            due = self._recheck.due
+        return 0.0 if due is None else due
+
+    def _polled(self, now: float) -> None:
+        """nsqlookupd was polled at ``now``: schedule the next poll, and forget the failed
+        attempts of the discovered nsqds it no longer lists (they are not dialled any
+        more), so that one listed again (back from an outage) is dialled at once, not
+        when its reconnect backoff would have ended."""
+        listed = set(self._addresses(now))
+        with self._lock:
+            self._recheck.polled(now, self._rng.random)
+            for address in [a for a in self._next_attempt if a not in listed]:
+                del self._next_attempt[address]
+                self._attempts.pop(address, None)
 
     def _addresses(self, now: float) -> list[str]:
         """The nsqds to read from: the static ones always, the discovered ones while
@@ -1044,6 +1073,7 @@ class Subscriber:
             self._attempts.pop(address, None)
             self._next_attempt.pop(address, None)
             self._lost_logged.discard(address)
+            self._recheck.connected(address)
 
     def _failed(self, address: str) -> float:
         """A dial of ``address`` failed: return when to try again."""
