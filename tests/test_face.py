@@ -375,6 +375,19 @@ class DeprecationTests(SynchronousTestCase):
                 )
                 self.assertEqual(read(protocol), expected)
 
+    def test_protocol_options_and_keywords(self) -> None:
+        """Options and an old keyword together: the keyword replaces that field."""
+        protocol = self.assertDeprecated(
+            lambda: NSQProtocol(
+                ConnectionOptions(client_id="a", handshake_timeout=4.0), clock=Clock(),
+                answer_timeout=2.0,
+            ),
+            "NSQProtocol(answer_timeout=...)", "command_timeout",
+        )
+        self.assertEqual(protocol.answer_timeout, 2.0)
+        self.assertEqual(protocol._handshake_timeout, 4.0)
+        self.assertEqual(protocol.identify_options.client_id, "a")
+
     def test_protocol_default_options(self) -> None:
         """No options: ConnectionOptions() (with its command timeout), no warning."""
         with warnings.catch_warnings():

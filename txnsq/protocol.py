@@ -40,6 +40,7 @@ import socket
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, Final, cast
 
@@ -162,13 +163,17 @@ def _legacy_options(
 ) -> tuple[ConnectionOptions, IdentifyOptions, float]:
     """NSQProtocol's deprecated keywords (and a first argument that is an
     :class:`~txnsq._wire.identify.IdentifyOptions`), each warned about: the options they
-    stand for, the IDENTIFY sent as given, and the silence bound."""
+    stand for, the IDENTIFY sent as given, and the silence bound. Options given with
+    them are the base the keywords replace fields of."""
+    base: ConnectionOptions | None = None
+    if isinstance(identify, ConnectionOptions):
+        base, identify = identify, None
     for name in keywords:
         if name not in _LEGACY_KEYWORDS:
             valid = [p for p in inspect.signature(NSQProtocol).parameters if p != "deprecated"]
             raise unexpected_keyword("NSQProtocol", name, valid)
     if "identify" in keywords:
-        if identify is not None:
+        if identify is not None or base is not None:
             raise TypeError("NSQProtocol() got multiple values for argument 'options'")
         identify = keywords.pop("identify")
     if identify is not None:
@@ -179,14 +184,16 @@ def _legacy_options(
         )
         if not isinstance(identify, IdentifyOptions):
             raise TypeError(f"identify must be an IdentifyOptions, not {type(identify).__name__}")
-    settings: dict[str, Any] = {"command_timeout": None}  # no bound of its own, as before
+    # No command bound of its own, as before (unless options were given).
+    settings: dict[str, Any] = {"command_timeout": None} if base is None else {}
     for name, value in keywords.items():
         new = _LEGACY_KEYWORDS[name]
         warn_deprecated(f"NSQProtocol({name}=...)", f"NSQProtocol(ConnectionOptions({new}=...))",
                         stacklevel=4)
         settings[new] = value
-    options = ConnectionOptions(**settings)
-    identify = identify if identify is not None else IdentifyOptions()
+    options = ConnectionOptions(**settings) if base is None else replace(base, **settings)
+    if identify is None:
+        identify = IdentifyOptions() if base is None else options.identify_options()
     silence = _read_timeout(
         identify.heartbeat_interval_ms,
         heartbeats_missed=options.heartbeats_missed,
