@@ -45,7 +45,7 @@ from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq.errors import NotReady, NSQError
 from txnsq.message import FRESH, Message
 from txnsq.observers import IConsumerObserver
-from txnsq.options import ConsumerOptions, ProducerOptions, client_options
+from txnsq.options import ConnectionOptions, ConsumerOptions, ProducerOptions, client_options
 from txnsq.producer import Producer
 from txnsq.protocol import NSQProtocol, connection_protocol
 
@@ -209,7 +209,7 @@ class Consumer(Service):
         *,
         nsqd_tcp_addresses: Sequence[NSQDAddress] = (),
         lookupd_http_addresses: Sequence[str] = (),
-        options: ConsumerOptions | None = None,
+        options: ConsumerOptions | ConnectionOptions | None = None,
         giving_up: Callable[[Message], object] | None = None,
         observers: Sequence[IConsumerObserver] = (),
         dead_letter_producer: DeadLetterPublisher | None = None,
