@@ -23,6 +23,7 @@ from twisted.trial.unittest import TestCase
 
 from tests.support.processes import NSQD, start_lookupd, start_nsqd, wait_for
 from tests.support.proxy import start_proxy
+from txnsq._wire.retry import RetryPolicy
 from txnsq.consumer import Consumer
 from txnsq.message import Message
 
@@ -172,8 +173,7 @@ class ConsumerIntegrationTests(TestCase):
             self.handled.append(message.body)
             return True
 
-        options.setdefault("reconnect_delay", 0.1)
-        options.setdefault("max_reconnect_delay", 0.5)
+        options.setdefault("reconnect_policy", RetryPolicy(initial=0.1, max_delay=0.5))
         consumer = Consumer(
             self.topic,
             CHANNEL,

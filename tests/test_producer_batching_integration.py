@@ -17,7 +17,6 @@ from twisted.trial.unittest import TestCase
 from tests.support.processes import start_nsqd
 from tests.support.proxy import start_proxy
 from tests.test_producer_integration import make_channel, message_count, read_messages, settle
-from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.retry import RetryPolicy
 from txnsq.errors import BadMessageError, ConnectionClosed
 from txnsq.producer import Producer
@@ -31,7 +30,7 @@ class BatchingIntegrationTests(TestCase):
     timeout = 120
 
     def producer(self, addresses: Any, **kwargs: Any) -> Producer:
-        kwargs.setdefault("identify", IdentifyOptions(client_id="test", hostname="test"))
+        kwargs = {"client_id": "test", "hostname": "test", **kwargs}
         producer = Producer(addresses, batch=True, **kwargs)
         producer.startService()
         self.addCleanup(producer.stopService)

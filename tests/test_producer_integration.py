@@ -90,7 +90,7 @@ class ProducerIntegrationTests(TestCase):
     timeout = 60
 
     def producer(self, addresses: Any, **kwargs: Any) -> Producer:
-        kwargs.setdefault("identify", IdentifyOptions(client_id="test", hostname="test"))
+        kwargs = {"client_id": "test", "hostname": "test", **kwargs}
         producer = Producer(addresses, **kwargs)
         producer.startService()
         self.addCleanup(producer.stopService)
