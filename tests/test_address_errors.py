@@ -68,19 +68,23 @@ NSQD_TCP: dict[str, Reader] = {
     "Producer([...])": lambda a: Producer([a], reactor=MemoryReactorClock()),
     "Consumer": lambda a: _consumer(nsqd_tcp_addresses=[a]),
     "blocking Connection": Connection,
-    "blocking Subscriber": lambda a: SubscriberOptions(topic="t", channel="c", nsqd=[a]),
+    "blocking Subscriber": lambda a: SubscriberOptions(
+        topic="t", channel="c", nsqd_tcp_addresses=[a]
+    ),
     "FakeNSQD": lambda a: FakeNSQD(Clock(), a),
     "twistd": _twistd("--nsqd-tcp-address"),
-    "Spark write": _spark(parse_write_options, "nsqd", {}),
-    "Spark read": _spark(parse_read_options, "nsqd", {"channel": "c"}),
+    "Spark write": _spark(parse_write_options, "nsqdTcpAddresses", {}),
+    "Spark read": _spark(parse_read_options, "nsqdTcpAddresses", {"channel": "c"}),
 }
 #: Every entry point taking an nsqlookupd HTTP address.
 LOOKUPD_HTTP: dict[str, Reader] = {
     "Consumer": lambda a: _consumer(lookupd_http_addresses=[a]),
     "LookupdPoller": lambda a: LookupdPoller([a], "t", lambda p: None, reactor=Clock()),
-    "blocking Subscriber": lambda a: SubscriberOptions(topic="t", channel="c", lookupd=[a]),
+    "blocking Subscriber": lambda a: SubscriberOptions(
+        topic="t", channel="c", lookupd_http_addresses=[a]
+    ),
     "twistd": _twistd("--lookupd-http-address"),
-    "Spark read": _spark(parse_read_options, "lookupd", {"channel": "c"}),
+    "Spark read": _spark(parse_read_options, "lookupdHttpAddresses", {"channel": "c"}),
     "LookupdHTTPClient": lambda a: twisted_http.LookupdHTTPClient(a, reactor=Clock()),
     "blocking LookupdHTTPClient": BlockingLookupdHTTPClient,
 }
@@ -196,8 +200,8 @@ class AddressErrorTests(SynchronousTestCase):
 
     def test_spark_reads_a_list_as_a_list(self) -> None:
         """Spark's options are comma-separated lists: there, the same string is valid."""
-        options = parse_write_options({"nsqd": "a:4150, b:4152", "topic": "t"})
-        self.assertEqual(options.connection.nsqd, ("a:4150", "b:4152"))
+        options = parse_write_options({"nsqdTcpAddresses": "a:4150, b:4152", "topic": "t"})
+        self.assertEqual(options.connection.nsqd_tcp_addresses, ("a:4150", "b:4152"))
 
     def test_well_known_ports_never_refuse_a_valid_address(self) -> None:
         for clients, address in VALID_ON_OTHER_PORTS:

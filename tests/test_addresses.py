@@ -161,12 +161,12 @@ def via_twistd(address: str) -> tuple[str, int]:
 def _spark(parse: Callable[[dict[str, str]], Any], extra: dict[str, str]) -> Any:
     def read(address: str) -> tuple[str, int]:
         try:
-            options = parse({"nsqd": address, "topic": "t", **extra})
+            options = parse({"nsqdTcpAddresses": address, "topic": "t", **extra})
         except OptionError as e:
-            prefix = "option 'nsqd': "
+            prefix = "option 'nsqdTcpAddresses': "
             assert str(e).startswith(prefix), str(e)
             raise ValueError(str(e)[len(prefix) :]) from None
-        (normalised,) = options.connection.nsqd
+        (normalised,) = options.connection.nsqd_tcp_addresses
         return parse_address(normalised)
 
     return read
@@ -240,8 +240,8 @@ class SameAnswerTests(SynchronousTestCase):
 
     def test_spark_empty_nsqd_is_absent(self) -> None:
         with self.assertRaises(OptionError) as caught:
-            parse_write_options({"nsqd": "", "topic": "t"})
-        self.assertIn("option 'nsqd' is required", str(caught.exception))
+            parse_write_options({"nsqdTcpAddresses": "", "topic": "t"})
+        self.assertIn("option 'nsqdTcpAddresses' is required", str(caught.exception))
 
 
 class EndpointTests(SynchronousTestCase):

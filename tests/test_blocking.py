@@ -22,7 +22,6 @@ from tests.support.processes import start_nsqd, wait_for
 from tests.support.wire import identify_answer as _identify_answer
 from txnsq._wire.compression import SnappyCompressor
 from txnsq._wire.frames import encode_error, encode_message, encode_response
-from txnsq._wire.identify import IdentifyOptions
 from txnsq.blocking import Connection, NSQTimeoutError, TLSOptions, parse_address
 from txnsq.errors import (
     AuthFailedError,
@@ -165,8 +164,7 @@ class PublishConsumeTests(TestCase):
 
     def test_req_touch_and_heartbeats(self) -> None:
         self.nsqd.http_publish("rt", b"x")
-        opts = IdentifyOptions(heartbeat_interval_ms=1000, msg_timeout_ms=1000)
-        with Connection(self.nsqd.tcp_address, identify=opts) as conn:
+        with Connection(self.nsqd.tcp_address, heartbeat_interval=1.0, msg_timeout=1.0) as conn:
             conn.subscribe("rt", "ch")
             conn.rdy(1)
             (first,) = conn.receive(5)
@@ -238,9 +236,13 @@ class PublishConsumeTests(TestCase):
 
     def test_compression(self) -> None:
         big = bytes(range(256)) * 7
-        for opts in (IdentifyOptions(snappy=True), IdentifyOptions(deflate=True, deflate_level=9)):
-            topic = "snappy" if opts.snappy else "deflate"
-            with Connection(self.nsqd.tcp_address, identify=opts) as conn:
+        settings: list[dict[str, Any]] = [
+            {"compression": "snappy"},
+            {"compression": "deflate", "deflate_level": 9},
+        ]
+        for opts in settings:
+            topic = opts["compression"]
+            with Connection(self.nsqd.tcp_address, **opts) as conn:
                 self.assertTrue(conn.features.snappy or conn.features.deflate)
                 conn.multi_publish(topic, [big] * 300, batch_size=50)
                 conn.subscribe(topic, "ch")
@@ -285,7 +287,7 @@ class PublishConsumeTests(TestCase):
                 conn.receive(5)
 
     def test_nsqd_going_away(self) -> None:
-        conn = Connection(self.nsqd.tcp_address, timeout=5)
+        conn = Connection(self.nsqd.tcp_address, command_timeout=5)
         conn.connect()
         conn.subscribe("gone", "ch")
         self.nsqd.stop()
@@ -294,7 +296,7 @@ class PublishConsumeTests(TestCase):
         conn.close()
         conn.close()  # twice is fine
         with self.assertRaises(ConnectionClosed):
-            Connection(self.nsqd.tcp_address, timeout=2).connect()
+            Connection(self.nsqd.tcp_address, connect_timeout=2).connect()
 
 
 class TLSTests(TestCase):
@@ -304,8 +306,7 @@ class TLSTests(TestCase):
 
     def test_verified_tls_with_snappy(self) -> None:
         tls = TLSOptions(ca_certs=self.certs.ca_path)
-        snappy = IdentifyOptions(snappy=True)
-        with Connection(self.nsqd.tcp_address, tls=tls, identify=snappy) as conn:
+        with Connection(self.nsqd.tcp_address, tls=tls, compression="snappy") as conn:
             self.assertTrue(conn.features.tls_v1 and conn.features.snappy)
             conn.multi_publish("tls", [b"a" * 100] * 2000, batch_size=100)
             conn.subscribe("tls", "ch")
@@ -322,8 +323,7 @@ class TLSTests(TestCase):
         with self.assertRaises(HandshakeError):
             Connection(self.nsqd.tcp_address, tls=untrusted).connect()
         insecure = TLSOptions(insecure_skip_verify=True)
-        deflate = IdentifyOptions(deflate=True)
-        with Connection(self.nsqd.tcp_address, tls=insecure, identify=deflate) as c:
+        with Connection(self.nsqd.tcp_address, tls=insecure, compression="deflate") as c:
             c.publish("tls", b"x")
 
     def test_tls_required(self) -> None:
@@ -370,8 +370,7 @@ class AuthTests(TestCase):
         self.nsqd = start_nsqd(self, [f"--auth-http-address=127.0.0.1:{port}"])
 
     def test_auth(self) -> None:
-        snappy = IdentifyOptions(snappy=True)
-        with Connection(self.nsqd.tcp_address, auth_secret="good", identify=snappy) as conn:
+        with Connection(self.nsqd.tcp_address, auth_secret="good", compression="snappy") as conn:
             self.assertEqual((conn.auth_identity or {}).get("identity"), "tester")
             conn.publish("auth", b"x")
         with self.assertRaises(AuthFailedError):
@@ -432,7 +431,7 @@ class FakeServerTests(TestCase):
             time.sleep(0.5)
 
         fake = _FakeNSQD(self, script)
-        with Connection(fake.address, identify=IdentifyOptions(snappy=True), timeout=5) as conn:
+        with Connection(fake.address, compression="snappy", command_timeout=5) as conn:
             conn.subscribe("t", "c")
             (message,) = conn.receive(5)
             self.assertEqual(message.body, b"hello")
@@ -448,7 +447,7 @@ class FakeServerTests(TestCase):
             time.sleep(0.2)
 
         fake = _FakeNSQD(self, script)
-        with Connection(fake.address, timeout=5) as conn:
+        with Connection(fake.address, command_timeout=5) as conn:
             conn.publish("t", b"x")
         self.assertIn(b"NOP\n", fake.received)
 
@@ -463,7 +462,7 @@ class FakeServerTests(TestCase):
             time.sleep(0.2)
 
         fake = _FakeNSQD(self, script)
-        with Connection(fake.address, timeout=5) as conn:
+        with Connection(fake.address, command_timeout=5) as conn:
             self.assertTrue(conn.connected)
         self.assertTrue(fake.received.endswith(b"NOP\n"))
 
@@ -474,7 +473,7 @@ class FakeServerTests(TestCase):
         fake = _FakeNSQD(self, silent)
         started = time.monotonic()
         with self.assertRaises(NSQTimeoutError):
-            Connection(fake.address, timeout=0.3).connect()
+            Connection(fake.address, handshake_timeout=0.3).connect()
         self.assertLess(time.monotonic() - started, 3)
 
         def slow_ok(fake: _FakeNSQD, conn: socket.socket) -> None:
@@ -483,7 +482,7 @@ class FakeServerTests(TestCase):
             fake.read_until(conn, b"never")
 
         fake = _FakeNSQD(self, slow_ok)
-        conn = Connection(fake.address, timeout=0.3)
+        conn = Connection(fake.address, command_timeout=0.3)
         conn.connect()
         with self.assertRaises(NSQTimeoutError):
             conn.publish("t", b"x")
@@ -497,7 +496,7 @@ class FakeServerTests(TestCase):
             conn.sendall(struct.pack(">ll", 8, 7) + b"xxxx")  # unknown frame type
 
         fake = _FakeNSQD(self, garbage)
-        with Connection(fake.address, timeout=5) as conn, self.assertRaises(ProtocolError):
+        with Connection(fake.address, command_timeout=5) as conn, self.assertRaises(ProtocolError):
             conn.publish("t", b"x")
 
         def error_first(fake: _FakeNSQD, conn: socket.socket) -> None:
@@ -506,7 +505,7 @@ class FakeServerTests(TestCase):
 
         fake = _FakeNSQD(self, error_first)
         with self.assertRaises(Exception) as caught:
-            Connection(fake.address, timeout=5).connect()
+            Connection(fake.address, command_timeout=5).connect()
         self.assertEqual(getattr(caught.exception, "code", None), "E_BAD_BODY")
 
     def test_tls_asked_but_not_offered(self) -> None:
@@ -517,4 +516,4 @@ class FakeServerTests(TestCase):
 
         fake = _FakeNSQD(self, no_tls)
         with self.assertRaises(HandshakeError):
-            Connection(fake.address, tls=TLSOptions(), timeout=5).connect()
+            Connection(fake.address, tls=TLSOptions(), command_timeout=5).connect()

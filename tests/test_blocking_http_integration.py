@@ -44,7 +44,7 @@ def receive(conn: Connection, count: int, timeout: float = 10.0) -> Iterator[byt
         if time.monotonic() > deadline:
             raise AssertionError(f"only {received} of {count} messages in {timeout} s")
         for message in conn.receive(timeout=0.5):
-            conn.fin(message.id)
+            conn.finish(message.id)
             received += 1
             yield message.body
 

@@ -77,7 +77,7 @@ class ReconnectDelayTests(SynchronousTestCase):
     def subscriber_delays(self) -> list[float]:
         nsqd = FakeNsqd("127.0.0.1:4150")
         nsqd.down = True
-        d = Driver(self, [nsqd], nsqd=[nsqd.address], seed=SEED)
+        d = Driver(self, [nsqd], nsqd_tcp_addresses=[nsqd.address], seed=SEED)
         for _ in range(ATTEMPTS + 1):
             d.clock.now = d.discover()
         return [b - a for a, b in zip(nsqd.dialled, nsqd.dialled[1:], strict=False)]
@@ -108,7 +108,7 @@ class RdyAgreementTests(SynchronousTestCase):
         h.rdy_sum_never_above(2)
         consumer_rdy = sum(1 for c in h.conns if c.rdy)
 
-        d = Driver(self, [FakeNsqd(a) for a in NSQDS], nsqd=NSQDS, max_in_flight=2)
+        d = Driver(self, [FakeNsqd(a) for a in NSQDS], nsqd_tcp_addresses=NSQDS, max_in_flight=2)
         d.step()
         self.assertEqual(len(d.live()), 5)
         self.assertEqual(d.max_total_rdy, 2)
@@ -141,7 +141,7 @@ class TouchAgreementTests(SynchronousTestCase):
             msg_timeout_ms=self.MSG_TIMEOUT_MS,
             max_msg_timeout_ms=self.MAX_MSG_TIMEOUT_MS,
         )
-        d = Driver(self, [nsqd], nsqd=[nsqd.address])
+        d = Driver(self, [nsqd], nsqd_tcp_addresses=[nsqd.address])
         d.step()
         (conn,) = d.live()
         conn.push(1)
@@ -209,7 +209,9 @@ class LookupAgreementTests(SynchronousTestCase):
 
     def subscriber_rounds(self) -> list[frozenset[str]]:
         nsqds = [FakeNsqd(a) for a in NSQDS[:3]]
-        d = Driver(self, nsqds, lookupd=[self.L1, self.L2], lookupd_poll_interval=60)
+        d = Driver(
+            self, nsqds, lookupd_http_addresses=[self.L1, self.L2], lookupd_poll_interval=60
+        )
         rounds = []
         for i, answers in enumerate(self.ROUNDS):
             for lookupd, answer in zip((self.L1, self.L2), answers, strict=True):

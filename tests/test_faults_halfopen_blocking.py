@@ -24,7 +24,6 @@ from twisted.trial.unittest import TestCase
 from tests.support.processes import start_nsqd
 from tests.support.proxy import start_proxy
 from tests.test_faults import CHANNEL, FaultTestCase, body, number, report
-from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.retry import RetryPolicy
 from txnsq.blocking import Connection, Subscriber, SubscriberOptions
 from txnsq.errors import ConnectionClosed, ConnectionSilent
@@ -32,7 +31,8 @@ from txnsq.errors import ConnectionClosed, ConnectionSilent
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
 #: nsqd heartbeats every second; nothing for 2 intervals (+0.5 s slack) is death.
-IDENTIFY = IdentifyOptions(heartbeat_interval_ms=1000, msg_timeout_ms=2000)
+#: Heartbeats every second (a connection silent for 2.5 s is dead), redelivery after 2 s.
+LIVENESS: dict[str, Any] = {"heartbeat_interval": 1.0, "msg_timeout": 2.0}
 BOUND = 2.5
 #: Detection comes at most one check interval (a quarter of the bound) after it; the
 #: rest is room for a loaded machine.
@@ -93,7 +93,13 @@ class BlockingConsumer:
             while not self.stopping.is_set() and time.monotonic() < deadline:
                 try:
                     if conn is None:
-                        conn = Connection(self.address, identify=IDENTIFY, timeout=2.0)
+                        conn = Connection(
+                            self.address,
+                            **LIVENESS,
+                            connect_timeout=2.0,
+                            handshake_timeout=2.0,
+                            command_timeout=2.0,
+                        )
                         conn.connect()
                         conn.subscribe(self.topic, CHANNEL)
                         conn.rdy(self.rdy)
@@ -186,14 +192,16 @@ class HalfOpenBlockingTests(FaultTestCase):
         options = SubscriberOptions(
             topic=self.topic,
             channel=CHANNEL,
-            nsqd=[stalled.address, healthy.address],
+            nsqd_tcp_addresses=[stalled.address, healthy.address],
             max_in_flight=20,
-            identify=IDENTIFY,
-            timeout=1.0,
-            retry=RetryPolicy(initial=0.2, max_delay=1.0),
+            **LIVENESS,
+            connect_timeout=1.0,
+            handshake_timeout=1.0,
+            command_timeout=1.0,
+            reconnect_policy=RetryPolicy(initial=0.2, max_delay=1.0),
         )
         sub = Subscriber(options)
-        self.addCleanup(sub.shutdown)
+        self.addCleanup(sub.close)
         await deferToThread(sub.start)
         received: list[int] = []
         stopping = threading.Event()
@@ -231,7 +239,7 @@ class HalfOpenBlockingTests(FaultTestCase):
         counts = await self.drained(nsqd)  # redeliveries finished too
         stopping.set()
         await done
-        await deferToThread(sub.shutdown)
+        await deferToThread(sub.close)
         duplicated = check_half_open(
             self,
             "half-open blocking Subscriber (1 of 2 connections)",
@@ -253,8 +261,7 @@ class HeartbeatsOnEveryConnectionTests(TestCase):
         """nsqd heartbeats every connection that IDENTIFYed with an interval, one that
         never SUBscribed too: waiting past the bound on it raises nothing."""
         nsqd = start_nsqd(self)
-        identify = IdentifyOptions(heartbeat_interval_ms=1000)
-        with Connection(nsqd.tcp_address, identify=identify, heartbeats_missed=1) as conn:
+        with Connection(nsqd.tcp_address, heartbeat_interval=1.0, heartbeats_missed=1) as conn:
             self.assertEqual(conn.liveness_timeout, 1.5)
             self.assertEqual(conn.receive(3.2), [])
             self.assertGreaterEqual(conn.reads, 2)

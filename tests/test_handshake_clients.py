@@ -28,10 +28,13 @@ from txnsq._wire.frames import encode_response
 from txnsq._wire.identify import IdentifyOptions
 from txnsq.blocking import Connection
 from txnsq.errors import NSQError, ProtocolError
+from txnsq.options import ConnectionOptions
 from txnsq.protocol import NSQProtocol
+from txnsq.tls_options import TLSOptions
 
 SECRET = b"s3cret"
 OPTIONS = IdentifyOptions(client_id="client", hostname="client.example")
+CONNECTION_OPTIONS = ConnectionOptions(client_id="client", hostname="client.example")
 _BODY_COMMANDS = (b"IDENTIFY", b"AUTH", b"PUB")
 
 #: AUTH answers nsqd might be impersonated with, and what both clients must make of them.
@@ -190,7 +193,9 @@ class SameAnswersTests(SynchronousTestCase):
             reader.sock.sendall(encode_response(answer))
 
         server = _ScriptedNSQD(self, script)
-        conn = Connection(server.address, identify=OPTIONS, auth_secret=SECRET, timeout=5)
+        conn = Connection(
+            server.address, options=CONNECTION_OPTIONS, auth_secret=SECRET, command_timeout=5
+        )
         try:
             conn.connect()
         except NSQError as e:
@@ -237,8 +242,8 @@ class SameAnswersTests(SynchronousTestCase):
             send(encode_response(b"OK"))
 
         server = _ScriptedNSQD(self, script)
-        options = IdentifyOptions(deflate=True, deflate_level=asked)
-        with Connection(server.address, identify=options, timeout=5) as conn:
+        settings = {"compression": "deflate", "deflate_level": asked, "command_timeout": 5}
+        with Connection(server.address, **settings) as conn:
             conn.publish("t", BODY)
         server.join()
         [raw] = received
@@ -259,11 +264,11 @@ class SameAnswersTests(SynchronousTestCase):
     def test_same_identify(self) -> None:
         """The same options give the same IDENTIFY, defaults filled in alike."""
         for options in (
-            IdentifyOptions(),
-            IdentifyOptions(client_id="x", deflate=True, deflate_level=3),
-            IdentifyOptions(tls_v1=True, heartbeat_interval_ms=-1),
+            ConnectionOptions(),
+            ConnectionOptions(client_id="x", compression="deflate", deflate_level=3),
+            ConnectionOptions(tls=TLSOptions(), heartbeat_interval=None),
         ):
-            client = TwistedClient(options)
+            client = TwistedClient(options.identify_options())
             twisted_sent = client.written()
             sent: list[bytes] = []
 
@@ -274,7 +279,7 @@ class SameAnswersTests(SynchronousTestCase):
                 reader.sock.shutdown(socket.SHUT_RDWR)  # and answer nothing
 
             server = _ScriptedNSQD(self, script)
-            conn = Connection(server.address, identify=options, timeout=5)
+            conn = Connection(server.address, options=options, command_timeout=5)
             self.assertRaises(NSQError, conn.connect)
             server.join()
             self.assertEqual(sent, [twisted_sent])

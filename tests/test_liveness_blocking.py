@@ -14,7 +14,6 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.support.subscriber import Driver, FakeNsqd
 from tests.support.wire import identify_answer, parse_commands
 from txnsq._wire.frames import encode_response
-from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.lookup import lookup_url
 from txnsq.blocking import (
     Connection,
@@ -86,23 +85,19 @@ def connected(test: SynchronousTestCase, **kwargs: Any) -> tuple[Connection, Pee
     return conn, peer
 
 
-def heartbeats_ms(interval_ms: int) -> IdentifyOptions:
-    return IdentifyOptions(heartbeat_interval_ms=interval_ms)
-
-
 class ConnectionLivenessTests(SynchronousTestCase):
     def test_bound_follows_the_heartbeat_interval(self) -> None:
         self.assertEqual(Connection("h").liveness_timeout, 60.5)  # 2 x 30 s + slack
-        conn = Connection("h", identify=heartbeats_ms(1000), heartbeats_missed=3)
+        conn = Connection("h", heartbeat_interval=1.0, heartbeats_missed=3)
         self.assertEqual(conn.liveness_timeout, 3.5)
-        off = Connection("h", identify=heartbeats_ms(-1), read_timeout=7)
+        off = Connection("h", heartbeat_interval=None, read_timeout=7)
         self.assertEqual(off.liveness_timeout, 7.0)
         for bad in ({"heartbeats_missed": 0.5}, {"read_timeout": 0}, {"read_timeout": -1}):
             self.assertRaises(ValueError, Connection, "h", **bad)
         self.assertRaises(TypeError, Connection, "h", read_timeout="5")
 
     def test_silent_peer_is_dead_within_the_bound(self) -> None:
-        conn, _ = connected(self, identify=heartbeats_ms(-1), read_timeout=0.4, timeout=None)
+        conn, _ = connected(self, heartbeat_interval=None, read_timeout=0.4, command_timeout=None)
         started = time.monotonic()
         with self.assertRaises(ConnectionSilent) as caught:
             conn.receive()  # no time limit of its own
@@ -117,7 +112,7 @@ class ConnectionLivenessTests(SynchronousTestCase):
     def test_heartbeats_keep_it_alive(self) -> None:
         """Anything received, a heartbeat included, restarts the silence (a short read
         timeout stands in for two heartbeat intervals)."""
-        conn, peer = connected(self, identify=heartbeats_ms(-1), read_timeout=0.4)
+        conn, peer = connected(self, heartbeat_interval=None, read_timeout=0.4)
         stop = threading.Event()
         thread = peer.heartbeats(0.1, stop)
         self.addCleanup(stop.set)
@@ -132,7 +127,9 @@ class ConnectionLivenessTests(SynchronousTestCase):
         self.assertLess(time.monotonic() - started, 0.4 + 0.1 + 0.3)
 
     def test_pending_publishes_fail_with_the_named_error(self) -> None:
-        conn, peer = connected(self, identify=heartbeats_ms(-1), read_timeout=0.3, timeout=None)
+        conn, peer = connected(
+            self, heartbeat_interval=None, read_timeout=0.3, command_timeout=None
+        )
         conn.start_multi_publish("t", [b"a", b"b"])
         conn.start_multi_publish("t", [b"c"])
         self.assertEqual(conn.pending_publishes, 2)
@@ -141,8 +138,8 @@ class ConnectionLivenessTests(SynchronousTestCase):
         self.assertEqual(peer.commands(), [b"IDENTIFY", b"MPUB", b"MPUB"])
 
     def test_an_answer_wait_is_bounded_by_silence_too(self) -> None:
-        """``timeout`` bounds each wait; silence ends a longer one sooner."""
-        conn, _ = connected(self, identify=heartbeats_ms(-1), read_timeout=0.3, timeout=30)
+        """``command_timeout`` bounds each wait; silence ends a longer one sooner."""
+        conn, _ = connected(self, heartbeat_interval=None, read_timeout=0.3, command_timeout=30)
         started = time.monotonic()
         self.assertRaises(ConnectionSilent, conn.publish, "t", b"x")
         self.assertLess(time.monotonic() - started, 1.0)
@@ -150,7 +147,7 @@ class ConnectionLivenessTests(SynchronousTestCase):
     def test_idle_time_is_not_silence_without_heartbeats(self) -> None:
         """With heartbeats off nothing is expected between calls: a connection left
         idle past the read timeout still works (the Spark writer's pooled ones)."""
-        conn, peer = connected(self, identify=heartbeats_ms(-1), read_timeout=0.3)
+        conn, peer = connected(self, heartbeat_interval=None, read_timeout=0.3)
         time.sleep(0.5)
         self.assertTrue(conn.poll())
         peer.send(OK)
@@ -160,7 +157,7 @@ class ConnectionLivenessTests(SynchronousTestCase):
     def test_idle_time_counts_with_heartbeats(self) -> None:
         """With heartbeats on, what nsqd sent while nobody read waits in the socket:
         read first, it proves the connection alive; nothing there proves it dead."""
-        conn, peer = connected(self, identify=heartbeats_ms(1000), heartbeats_missed=1)
+        conn, peer = connected(self, heartbeat_interval=1.0, heartbeats_missed=1)
         peer.send(HEARTBEAT)
         time.sleep(1.1)
         peer.send(HEARTBEAT)
@@ -183,7 +180,7 @@ class ConnectionLivenessTests(SynchronousTestCase):
             original(sock, level, option, value)
 
         self.patch(socket.socket, "setsockopt", record)
-        conn = Connection(f"127.0.0.1:{listener.getsockname()[1]}", connect_timeout=0.2)
+        conn = Connection(f"127.0.0.1:{listener.getsockname()[1]}", handshake_timeout=0.2)
         self.assertRaises(NSQTimeoutError, conn.connect)
         self.assertEqual(seen, [1])
 
@@ -208,38 +205,47 @@ class SilentPeerBoundTests(SynchronousTestCase):
         return caught.exception
 
     def test_identify_answer(self) -> None:
-        conn = Connection(self.listener(), timeout=None, connect_timeout=0.3)
+        conn = Connection(self.listener(), command_timeout=None, handshake_timeout=0.3)
         self.assert_bounded(conn.connect, NSQTimeoutError, 0.3)
         self.assertFalse(conn.connected)
 
     def test_tls_handshake(self) -> None:
         peer = Peer(self)
         peer.send(identify_answer(tls_v1=True))
-        conn = Connection("127.0.0.1:4150", tls=TLSOptions(), connect_timeout=0.3)
+        conn = Connection("127.0.0.1:4150", tls=TLSOptions(), handshake_timeout=0.3)
         self.assert_bounded(conn.connect, NSQTimeoutError, 0.3)
 
     def test_auth_answer(self) -> None:
         """nsqd asks its auth server before answering AUTH: a slow one is bounded by
-        ``connect_timeout`` too."""
+        ``handshake_timeout`` too."""
         peer = Peer(self)
         peer.send(identify_answer(auth_required=True))
-        conn = Connection("127.0.0.1:4150", auth_secret="s", connect_timeout=0.3)
+        conn = Connection("127.0.0.1:4150", auth_secret="s", handshake_timeout=0.3)
         self.assert_bounded(conn.connect, NSQTimeoutError, 0.3)
         self.assertEqual(peer.commands(), [b"IDENTIFY", b"AUTH"])
 
     def test_subscriber_start(self) -> None:
         sub = Subscriber(
-            SubscriberOptions(topic="t", channel="c", nsqd=[self.listener()], timeout=0.3)
+            SubscriberOptions(
+                topic="t", channel="c", nsqd_tcp_addresses=[self.listener()], handshake_timeout=0.3
+            )
         )
-        self.addCleanup(sub.shutdown)
+        self.addCleanup(sub.close)
         self.assert_bounded(sub.start, NSQTimeoutError, 0.3)
 
     def test_lookupd_request(self) -> None:
         address = self.listener()
         self.assert_bounded(lambda: fetch_lookup(lookup_url(address, "t"), 0.3), OSError, 0.3)
         # The Subscriber's poll fails and is logged; start() goes on without it.
-        sub = Subscriber(SubscriberOptions(topic="t", channel="c", lookupd=[address], timeout=0.3))
-        self.addCleanup(sub.shutdown)
+        sub = Subscriber(
+            SubscriberOptions(
+                topic="t",
+                channel="c",
+                lookupd_http_addresses=[address],
+                lookupd_request_timeout=0.3,
+            )
+        )
+        self.addCleanup(sub.close)
         started = time.monotonic()
         with self.assertLogs("txnsq.blocking", "WARNING") as logs:
             sub.start()
@@ -249,9 +255,9 @@ class SilentPeerBoundTests(SynchronousTestCase):
 
 class SubscriberLivenessTests(SynchronousTestCase):
     def driver(self, **options: Any) -> Driver:
-        options.setdefault("identify", heartbeats_ms(1000))  # dead after 2.5 s of silence
+        options.setdefault("heartbeat_interval", 1.0)  # dead after 2.5 s of silence
         options.setdefault("max_in_flight", 10)
-        return Driver(self, [FakeNsqd(N1), FakeNsqd(N2)], nsqd=[N1, N2], **options)
+        return Driver(self, [FakeNsqd(N1), FakeNsqd(N2)], nsqd_tcp_addresses=[N1, N2], **options)
 
     def test_silent_connection_is_closed_and_replaced(self) -> None:
         d = self.driver()
@@ -313,7 +319,7 @@ class SubscriberLivenessTests(SynchronousTestCase):
         self.assertEqual(len(d.conns()), 2)
 
     def test_heartbeats_off_uses_the_read_timeout(self) -> None:
-        d = self.driver(identify=heartbeats_ms(-1), read_timeout=5.0)
+        d = self.driver(heartbeat_interval=None, read_timeout=5.0)
         d.step()
         d.nsqds[N2].silent = True
         one, two = d.live()
@@ -341,7 +347,7 @@ class SubscriberLivenessTests(SynchronousTestCase):
         self.assertEqual(d.subscriber._next_due(), d.clock() + 1.0)
 
     def test_options(self) -> None:
-        base: dict[str, Any] = {"topic": "t", "channel": "c", "nsqd": [N1]}
+        base: dict[str, Any] = {"topic": "t", "channel": "c", "nsqd_tcp_addresses": [N1]}
         o = SubscriberOptions(**base, heartbeats_missed=3, read_timeout=20)
         self.assertEqual((o.heartbeats_missed, o.read_timeout), (3, 20))
         for error, change in [
@@ -360,8 +366,9 @@ class AddressMapTests(SynchronousTestCase):
     """Addresses nsqlookupd announces (broadcast addresses) are mapped before dialling."""
 
     def driver(self, address_map: Any, **options: Any) -> Driver:
+        nsqds = [FakeNsqd(N1), FakeNsqd(N2)]
         return Driver(
-            self, [FakeNsqd(N1), FakeNsqd(N2)], lookupd=[L1], address_map=address_map, **options
+            self, nsqds, lookupd_http_addresses=[L1], address_map=address_map, **options
         )
 
     def test_mapping(self) -> None:
@@ -392,7 +399,7 @@ class AddressMapTests(SynchronousTestCase):
         self.assertIn("address map failed for bad:4150", logs.output[0])
 
     def test_static_addresses_are_not_mapped(self) -> None:
-        d = self.driver({N1: N2}, nsqd=[N1])
+        d = self.driver({N1: N2}, nsqd_tcp_addresses=[N1])
         d.serve(L1)
         d.step()
         self.assertEqual(d.wanted(), [N1])
@@ -406,11 +413,11 @@ class SparkReadOptionsTests(SynchronousTestCase):
 
         opts = parse_read_options(
             {
-                "lookupd": "http://lookupd:4161",
+                "lookupdHttpAddresses": "http://lookupd:4161",
                 "topic": "t",
                 "channel": "c",
                 "addressMap": "nsqd-0.nsqd:4150=127.0.0.1:24150, nsqd-1=10.0.0.6",
-                "heartbeatIntervalMs": "5000",
+                "heartbeatInterval": "5s",
                 "readTimeout": "20",
             }
         )
@@ -418,27 +425,29 @@ class SparkReadOptionsTests(SynchronousTestCase):
         self.assertEqual(
             sub.address_map, {"nsqd-0.nsqd:4150": "127.0.0.1:24150", "nsqd-1": "10.0.0.6"}
         )
-        self.assertEqual(sub.identify.heartbeat_interval_ms, 5000)
+        self.assertEqual(sub.heartbeat_interval, 5.0)
+        self.assertEqual(sub.identify_options().heartbeat_interval_ms, 5000)
         self.assertEqual(sub.read_timeout, 20.0)
-        off = parse_read_options({"nsqd": "h:4150", "topic": "t", "channel": "c"})
+        base = {"nsqdTcpAddresses": "h:4150", "topic": "t", "channel": "c"}
+        off = parse_read_options(base)
         self.assertIsNone(off.subscriber_options().address_map)
-        self.assertEqual(off.subscriber_options().identify.heartbeat_interval_ms, 30_000)
-        disabled = parse_read_options(
-            {"nsqd": "h:4150", "topic": "t", "channel": "c", "heartbeatIntervalMs": "-1"}
-        )
-        self.assertEqual(disabled.subscriber_options().identify.heartbeat_interval_ms, -1)
+        self.assertEqual(off.subscriber_options().heartbeat_interval, 30.0)
+        for text in ("off", "-1", "None"):
+            disabled = parse_read_options({**base, "heartbeatInterval": text}).subscriber_options()
+            self.assertIsNone(disabled.heartbeat_interval)
+            self.assertEqual(disabled.identify_options().heartbeat_interval_ms, -1)
 
     def test_invalid(self) -> None:
         from txnsq.spark.options import OptionError, parse_read_options, parse_write_options
 
-        base = {"nsqd": "h:4150", "topic": "t", "channel": "c"}
+        base = {"nsqdTcpAddresses": "h:4150", "topic": "t", "channel": "c"}
         for change in (
             {"addressMap": "nsqd-0:4150"},
             {"addressMap": "=h:1"},
             {"addressMap": "a:1=h:0"},
             {"addressMap": "a:1=::1:4150"},
-            {"heartbeatIntervalMs": "500"},
-            {"heartbeatIntervalMs": "-2"},
+            {"heartbeatInterval": "500ms"},
+            {"heartbeatInterval": "-2"},
             {"readTimeout": "0"},
         ):
             with self.assertRaises(OptionError, msg=str(change)) as caught:
@@ -446,4 +455,4 @@ class SparkReadOptionsTests(SynchronousTestCase):
             self.assertIn(next(iter(change)), str(caught.exception))
         # Read options only: the writer dials the nsqds it is given.
         with self.assertRaises(OptionError):
-            parse_write_options({"nsqd": "h:4150", "topic": "t", "addressMap": "a=b"})
+            parse_write_options({"nsqdTcpAddresses": "h:4150", "topic": "t", "addressMap": "a=b"})

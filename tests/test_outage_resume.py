@@ -205,6 +205,9 @@ class SubscriberOutageTests(SynchronousTestCase):
     L1 = "10.0.1.1:4161"
     N1 = "10.0.0.1:4150"
 
+    #: Exact poll times (the jitter rule is the RecheckSchedule's, tested on its own).
+    NO_JITTER = {"lookupd_poll_jitter": 0.0}
+
     def run_until(self, d: Driver, until: float) -> list[float]:
         """Play the discovery and I/O threads up to ``until`` (the fake clock's time),
         each discovery round at the time the previous one said; return the times of the
@@ -224,7 +227,7 @@ class SubscriberOutageTests(SynchronousTestCase):
 
     def test_rechecks_and_resumes_within_seconds(self) -> None:
         nsqd = FakeNsqd(self.N1)
-        d = Driver(self, [nsqd], lookupd=[self.L1])
+        d = Driver(self, [nsqd], lookupd_http_addresses=[self.L1], **self.NO_JITTER)
         d.serve(self.L1, self.N1)
         d.step()
         (conn,) = nsqd.live()
@@ -265,7 +268,13 @@ class SubscriberOutageTests(SynchronousTestCase):
         be 8 s later. Once nsqlookupd no longer lists it, that backoff is forgotten, so
         the recheck that lists it again dials it at once."""
         nsqd = FakeNsqd(self.N1)
-        d = Driver(self, [nsqd], lookupd=[self.L1], retry=RetryPolicy(jitter=0))
+        d = Driver(
+            self,
+            [nsqd],
+            lookupd_http_addresses=[self.L1],
+            reconnect_policy=RetryPolicy(jitter=0),
+            **self.NO_JITTER,
+        )
         d.serve(self.L1, self.N1)
         d.step()
         (conn,) = nsqd.live()
@@ -286,7 +295,13 @@ class SubscriberOutageTests(SynchronousTestCase):
 
     def test_a_static_nsqd_does_not_bring_rechecks(self) -> None:
         nsqd = FakeNsqd(self.N1)
-        d = Driver(self, [nsqd], nsqd=[self.N1], lookupd=[self.L1])
+        d = Driver(
+            self,
+            [nsqd],
+            nsqd_tcp_addresses=[self.N1],
+            lookupd_http_addresses=[self.L1],
+            **self.NO_JITTER,
+        )
         d.serve(self.L1, self.N1)
         d.step()
         (conn,) = nsqd.live()

@@ -107,11 +107,11 @@ class OutageResumeTests(TestCase):
 
     async def test_subscriber_resumes_soon_after_nsqd_returns(self) -> None:
         options = SubscriberOptions(
-            topic=self.topic, channel=CHANNEL, lookupd=[self.lookupd.http_address]
+            topic=self.topic, channel=CHANNEL, lookupd_http_addresses=[self.lookupd.http_address]
         )
         self.assertEqual(options.lookupd_poll_interval, 60.0)
         sub = Subscriber(options)
-        self.addCleanup(sub.shutdown)
+        self.addCleanup(sub.close)
         await deferToThread(sub.start)
         stopping = threading.Event()
 

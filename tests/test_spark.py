@@ -59,7 +59,7 @@ class SparkTestCase(TestCase):
         self.addCleanup(shutil.rmtree, self.tmp, True)
 
     def reader(self, nsqd: NSQD, topic: str, **options: Any) -> Any:
-        r = self.spark.readStream.format("nsq").option("nsqd", nsqd.tcp_address)
+        r = self.spark.readStream.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
         r = r.option("topic", topic).option("channel", "spark")
         # Where the lag statistics come from (nsqd's HTTP port is not TCP + 1 here).
         r = r.option("nsqdHttp", f"{nsqd.tcp_address}={nsqd.http_address}")
@@ -103,7 +103,7 @@ class SparkWriteTests(SparkTestCase):
         self.nsqd = start_nsqd(self)
 
     def writer(self, df: Any, topic: str | None = "events") -> Any:
-        w = df.write.format("nsq").option("nsqd", self.nsqd.tcp_address).mode("append")
+        w = df.write.format("nsq").option("nsqdTcpAddresses", self.nsqd.tcp_address).mode("append")
         return w.option("topic", topic) if topic else w
 
     def test_batch_write(self) -> None:
@@ -248,7 +248,7 @@ class SparkWriteTests(SparkTestCase):
             query = (
                 self.spark.readStream.text(source)
                 .writeStream.format("nsq")
-                .option("nsqd", self.nsqd.tcp_address)
+                .option("nsqdTcpAddresses", self.nsqd.tcp_address)
                 .option("topic", "lines")
                 .option("checkpointLocation", checkpoint)
                 .trigger(availableNow=True)
@@ -323,9 +323,8 @@ class ClusterCases(_CasesBase):
         written = self.spark.range(0, n, 1, 4).selectExpr(
             "cast(concat('m-', cast(id as string)) as binary) as value"
         )
-        written.write.format("nsq").option("nsqd", nsqd.tcp_address).option("topic", "trip").mode(
-            "append"
-        ).save()
+        writer = written.write.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
+        writer.option("topic", "trip").mode("append").save()
         # Acknowledged by nsqd: all in the topic (its channel fills right after).
         self.assertEqual((nsqd.topic_stats("trip") or {})["message_count"], n)
 
@@ -371,7 +370,7 @@ class ClusterCases(_CasesBase):
 
         def start(**trigger: Any) -> Any:
             return (
-                self.reader(nsqd, "crash", maxMessagesPerTrigger=100, msgTimeoutMs=2000)
+                self.reader(nsqd, "crash", maxMessagesPerTrigger=100, msgTimeout="2s")
                 .writeStream.format("parquet")
                 .option("path", out)
                 .option("checkpointLocation", checkpoint)
@@ -639,9 +638,9 @@ class SubscriberTests(TestCase):
     """The reader's NSQ side (no Spark): connections, RDY, TOUCH, shutdown, discovery."""
 
     def options(self, nsqd: NSQD | None, topic: str, **overrides: str) -> Any:
-        opts: dict[str, Any] = {"topic": topic, "channel": "c", "availableNowIdleMs": "200"}
+        opts: dict[str, Any] = {"topic": topic, "channel": "c", "availableNowIdle": "200ms"}
         if nsqd is not None:
-            opts["nsqd"] = nsqd.tcp_address
+            opts["nsqdTcpAddresses"] = nsqd.tcp_address
         opts.update(overrides)
         return read_options(**opts).subscriber_options()
 
@@ -650,7 +649,7 @@ class SubscriberTests(TestCase):
 
         sub = Subscriber(options)
         sub.start()
-        self.addCleanup(sub.shutdown)
+        self.addCleanup(sub.close)
         return sub
 
     def take_all(self, sub: Any, n: int, timeout: float = 20) -> list[Any]:
@@ -670,7 +669,7 @@ class SubscriberTests(TestCase):
         sub = self.subscriber(
             # A 2 s timeout TOUCHed every second: a loaded machine's late TOUCH (seen at
             # 1 s / 0.5 s) must not let one expire.
-            self.options(nsqd, "s", maxMessagesPerTrigger="150", msgTimeoutMs="2000")
+            self.options(nsqd, "s", maxMessagesPerTrigger="150", msgTimeout="2s")
         )
         # maxInFlight 300 with at most RDY 100 per connection: 3 connections.
         wait_for(lambda: sub.connection_count == 3)
@@ -685,8 +684,8 @@ class SubscriberTests(TestCase):
         wait_for(lambda: channel(nsqd, "s", "c")["depth"] == 1000 - 150 - 300)
         self.assertEqual(channel(nsqd, "s", "c")["in_flight_count"], 300)
         self.assertEqual(sub.nsqd_addresses(), [nsqd.tcp_address])
-        sub.shutdown()
-        sub.shutdown()  # idempotent
+        sub.close()
+        sub.close()  # idempotent
         stats = channel(nsqd, "s", "c")
         self.assertEqual((stats["in_flight_count"], stats["depth"]), (0, 1000 - 150))
         self.assertEqual(stats["requeue_count"], 300)
@@ -725,7 +724,7 @@ class SubscriberTests(TestCase):
         from txnsq.blocking import Subscriber
 
         sub = Subscriber(self.options(nsqd, "cut"))
-        self.addCleanup(sub.shutdown)
+        self.addCleanup(sub.close)
         sub.set_cutoff(cutoff)
         sub.start()
         chunks = self.take_all(sub, 10)
@@ -738,7 +737,7 @@ class SubscriberTests(TestCase):
         nsqd = start_nsqd(self, lookupds=[lookupd])
         publish(nsqd, "disc", [b"a"] * 5)
         wait_for(lambda: lookupd.lookup("disc")["producers"])
-        sub = self.subscriber(self.options(None, "disc", lookupd=lookupd.http_url))
+        sub = self.subscriber(self.options(None, "disc", lookupdHttpAddresses=lookupd.http_url))
         self.assertEqual(sum(len(m) for _, m in self.take_all(sub, 5)), 5)
         self.assertEqual(sub.nsqd_addresses(), [nsqd.tcp_address])
         # nsqd restarts: the held messages are lost to this reader (nsqd writes them to
@@ -767,7 +766,7 @@ class ReaderSideTests(TestCase):
 
         sub = Subscriber(options.subscriber_options())
         sub.start()
-        self.addCleanup(sub.shutdown)
+        self.addCleanup(sub.close)
         return sub
 
     def take(self, sub: Any, n: int) -> list[Any]:
@@ -790,18 +789,23 @@ class ReaderSideTests(TestCase):
         expected = {"depth": 7, "inFlight": 0, "deferred": 0}
         given = LagProbe(
             read_options(
-                nsqd=address, topic="lag", channel="c", nsqdHttp=f"{address}={nsqd.http_address}"
+                nsqdTcpAddresses=address,
+                topic="lag",
+                channel="c",
+                nsqdHttp=f"{address}={nsqd.http_address}",
             )
         )
         self.addCleanup(given.close)
         self.assertEqual(given.report([address]), {"lag": expected, "nsqd": {address: expected}})
-        found = LagProbe(read_options(lookupd=lookupd.http_url, topic="lag", channel="c"))
+        found = LagProbe(
+            read_options(lookupdHttpAddresses=lookupd.http_url, topic="lag", channel="c")
+        )
         self.addCleanup(found.close)
         self.assertEqual(found.report([address])["nsqd"], {address: expected})
         # Neither: the TCP port + 1 (nsqd's default layout) is tried, and when nothing
         # answers there the report says so instead of failing.
         self.assertEqual(http_address_guess("10.0.0.1:4150"), "10.0.0.1:4151")
-        guessed = LagProbe(read_options(nsqd=address, topic="lag", channel="c"))
+        guessed = LagProbe(read_options(nsqdTcpAddresses=address, topic="lag", channel="c"))
         self.addCleanup(guessed.close)
         report = guessed.report([address])
         self.assertEqual(report["lag"], {"depth": 0, "inFlight": 0, "deferred": 0})
@@ -819,7 +823,10 @@ class ReaderSideTests(TestCase):
         nsqd.create_channel("lag", "c")
         wait_for(lambda: lookupd.lookup("lag")["producers"])
         options = read_options(
-            lookupd=lookupd.http_url, topic="lag", channel="c", addressMap="nsqd-0=127.0.0.1"
+            lookupdHttpAddresses=lookupd.http_url,
+            topic="lag",
+            channel="c",
+            addressMap="nsqd-0=127.0.0.1",
         )
         probe = LagProbe(options)
         self.addCleanup(probe.close)
@@ -834,7 +841,9 @@ class ReaderSideTests(TestCase):
         publish(nsqd, "p", [b"bad"] * 3)
         requeue_times(nsqd, "p", "c", 3, 1)  # attempts 2 now
         publish(nsqd, "p", [b"ok"] * 2)
-        options = read_options(nsqd=nsqd.tcp_address, topic="p", channel="c", maxAttempts=1)
+        options = read_options(
+            nsqdTcpAddresses=nsqd.tcp_address, topic="p", channel="c", maxAttempts=1
+        )
         sub = self.subscriber(options)
         chunks = self.take(sub, 5)
         dead = DeadLetters(options, sub)
@@ -855,7 +864,7 @@ class ReaderSideTests(TestCase):
         publish(nsqd, "q", [b"z" * 250])
         requeue_times(nsqd, "q", "c", 1, 1)
         options = read_options(
-            nsqd=nsqd.tcp_address,
+            nsqdTcpAddresses=nsqd.tcp_address,
             topic="q",
             channel="c",
             maxAttempts=1,
@@ -917,7 +926,7 @@ class SparkReadmeTests(SparkTestCase):
         publish(nsqd, "twice", [b"m-%d" % i for i in range(50)])
 
         def read(name: str) -> Any:
-            r = self.spark.readStream.format("nsq").option("nsqd", nsqd.tcp_address)
+            r = self.spark.readStream.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
             return (
                 r.option("topic", "twice")
                 .option("channel", name)

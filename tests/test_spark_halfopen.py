@@ -4,7 +4,7 @@ The reader's connection goes through a loopback proxy that stalls mid-stream (bo
 connections stay open, nothing is relayed). The reader's Subscriber gives the connection
 up about 2.5 s after the last heartbeat, dials again, and once the network is back the
 query gets every message (at-least-once: what the dead connection held comes back from
-nsqd after ``msgTimeoutMs``). Prints a ``FAULT`` line like the other fault scenarios.
+nsqd after ``msgTimeout``). Prints a ``FAULT`` line like the other fault scenarios.
 """
 
 from __future__ import annotations
@@ -61,13 +61,15 @@ class SparkHalfOpenTests(FaultTestCase):
         def start() -> Any:
             reader = self.spark.readStream.format("nsq")
             for key, value in {
-                "nsqd": proxy.address,
+                "nsqdTcpAddresses": proxy.address,
                 "topic": self.topic,
                 "channel": CHANNEL,
                 "maxMessagesPerTrigger": "100",
-                "heartbeatIntervalMs": "1000",
-                "msgTimeoutMs": "4000",
-                "timeout": "1",
+                "heartbeatInterval": "1s",
+                "msgTimeout": "4s",
+                "connectTimeout": "1s",
+                "handshakeTimeout": "1s",
+                "commandTimeout": "1s",
             }.items():
                 reader = reader.option(key, value)
             return (

@@ -58,11 +58,11 @@ def twistd(*args: str) -> Options:
 
 
 def spark_write(**opts: str) -> Any:
-    return parse_write_options({"nsqd": "h:1", "topic": "t", **opts})
+    return parse_write_options({"nsqdTcpAddresses": "h:1", "topic": "t", **opts})
 
 
 def spark_read(**opts: str) -> Any:
-    return parse_read_options({"nsqd": "h:1", "topic": "t", "channel": "c", **opts})
+    return parse_read_options({"nsqdTcpAddresses": "h:1", "topic": "t", "channel": "c", **opts})
 
 
 class NumberTests(SynchronousTestCase):
@@ -78,8 +78,8 @@ class NumberTests(SynchronousTestCase):
             cases += [
                 (lambda v=value: producer(ready_timeout=v), ValueError,
                  check_message(value, "ready_timeout", positive=True)),
-                (lambda v=value: Connection("h:1", timeout=v), ValueError,
-                 check_message(value, "timeout", positive=True)),
+                (lambda v=value: Connection("h:1", command_timeout=v), ValueError,
+                 check_message(value, "command_timeout", positive=True)),
                 (lambda v=value: ConsumerOptions(handshake_timeout=v), ValueError,
                  check_message(value, "handshake_timeout", positive=True)),
             ]
@@ -91,7 +91,8 @@ class NumberTests(SynchronousTestCase):
                  check_message(value, "stop_timeout")),
             ]
         cases += [
-            (lambda: Connection("h:1", timeout="1"), TypeError, check_message("1", "timeout")),
+            (lambda: Connection("h:1", command_timeout="1"), TypeError,
+             check_message("1", "command_timeout")),
             (lambda: producer(max_queued=-1), ValueError,
              check_message(-1, "max_queued", integer=True, minimum=0)),
             (lambda: producer(publish_retries=1.5), TypeError,
@@ -127,8 +128,8 @@ class NumberTests(SynchronousTestCase):
              parse_message("2.5", "option 'batchSize'", integer=True)),
             (lambda: twistd("--stop-timeout", "soon"), usage.UsageError,
              parse_message("soon", "--stop-timeout")),
-            (lambda: spark_write(timeout="soon"), OptionError,
-             parse_message("soon", "option 'timeout'")),
+            (lambda: spark_write(commandTimeout="soon"), OptionError,
+             parse_message("soon", "option 'commandTimeout'")),
             (lambda: twistd("--lookupd-poll-interval", "0"), usage.UsageError,
              parse_message("0", "--lookupd-poll-interval", positive=True)),
             (lambda: spark_read(lookupdPollInterval="0"), OptionError,
@@ -154,7 +155,8 @@ class NumberTests(SynchronousTestCase):
             ConsumerOptions(max_backoff_duration=0, backoff_multiplier=0).backoff_multiplier, 0
         )
         self.assertRaises(ValueError, ConsumerOptions, backoff_multiplier=0)
-        self.assertEqual(Connection("h:1", timeout=None, max_msg_size=None).timeout, None)
+        conn = Connection("h:1", command_timeout=None, max_msg_size=None)
+        self.assertEqual(conn.command_timeout, None)
         self.assertEqual(twistd("--stop-timeout", "2.5")["consumer_options"].stop_timeout, 2.5)
         self.assertEqual(spark_write(batchSize=" 7 ").batch_size, 7)
 
@@ -213,7 +215,11 @@ class VocabularyTests(SynchronousTestCase):
             with self.subTest(old=old):
                 (text,) = self.caught(call)
                 self.assertTrue(text.startswith(f"Connection.{old}"), text)
-                self.assertIn("is deprecated; use Connection.", text)
+                self.assertIn(
+                    " is deprecated since txnsq 0.2.0 and will be removed in 0.4.0; use "
+                    "Connection.",
+                    text,
+                )
 
     def test_new_names_do_not_warn(self) -> None:
         conn = Connection("h:1")

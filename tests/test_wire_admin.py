@@ -248,6 +248,8 @@ class RequestTests(SynchronousTestCase):
             b"y",
         )
         self.assertEqual(admin.nsqd_publish("t", b"x", 0.0004).query[-1], ("defer", "0"))
+        # The one seconds->ms rule of REQ and DPUB: half a millisecond rounds up.
+        self.assertEqual(admin.nsqd_publish("t", b"x", 0.0025).query[-1], ("defer", "3"))
 
     def test_multi_publish_is_binary(self) -> None:
         bodies = [b"line\nbreak", b"\x00\xff", b"z"]

@@ -249,7 +249,8 @@ class ConnectionOptions:
     # -- deprecated spellings --------------------------------------------------------
 
     def _take_identify(self, identify: IdentifyOptions | None, where: str) -> None:
-        """Fold deprecated ``identify=IdentifyOptions(...)`` into the seconds fields."""
+        """Fold deprecated ``identify=IdentifyOptions(...)`` into the seconds fields
+        (called by a subclass's ``_take_deprecated``, from ``__post_init__``)."""
         if identify is None:
             return
         warn_deprecated(

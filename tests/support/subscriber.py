@@ -18,7 +18,6 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from txnsq._wire.frames import MessageFrame
 from txnsq._wire.identify import Features
-from txnsq._wire.liveness import read_timeout
 from txnsq._wire.lookup import lookup_url
 from txnsq.blocking import Subscriber, SubscriberOptions
 from txnsq.blocking._subscriber import ConnectionState
@@ -75,7 +74,7 @@ class FakeConnection:
         self.driver = driver
         self.address = nsqd.address
         self.features = nsqd.features
-        self.timeout: float | None = 10.0
+        self.command_timeout: float | None = 10.0
         self.rdy_count = 0
         self.in_flight: dict[bytes, MessageFrame] = {}  # nsqd's view
         self.inbox: list[MessageFrame] = []
@@ -86,12 +85,7 @@ class FakeConnection:
         # bound from the subscriber's heartbeat interval.
         self.reads = 0
         self.heartbeats = 0  # sent by nsqd and not read yet
-        options = driver.options
-        self.liveness_timeout = read_timeout(
-            options.identify.heartbeat_interval_ms,
-            heartbeats_missed=options.heartbeats_missed,
-            without_heartbeats=options.read_timeout,
-        )
+        self.liveness_timeout = driver.options.silence_timeout
 
     # -- what the Subscriber calls
 
@@ -220,7 +214,7 @@ class Driver:
             fetch=self.fetch,
             rng=random.Random(seed),
         )
-        test.addCleanup(self.subscriber.shutdown)
+        test.addCleanup(self.subscriber.close)
 
     # -- what the Subscriber is given
 

@@ -324,7 +324,8 @@ def nsqd_stats(
 
 def nsqd_publish(topic: str, body: bytes, delay: float | None = None) -> AdminRequest[None]:
     """``POST /pub``: publish ``body`` to ``topic``, delivered after ``delay`` seconds
-    when given (sent as ``defer=`` in whole milliseconds; nsqd refuses more than its
+    when given (sent as ``defer=`` in whole milliseconds by
+    :func:`~txnsq._wire.numbers.seconds_to_ms`, as DPUB; nsqd refuses more than its
     ``--max-req-timeout``, 1 h by default, with ``INVALID_DEFER``).
 
     :raises TypeError: for a body that is not bytes or a delay that is not a number.

@@ -12,7 +12,10 @@ it: connections to every nsqd given or found through nsqlookupd, RDY shared unde
 messages and finishes or requeues them. It follows the Twisted Consumer's rules (the
 same :mod:`txnsq._wire` pieces).
 
-Every wait is bounded by the connection's ``timeout``, and a connection that receives
+Both take :class:`~txnsq.options.ConnectionOptions` (TLS, AUTH, compression, IDENTIFY,
+timeouts, reconnect policy), the settings every txnsq client shares, by the same names
+and with the same defaults. Every wait is bounded (``connect_timeout``,
+``handshake_timeout``, ``command_timeout``, in seconds), and a connection that receives
 nothing (not even a heartbeat) for about two heartbeat intervals is presumed dead
 (half-open) and closed. Errors are txnsq's own exceptions: a named
 :class:`~txnsq.errors.NSQServerError` subclass for an error frame,
@@ -32,17 +35,14 @@ Example::
         conn.publish("events", b"hello")
         conn.multi_publish("events", bodies, batch_size=500)
 
-    sub = Subscriber(SubscriberOptions(topic="events", channel="archive",
-                                       nsqd=["127.0.0.1:4150"], max_in_flight=100))
-    sub.start()
-    try:
+    options = SubscriberOptions(topic="events", channel="archive",
+                                nsqd_tcp_addresses=["127.0.0.1:4150"], max_in_flight=100)
+    with Subscriber(options) as sub:  # started; closed at the end
         while True:
             if sub.wait_for_data(1.0):
                 chunks = sub.take(100)
                 handle(m.body for _, messages in chunks for m in messages)
                 sub.finish(chunks)
-    finally:
-        sub.shutdown()
 
 :class:`NSQDHTTPClient` and :class:`LookupdHTTPClient` are the blocking twins of
 :mod:`txnsq.http`'s clients of nsqd's and nsqlookupd's HTTP APIs (stats, publishing over
@@ -51,10 +51,13 @@ HTTP, creating, pausing and deleting topics and channels, lookups, tombstones), 
 This module imports nothing from Twisted.
 """
 
+from typing import Any
+
+from txnsq._deprecate import warn_deprecated
 from txnsq.blocking._connection import (
     DEFAULT_PORT,
-    DEFAULT_TIMEOUT,
     Connection,
+    ConnectionOptions,
     NSQTimeoutError,
     TLSOptions,
     parse_address,
@@ -69,9 +72,9 @@ from txnsq.blocking._subscriber import (
 
 __all__ = [
     "DEFAULT_PORT",
-    "DEFAULT_TIMEOUT",
     "Chunk",
     "Connection",
+    "ConnectionOptions",
     "ConnectionState",
     "LookupdHTTPClient",
     "NSQDHTTPClient",
@@ -81,3 +84,13 @@ __all__ = [
     "TLSOptions",
     "parse_address",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DEFAULT_TIMEOUT":
+        warn_deprecated(
+            "txnsq.blocking.DEFAULT_TIMEOUT",
+            "ConnectionOptions' connect_timeout, handshake_timeout and command_timeout",
+        )
+        return 10.0
+    raise AttributeError(f"module 'txnsq.blocking' has no attribute {name!r}")

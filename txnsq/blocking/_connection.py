@@ -6,12 +6,13 @@ import select
 import socket
 import ssl
 import time
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields
 from types import TracebackType
 from typing import Any, Final
 
+from txnsq._deprecate import unexpected_keyword, warn_deprecated
 from txnsq._wire import commands
 from txnsq._wire.address import NSQD_TCP_PORT, format_address, parse_address
 from txnsq._wire.compression import Compressor, Decompressor
@@ -25,13 +26,7 @@ from txnsq._wire.frames import (
 )
 from txnsq._wire.handshake import Handshake, HandshakeState, Ready, Send, StartCompression, StartTLS
 from txnsq._wire.identify import Features, IdentifyOptions
-from txnsq._wire.liveness import (
-    DEFAULT_HEARTBEATS_MISSED,
-    DEFAULT_READ_TIMEOUT,
-    SILENT,
-    Liveness,
-)
-from txnsq._wire.liveness import read_timeout as silence_bound
+from txnsq._wire.liveness import SILENT, Liveness
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq.blocking._tls import describe_ssl_error
 from txnsq.errors import (
@@ -42,12 +37,13 @@ from txnsq.errors import (
     NSQServerError,
     ProtocolError,
 )
+from txnsq.options import ConnectionOptions, identify_to_settings
 from txnsq.tls_options import TLSOptions
 
 __all__ = [
     "DEFAULT_PORT",
-    "DEFAULT_TIMEOUT",
     "Connection",
+    "ConnectionOptions",
     "NSQTimeoutError",
     "TLSOptions",
     "connection_silent",
@@ -56,8 +52,6 @@ __all__ = [
 
 #: nsqd's default TCP port.
 DEFAULT_PORT: Final = NSQD_TCP_PORT
-#: Seconds any single wait (connect, handshake, a response, a write) may take.
-DEFAULT_TIMEOUT: Final = 10.0
 #: When :meth:`Connection.multi_publish` splits bodies, no MPUB body exceeds this many
 #: bytes unless ``max_body_size`` says otherwise (nsqd's default ``--max-body-size``).
 DEFAULT_MPUB_BYTES: Final = 5 * 1024 * 1024
@@ -71,7 +65,8 @@ _OK: Final = b"OK"
 
 
 class NSQTimeoutError(ConnectionClosed, TimeoutError):
-    """A wait on the connection took longer than its ``timeout``.
+    """A wait on the connection took longer than its timeout (``connect_timeout``,
+    ``handshake_timeout`` or ``command_timeout``).
 
     The connection is closed when this is raised: whether nsqd executed the last command
     is unknown (a publish may or may not have been stored).
@@ -99,14 +94,18 @@ class Connection:
 
     :param address: ``"host:port"`` (``"[::1]:4150"`` for IPv6; a bare host means port
         4150) or ``(host, port)`` of nsqd's TCP interface, read by :func:`parse_address`.
-    :param identify: what to ask for in IDENTIFY. ``client_id`` and ``hostname`` default
-        to this machine's names. ``snappy=True`` or ``deflate=True`` asks for compression.
-    :param tls: TLS options; giving them asks for TLS (``tls_v1``). When ``identify``
-        asks for TLS and this is ``None``, the defaults (system CAs) are used.
-    :param auth_secret: sent with AUTH when nsqd requires it.
-    :param timeout: seconds any wait may take (a response, a write, the handshake);
-        ``None`` waits forever.
-    :param connect_timeout: seconds for TCP connect plus handshake (default ``timeout``).
+    :param options: what every connection to nsqd needs
+        (:class:`~txnsq.options.ConnectionOptions`: TLS, AUTH secret, compression, what
+        IDENTIFY asks for, the timeouts); a client's own options type
+        (:class:`~txnsq.blocking.SubscriberOptions`...) gives its connection part.
+    :param settings: :class:`~txnsq.options.ConnectionOptions` fields, replacing those
+        of ``options`` (``Connection(addr, compression="snappy", command_timeout=5)``).
+        The timeouts, in seconds: ``connect_timeout`` bounds the TCP connect,
+        ``handshake_timeout`` the handshake (and :meth:`subscribe`), ``command_timeout``
+        every other wait for nsqd (an answer, a write; ``None``: only the silence bound
+        below). Deprecated: ``identify=IdentifyOptions(...)`` (use the fields) and
+        ``timeout=`` (use ``command_timeout``; it also sets ``connect_timeout`` and
+        ``handshake_timeout`` when those are not given).
     :param max_body_size: nsqd's ``--max-body-size`` if known: larger MPUBs are refused
         before sending, and :meth:`multi_publish` splits below it.
     :param max_msg_size: nsqd's ``--max-msg-size`` if known: larger bodies are refused
@@ -116,72 +115,66 @@ class Connection:
     :param on_nonfatal_error: called with each non-fatal error frame (``E_FIN_FAILED``,
         ``E_REQ_FAILED``, ``E_TOUCH_FAILED``); they are otherwise only counted in
         :attr:`nonfatal_errors`.
-    :param heartbeats_missed: how many heartbeat intervals (``identify``'s
-        ``heartbeat_interval_ms``) may pass with nothing received before the connection
-        is presumed dead (see below).
-    :param read_timeout: seconds of silence after which the connection is presumed
-        dead when heartbeats are off (``heartbeat_interval_ms=-1`` or ``None``).
+    :raises TypeError: for a keyword that is neither a parameter nor a
+        :class:`~txnsq.options.ConnectionOptions` field (naming the nearest one), or a
+        value of the wrong type.
+    :raises ValueError: for an invalid value (the same message as every client's).
 
     **Dead peers.** nsqd writes to every connection at least once per heartbeat
     interval, so silence means a dead peer or a half-open connection (a dropped NAT
     entry, a frozen host), which TCP alone may not report for hours. Whenever a call
     waits (:meth:`receive`, an answer, a write, :meth:`poll`) and nothing has been
-    received for :attr:`liveness_timeout` seconds, the connection is closed and the call
-    raises :class:`~txnsq.errors.ConnectionSilent` (a
+    received for :attr:`liveness_timeout` seconds (``heartbeats_missed`` heartbeat
+    intervals plus 0.5 s, or ``read_timeout`` with heartbeats off), the connection is
+    closed and the call raises :class:`~txnsq.errors.ConnectionSilent` (a
     :class:`~txnsq.errors.ConnectionClosed`); commands still waiting, pipelined
     publishes included, fail with it. With heartbeats on, time spent outside any call
     counts too (nsqd's heartbeats wait in the socket meanwhile, and are read first);
     with heartbeats off only time spent waiting inside a call counts, so an idle
     connection is not presumed dead for being idle. TCP keepalive (``SO_KEEPALIVE``)
-    is on as well. The handshake is bounded by ``connect_timeout`` instead.
+    is on as well. The handshake is bounded by ``handshake_timeout`` instead.
     """
 
     def __init__(
         self,
         address: str | tuple[str, int],
         *,
-        identify: IdentifyOptions | None = None,
-        tls: TLSOptions | None = None,
-        auth_secret: str | bytes | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        connect_timeout: float | None = None,
+        options: ConnectionOptions | None = None,
         max_body_size: int | None = None,
         max_msg_size: int | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         on_nonfatal_error: Callable[[NSQServerError], None] | None = None,
-        heartbeats_missed: float = DEFAULT_HEARTBEATS_MISSED,
-        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        **settings: Any,
     ) -> None:
         self.host, self.port = parse_address(address)
-        options = identify if identify is not None else IdentifyOptions()
-        if not isinstance(options, IdentifyOptions):
-            raise TypeError(f"identify must be IdentifyOptions, not {type(options).__name__}")
-        if tls is not None and not isinstance(tls, TLSOptions):
-            raise TypeError(f"tls must be TLSOptions, not {type(tls).__name__}")
+        opts = connection_options("Connection", options, settings, _CONNECTION_PARAMETERS)
+        #: The settings of this connection.
+        self.options: ConnectionOptions = opts
         self._handshake = Handshake(
-            options,
+            opts.identify_options(),
             hostname=socket.gethostname(),
-            tls=tls is not None,
-            auth_secret=auth_secret,
+            tls=opts.tls is not None,
+            auth_secret=opts.auth_secret,
             max_frame_size=max_frame_size,
         )
-        for what, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
-            check_number(value, what, positive=True, allow_none=True)
         for what, limit in (("max_body_size", max_body_size), ("max_msg_size", max_msg_size)):
             check_number(limit, what, integer=True, positive=True, allow_none=True)
         hb_ms = self._handshake.options.heartbeat_interval_ms
         #: Seconds of silence after which the connection is presumed dead (from the
         #: heartbeat interval asked for in IDENTIFY, or ``read_timeout`` without one).
-        self.liveness_timeout: float = silence_bound(
-            hb_ms, heartbeats_missed=heartbeats_missed, without_heartbeats=read_timeout
-        )
-        self.heartbeats_missed = heartbeats_missed
-        self.read_timeout = read_timeout
-        #: The options IDENTIFY is sent with (defaults filled in).
+        self.liveness_timeout: float = opts.silence_timeout
+        self.heartbeats_missed = opts.heartbeats_missed
+        self.read_timeout = opts.read_timeout
+        #: The options IDENTIFY is sent with (defaults filled in; milliseconds).
         self.identify_options: IdentifyOptions = self._handshake.options
-        self.tls_options: TLSOptions | None = tls
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
+        self.tls_options: TLSOptions | None = opts.tls
+        #: Seconds the TCP connect may take.
+        self.connect_timeout: float = opts.connect_timeout
+        #: Seconds the handshake (and SUB) may take.
+        self.handshake_timeout: float = opts.handshake_timeout
+        #: Seconds any other wait for nsqd (an answer, a write) may take; ``None``: only
+        #: the silence bound. May be changed between calls.
+        self.command_timeout: float | None = opts.command_timeout
         self.max_body_size = max_body_size
         self.max_msg_size = max_msg_size
         self.on_nonfatal_error = on_nonfatal_error
@@ -215,6 +208,17 @@ class Connection:
         self._gaps_count = hb_ms is not None and hb_ms > 0
         self._uncounted = 0.0
         self._wait_ended = 0.0
+
+    @property
+    def timeout(self) -> float | None:
+        """Deprecated: :attr:`command_timeout`."""
+        warn_deprecated("Connection.timeout", "Connection.command_timeout")
+        return self.command_timeout
+
+    @timeout.setter
+    def timeout(self, value: float | None) -> None:
+        warn_deprecated("Connection.timeout", "Connection.command_timeout")
+        self.command_timeout = value
 
     # -- public state ------------------------------------------------------------------
 
@@ -279,7 +283,6 @@ class Connection:
         """
         if self._sock is not None or self._error is not None:
             raise NSQError("Connection.connect() may only be called once")
-        deadline = _deadline(self.connect_timeout)
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
         except OSError as e:
@@ -302,7 +305,7 @@ class Connection:
         self._set_socket(sock)
         self._handshaking = True
         try:
-            self._run_handshake(deadline)
+            self._run_handshake(_deadline(self.handshake_timeout))
         except BaseException as e:
             self._fail(e if isinstance(e, NSQError) else ConnectionClosed("handshake failed", e))
             raise
@@ -514,7 +517,7 @@ class Connection:
         self._raise_pipeline_error()
 
     def _wait_pipelined(self, at_most: int) -> None:
-        deadline = _deadline(self.timeout)
+        deadline = _deadline(self.command_timeout)
         while self._pipelined > at_most:
             self._raise_pipeline_error()
             self._read_once(deadline)
@@ -533,8 +536,10 @@ class Connection:
     # -- consuming ---------------------------------------------------------------------
 
     def subscribe(self, topic: str, channel: str) -> None:
-        """``SUB`` to ``topic``/``channel`` and wait for OK. Messages flow after :meth:`rdy`."""
-        self._check_ok(self._request(commands.sub(topic, channel)))
+        """``SUB`` to ``topic``/``channel`` and wait for OK (at most ``handshake_timeout``
+        seconds). Messages flow after :meth:`rdy`."""
+        command = commands.sub(topic, channel)
+        self._check_ok(self._request(command, _deadline(self.handshake_timeout)))
 
     def rdy(self, count: int) -> None:
         """Allow nsqd to have ``count`` messages in flight to this connection.
@@ -690,7 +695,7 @@ class Connection:
 
     def _wait_slot(self, slot: _Slot, deadline: float | None = None) -> bytes:
         if deadline is None:
-            deadline = _deadline(self.timeout)
+            deadline = _deadline(self.command_timeout)
         while not slot.done:
             self._read_once(deadline)
         if slot.error is not None:
@@ -802,7 +807,7 @@ class Connection:
         self._out += self._compress(data)
         if slot is not None:
             self._slots.append(slot)
-        self._flush(deadline if deadline is not None else _deadline(self.timeout))
+        self._flush(deadline if deadline is not None else _deadline(self.command_timeout))
 
     def _flush(self, deadline: float | None) -> None:
         """Write the output buffer, reading whatever arrives meanwhile (so that neither
@@ -933,7 +938,7 @@ class Connection:
         if readable:
             self._read_available()
         if self._out and self._sock is not None:
-            self._flush(_deadline(self.timeout))
+            self._flush(_deadline(self.command_timeout))
 
     def _read_available(self) -> None:
         """Read what the socket has now (a few rounds at most) and process it."""
@@ -979,11 +984,77 @@ def _deadline(timeout: float | None) -> float | None:
 
 
 def _deprecated(old: str, new: str) -> None:
-    warnings.warn(
-        f"Connection.{old} is deprecated; use Connection.{new}",
-        DeprecationWarning,
-        stacklevel=3,
-    )
+    warn_deprecated(f"Connection.{old}", f"Connection.{new}", stacklevel=4)
+
+
+_FIELDS: Final = tuple(f.name for f in fields(ConnectionOptions))
+#: The keyword parameters of :class:`Connection` besides the options' fields.
+_CONNECTION_PARAMETERS: Final = (
+    "options",
+    "max_body_size",
+    "max_msg_size",
+    "max_frame_size",
+    "on_nonfatal_error",
+)
+
+
+def connection_options(
+    call: str,
+    options: ConnectionOptions | None,
+    settings: dict[str, Any],
+    parameters: Iterable[str] = (),
+) -> ConnectionOptions:
+    """The :class:`~txnsq.options.ConnectionOptions` of a blocking connection made by
+    ``call`` from ``options`` (its connection part, for a client's own options type) and
+    keyword ``settings`` (fields replacing those of ``options``), folding in the
+    deprecated ``identify=`` and ``timeout=`` keywords with a warning.
+
+    :param parameters: ``call``'s other keyword parameters, suggested for a misspelt
+        keyword as well.
+    :raises TypeError: for a keyword that is no field (naming ``call`` and the nearest
+        valid name), or ``options`` of another type.
+    :raises ValueError: for an invalid value.
+    """
+    if options is not None and not isinstance(options, ConnectionOptions):
+        raise TypeError(f"options must be a ConnectionOptions, not {type(options).__name__}")
+    settings = dict(settings)
+    valid = _FIELDS + tuple(parameters)
+    for name in settings:
+        if name not in _FIELDS and name not in ("identify", "timeout"):
+            raise unexpected_keyword(call, name, valid)
+    if settings.get("connect_timeout", 0) is None:
+        del settings["connect_timeout"]  # it used to mean: the same as timeout
+    if "identify" in settings:
+        identify = settings.pop("identify")
+        warn_deprecated(
+            f"{call}(identify=IdentifyOptions(...))",
+            f"{call}'s own settings (heartbeat_interval, msg_timeout, compression, ... "
+            "in seconds)",
+            stacklevel=4,
+        )
+        if identify is not None:
+            if not isinstance(identify, IdentifyOptions):
+                raise TypeError(
+                    f"identify must be an IdentifyOptions, not {type(identify).__name__}"
+                )
+            folded = identify_to_settings(identify)
+            given_tls = settings.get("tls") or (options.tls if options is not None else None)
+            if folded.pop("tls") and given_tls is None:
+                folded["tls"] = TLSOptions()  # TLS asked for in IDENTIFY: the defaults
+            settings = {**folded, **settings}
+    if "timeout" in settings:
+        timeout = settings.pop("timeout")
+        warn_deprecated(
+            f"{call}(timeout=...)",
+            f"{call}(command_timeout=...) (and connect_timeout, handshake_timeout)",
+            stacklevel=4,
+        )
+        settings.setdefault("command_timeout", timeout)
+        if timeout is not None:
+            settings.setdefault("connect_timeout", timeout)
+            settings.setdefault("handshake_timeout", timeout)
+    base = options.connection_options() if options is not None else None
+    return ConnectionOptions.from_options(base, **settings)
 
 
 def _is_old_dpub(body: object, delay: object) -> bool:

@@ -6,8 +6,9 @@ answers heartbeats, TOUCHes what is in flight and sends the FINs and REQs asked 
 a discovery thread (re)connects and polls nsqlookupd, so that connecting never stalls
 the I/O. The caller takes messages with :meth:`Subscriber.take` and answers them with
 :meth:`Subscriber.finish` or :meth:`Subscriber.requeue`; nothing is answered otherwise.
-:meth:`Subscriber.shutdown` REQueues every message still in flight (nsqd redelivers them
-at once) and closes; when the process dies without it, nsqd redelivers them after
+:meth:`Subscriber.close` REQueues every message still in flight (nsqd redelivers them
+at once) and closes the connections (``with Subscriber(options) as s:`` starts and
+closes it); when the process dies without it, nsqd redelivers them after
 ``msg_timeout``. The Spark ``nsq`` reader is built on it.
 
 It follows the same rules as the Twisted :class:`~txnsq.consumer.Consumer`, from
@@ -39,9 +40,11 @@ import urllib.error
 import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from dataclasses import dataclass, field, fields
+from types import TracebackType
+from typing import Any, ClassVar, Final, Protocol
 
+from txnsq._deprecate import suggest_names, unexpected_keyword, warn_deprecated
 from txnsq._wire.address import (
     AddressMap,
     check_address_map,
@@ -52,13 +55,7 @@ from txnsq._wire.address import (
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.frames import MessageFrame
 from txnsq._wire.identify import Features, IdentifyOptions
-from txnsq._wire.liveness import (
-    DEFAULT_HEARTBEATS_MISSED,
-    DEFAULT_READ_TIMEOUT,
-    SILENT,
-    Liveness,
-)
-from txnsq._wire.liveness import read_timeout as silence_bound
+from txnsq._wire.liveness import SILENT, Liveness
 from txnsq._wire.lookup import (
     LOOKUP_HEADERS,
     MAX_LOOKUP_RESPONSE_SIZE,
@@ -71,11 +68,11 @@ from txnsq._wire.lookup import (
 )
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq._wire.rdy import DEFAULT_RDY_REDISTRIBUTE_INTERVAL, RdyController, RdyUpdate
-from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
+from txnsq._wire.retry import RetryPolicy
 from txnsq._wire.touch import touch_schedule
-from txnsq.blocking._connection import DEFAULT_TIMEOUT, Connection, connection_silent
+from txnsq.blocking._connection import Connection, connection_silent
 from txnsq.errors import NSQError
-from txnsq.tls_options import TLSOptions
+from txnsq.options import ConnectionOptions
 
 __all__ = [
     "MAX_CONNECTIONS_PER_NSQD",
@@ -95,7 +92,7 @@ _log = logging.getLogger("txnsq.blocking")
 MAX_CONNECTIONS_PER_NSQD: Final = 200
 #: Seconds between two nsqlookupd polls, by default.
 DEFAULT_LOOKUPD_POLL_INTERVAL: Final = 60.0
-#: Each wait during :meth:`Subscriber.shutdown` (RDY 0, REQ, CLS) is bounded by this.
+#: Each wait during :meth:`Subscriber.close` (RDY 0, REQ, CLS) is bounded by this.
 _SHUTDOWN_IO_TIMEOUT_S: Final = 2.0
 #: The I/O and discovery threads look at their clocks at least this often (seconds).
 _MAX_WAIT_S: Final = 1.0
@@ -105,85 +102,109 @@ _DISCOVERY_MAX_WAIT_S: Final = 5.0
 # -- options ------------------------------------------------------------------------------
 
 
+@suggest_names
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SubscriberOptions:
-    """What a :class:`Subscriber` reads and how, validated at construction.
+class SubscriberOptions(ConnectionOptions):
+    """What a :class:`Subscriber` reads and how, validated at construction: every
+    :class:`~txnsq.options.ConnectionOptions` field (TLS, AUTH, compression, IDENTIFY's
+    settings, the timeouts, ``reconnect_policy``; the same names and defaults as the
+    Consumer's) and these. Times are seconds. At least one of ``nsqd_tcp_addresses``
+    and ``lookupd_http_addresses`` is needed.
 
-    Times are in seconds. At least one of ``nsqd`` and ``lookupd`` is needed.
+    ``connect_timeout`` bounds each TCP connect, ``handshake_timeout`` the handshake and
+    SUB, ``command_timeout`` any other wait for nsqd; a connection silent for
+    ``heartbeats_missed`` heartbeat intervals (``read_timeout`` with heartbeats off) is
+    presumed dead, closed and replaced (nsqd redelivers its messages after
+    ``msg_timeout``).
 
-    :param topic: the topic to read.
-    :param channel: the channel to read it through.
-    :param nsqd: nsqd TCP addresses (``"host:port"``, ``"[v6]:port"``, ``"host"``) to
-        read from for as long as the subscriber runs; kept as ``"host:port"``.
-    :param lookupd: nsqlookupd HTTP addresses (``"host:port"``, ``"http://..."``,
-        ``"https://..."``) polled for the topic's nsqds.
-    :param max_in_flight: messages in flight over all connections (taken and not yet
-        answered, or buffered); the sum of RDY never exceeds it.
-    :param connections_per_nsqd: connections to open to each nsqd; ``None`` opens enough
-        that ``max_in_flight`` fits under nsqd's ``max_rdy_count`` per connection (at
-        most :data:`MAX_CONNECTIONS_PER_NSQD`).
-    :param identify: what each connection asks for in IDENTIFY (``msg_timeout_ms``,
-        compression, output buffering, ...).
-    :param tls: TLS settings; when given, every connection upgrades to TLS.
-    :param auth_secret: sent with AUTH when nsqd requires it; never shown in a ``repr``.
-    :param timeout: seconds any single blocking wait may take: TCP connect, the
-        handshake and SUB, a command's answer, one nsqlookupd request.
-    :param lookupd_poll_interval: seconds between two nsqlookupd polls.
-    :param rdy_redistribute_interval: seconds between two RDY redistributions when
-        there are more connections than ``max_in_flight``.
-    :param retry: the reconnect policy (the same as the Consumer's and the Producer's).
-    :param heartbeats_missed: how many of ``identify``'s heartbeat intervals a
-        connection may stay silent (nothing received) before it is presumed dead,
-        closed and replaced (nsqd redelivers its messages after ``msg_timeout``).
-    :param read_timeout: the same bound, in seconds, when heartbeats are off
-        (``heartbeat_interval_ms=-1``): a channel with nothing to deliver for that long
-        is then taken for a dead connection and reconnected.
-    :param address_map: how an nsqd address announced by nsqlookupd (its
-        ``broadcast_address`` and TCP port) becomes one this process can dial: a mapping
-        (``{"nsqd-0:4150": "127.0.0.1:24150"}``, or by host alone ``{"nsqd-0":
-        "10.0.0.5"}``, keeping the port) or a callable ``address -> address`` (see
-        :func:`~txnsq._wire.address.map_address`). Addresses given in ``nsqd`` are
-        dialled as they are.
+    Deprecated (accepted with a :class:`DeprecationWarning`, folded into the fields
+    above, then cleared to ``None``): ``nsqd`` (``nsqd_tcp_addresses``), ``lookupd``
+    (``lookupd_http_addresses``), ``identify`` (the seconds fields), ``retry``
+    (``reconnect_policy``), ``timeout`` (sets ``connect_timeout``,
+    ``handshake_timeout``, ``command_timeout`` and ``lookupd_request_timeout``).
+
     :raises TypeError: for a value of the wrong type (one address string where a
-        sequence is expected, a non-int count, ...).
+        sequence is expected, a non-int count, ...), or an unknown field (naming the
+        nearest one).
     :raises ValueError: for an invalid topic, channel, address or number, or neither
-        ``nsqd`` nor ``lookupd``.
+        ``nsqd_tcp_addresses`` nor ``lookupd_http_addresses``.
     """
 
+    #: The topic to read.
     topic: str
+    #: The channel to read it through.
     channel: str
-    nsqd: Sequence[str] = ()
-    lookupd: Sequence[str] = ()
+    #: nsqd TCP addresses (``"host:port"``, ``"[v6]:port"``, ``"host"``) to read from
+    #: for as long as the subscriber runs; kept as ``"host:port"``, dialled as they are.
+    nsqd_tcp_addresses: Sequence[str] = ()
+    #: nsqlookupd HTTP addresses (``"host:port"``, ``"http://..."``, ``"https://..."``)
+    #: polled for the topic's nsqds.
+    lookupd_http_addresses: Sequence[str] = ()
+    #: Messages in flight over all connections (taken and not yet answered, or
+    #: buffered); the sum of RDY never exceeds it.
     max_in_flight: int = 1
+    #: Connections to open to each nsqd; ``None`` opens enough that ``max_in_flight``
+    #: fits under nsqd's ``max_rdy_count`` per connection (at most
+    #: :data:`MAX_CONNECTIONS_PER_NSQD`).
     connections_per_nsqd: int | None = None
-    identify: IdentifyOptions = field(default_factory=IdentifyOptions)
-    tls: TLSOptions | None = None
-    auth_secret: str | bytes | None = field(default=None, repr=False)
-    timeout: float = DEFAULT_TIMEOUT
+    #: Seconds between two polls of nsqlookupd.
     lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL
+    #: Each poll interval is shortened by up to this fraction at random (0-1).
+    lookupd_poll_jitter: float = 0.3
+    #: Seconds one nsqlookupd request may take.
+    lookupd_request_timeout: float = 5.0
+    #: Seconds between two RDY redistributions when there are more connections than
+    #: ``max_in_flight``.
     rdy_redistribute_interval: float = DEFAULT_RDY_REDISTRIBUTE_INTERVAL
-    retry: RetryPolicy = DEFAULT_RETRY
-    heartbeats_missed: float = DEFAULT_HEARTBEATS_MISSED
-    read_timeout: float = DEFAULT_READ_TIMEOUT
+    #: How an nsqd address announced by nsqlookupd (its ``broadcast_address`` and TCP
+    #: port) becomes one this process can dial: a mapping (``{"nsqd-0:4150":
+    #: "127.0.0.1:24150"}``, or by host alone ``{"nsqd-0": "10.0.0.5"}``, keeping the
+    #: port) or a callable ``address -> address`` (see
+    #: :func:`~txnsq._wire.address.map_address`). Only discovered addresses are mapped.
     address_map: AddressMap | None = field(default=None, hash=False)
+    #: Seconds :meth:`Subscriber.close` waits, by default, for the I/O thread to
+    #: requeue what is in flight and close the connections.
+    stop_timeout: float = 30.0
+
+    # Deprecated in 0.2.0 (accepted with a DeprecationWarning, folded into the fields
+    # above, then cleared).
+    nsqd: Sequence[str] | None = field(default=None, repr=False, compare=False)
+    lookupd: Sequence[str] | None = field(default=None, repr=False, compare=False)
+    identify: IdentifyOptions | None = field(default=None, repr=False, compare=False)
+    retry: RetryPolicy | None = field(default=None, repr=False, compare=False)
+    timeout: float | None = field(default=None, repr=False, compare=False)
+
+    _deprecated_fields: ClassVar[tuple[str, ...]] = (
+        "nsqd",
+        "lookupd",
+        "identify",
+        "retry",
+        "timeout",
+    )
 
     def __post_init__(self) -> None:
+        self._take_deprecated()
+        self._check_connection()
         validate_topic_name(self.topic)
         validate_channel_name(self.channel)
-        for name in ("nsqd", "lookupd"):
+        for name in ("nsqd_tcp_addresses", "lookupd_http_addresses"):
             value = getattr(self, name)
             if isinstance(value, str | bytes) or not isinstance(value, Iterable):
                 raise TypeError(f"{name} must be a sequence of addresses, not one address")
-        nsqd = tuple(dict.fromkeys(format_address(*parse_address(a)) for a in self.nsqd))
-        lookupd = tuple(dict.fromkeys(self.lookupd))
+        nsqd = tuple(
+            dict.fromkeys(format_address(*parse_address(a)) for a in self.nsqd_tcp_addresses)
+        )
+        lookupd = tuple(dict.fromkeys(self.lookupd_http_addresses))
         for address in lookupd:
             if not isinstance(address, str):
-                raise TypeError(f"lookupd address must be a str, not {type(address).__name__}")
+                raise TypeError(
+                    f"lookupd_http_addresses must hold str, not {type(address).__name__}"
+                )
             lookup_url(address, self.topic)  # ValueError for a bad one
         if not nsqd and not lookupd:
-            raise ValueError("give nsqd or lookupd addresses (or both)")
-        object.__setattr__(self, "nsqd", nsqd)
-        object.__setattr__(self, "lookupd", lookupd)
+            raise ValueError("give nsqd_tcp_addresses or lookupd_http_addresses (or both)")
+        object.__setattr__(self, "nsqd_tcp_addresses", nsqd)
+        object.__setattr__(self, "lookupd_http_addresses", lookupd)
         check_number(self.max_in_flight, "max_in_flight", integer=True, minimum=1)
         check_number(
             self.connections_per_nsqd,
@@ -193,21 +214,55 @@ class SubscriberOptions:
             maximum=MAX_CONNECTIONS_PER_NSQD,
             allow_none=True,
         )
-        for name in ("timeout", "lookupd_poll_interval", "rdy_redistribute_interval"):
+        for name in (
+            "lookupd_poll_interval",
+            "lookupd_request_timeout",
+            "rdy_redistribute_interval",
+        ):
             check_number(getattr(self, name), name, positive=True)
-        if not isinstance(self.identify, IdentifyOptions):
-            raise TypeError(f"identify must be IdentifyOptions, not {type(self.identify).__name__}")
-        if self.tls is not None and not isinstance(self.tls, TLSOptions):
-            raise TypeError(f"tls must be TLSOptions or None, not {type(self.tls).__name__}")
-        if self.auth_secret is not None and not isinstance(self.auth_secret, str | bytes):
-            raise TypeError("auth_secret must be str or bytes")
-        if not isinstance(self.retry, RetryPolicy):
-            raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
-        # The liveness bound's own checks (heartbeats_missed >= 1, read_timeout > 0).
-        silence_bound(
-            None, heartbeats_missed=self.heartbeats_missed, without_heartbeats=self.read_timeout
-        )
+        check_number(self.lookupd_poll_jitter, "lookupd_poll_jitter", minimum=0, maximum=1)
+        check_number(self.stop_timeout, "stop_timeout", minimum=0)
         check_address_map(self.address_map)
+
+    def _take_deprecated(self) -> None:
+        for old, new in (("nsqd", "nsqd_tcp_addresses"), ("lookupd", "lookupd_http_addresses")):
+            value = getattr(self, old)
+            if value is None:
+                continue
+            warn_deprecated(
+                f"SubscriberOptions({old}=...)", f"SubscriberOptions({new}=...)", stacklevel=6
+            )
+            if getattr(self, new):
+                raise ValueError(f"give {new} or the deprecated {old}, not both")
+            object.__setattr__(self, new, value)
+            object.__setattr__(self, old, None)
+        self._take_identify(self.identify, "SubscriberOptions")
+        object.__setattr__(self, "identify", None)
+        if self.retry is not None:
+            warn_deprecated(
+                "SubscriberOptions(retry=...)",
+                "SubscriberOptions(reconnect_policy=...)",
+                stacklevel=6,
+            )
+            if not isinstance(self.retry, RetryPolicy):
+                raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
+            object.__setattr__(self, "reconnect_policy", self.retry)
+            object.__setattr__(self, "retry", None)
+        if self.timeout is not None:
+            warn_deprecated(
+                "SubscriberOptions(timeout=...)",
+                "SubscriberOptions(connect_timeout=..., handshake_timeout=..., "
+                "command_timeout=..., lookupd_request_timeout=...)",
+                stacklevel=6,
+            )
+            for name in (
+                "connect_timeout",
+                "handshake_timeout",
+                "command_timeout",
+                "lookupd_request_timeout",
+            ):
+                object.__setattr__(self, name, self.timeout)
+            object.__setattr__(self, "timeout", None)
 
     def connections_for(self, max_rdy_count: int) -> int:
         """How many connections to open to an nsqd whose ``max_rdy_count`` is given:
@@ -218,6 +273,12 @@ class SubscriberOptions:
         return max(1, min(MAX_CONNECTIONS_PER_NSQD, needed))
 
 
+_SUBSCRIBER_FIELDS: Final = frozenset(f.name for f in fields(SubscriberOptions))
+_DEPRECATED_FIELDS: Final = frozenset(SubscriberOptions._deprecated_fields)
+#: The keyword parameters of :class:`Subscriber` besides the options' fields.
+_SUBSCRIBER_PARAMETERS: Final = ("options", "clock", "connect", "fetch", "rng")
+
+
 # -- what the Subscriber is given ---------------------------------------------------------
 
 
@@ -225,8 +286,8 @@ class SubscriberConnection(Protocol):
     """What a :class:`Subscriber` needs of one subscribed connection to nsqd
     (:class:`~txnsq.blocking.Connection` is one; tests give fakes)."""
 
-    #: seconds a wait may take (lowered during shutdown)
-    timeout: float | None
+    #: seconds a wait for nsqd may take (lowered by :meth:`Subscriber.close`)
+    command_timeout: float | None
 
     @property
     def address(self) -> str:
@@ -366,40 +427,55 @@ class _TouchGroup:
 class Subscriber:
     """Reads one topic/channel from every nsqd and buffers messages for the caller.
 
-    :param options: what to read and how.
+    :param options: what to read and how: a :class:`SubscriberOptions`, or a
+        :class:`~txnsq.options.ConnectionOptions` whose fields are kept (the others
+        taking their defaults, ``topic`` and ``channel`` then given as settings).
+    :param settings: :class:`SubscriberOptions` fields replacing those of ``options``
+        (``Subscriber(topic="t", channel="c", nsqd_tcp_addresses=[...])``).
     :param clock: monotonic seconds (:func:`time.monotonic`); inject one in tests.
     :param connect: how to open a subscribed connection to an address (default: a
-        :class:`~txnsq.blocking.Connection` with ``options``' identify, TLS, auth and
-        timeout, connected and SUBscribed).
+        :class:`~txnsq.blocking.Connection` with ``options``' connection part,
+        connected and SUBscribed).
     :param fetch: how to ask one nsqlookupd (default: :func:`fetch_lookup`).
     :param rng: the random source of reconnect jitter and RDY redistribution (a seeded
         :class:`random.Random` gives the same reconnect delays as a Consumer or a
         Producer seeded alike).
-    :raises TypeError: when ``options`` is not a :class:`SubscriberOptions`.
+    :raises TypeError: when ``options`` is neither a :class:`SubscriberOptions` nor a
+        :class:`~txnsq.options.ConnectionOptions`, or for an unknown setting (naming
+        the nearest valid one).
+    :raises ValueError: as :class:`SubscriberOptions`, for an invalid setting.
+
+    As a context manager, ``with Subscriber(options) as sub:`` calls :meth:`start` on
+    entry and :meth:`close` on exit.
 
     Thread use: :meth:`start`, :meth:`take`, :meth:`finish`, :meth:`requeue`,
-    :meth:`set_cutoff` and :meth:`shutdown` are called from the caller's thread; the I/O
-    and discovery threads are internal. :meth:`shutdown` is also safe from a signal
+    :meth:`set_cutoff` and :meth:`close` are called from the caller's thread; the I/O
+    and discovery threads are internal. :meth:`close` is also safe from a signal
     handler.
     """
 
     def __init__(
         self,
-        options: SubscriberOptions,
+        options: SubscriberOptions | ConnectionOptions | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
         connect: ConnectionFactory | None = None,
         fetch: LookupdFetcher | None = None,
         rng: random.Random | None = None,
+        **settings: Any,
     ) -> None:
-        if not isinstance(options, SubscriberOptions):
-            raise TypeError(f"options must be SubscriberOptions, not {type(options).__name__}")
-        self.options = options
+        for name in settings:
+            if name not in _SUBSCRIBER_FIELDS:
+                valid = [f for f in _SUBSCRIBER_FIELDS if f not in _DEPRECATED_FIELDS]
+                raise unexpected_keyword("Subscriber", name, [*valid, *_SUBSCRIBER_PARAMETERS])
+        options = SubscriberOptions.from_options(options, **settings)
+        #: The settings of this subscriber.
+        self.options: SubscriberOptions = options
         self._clock = clock
         self._connect = connect or self._open
         self._fetch = fetch or fetch_lookup
         self._rng = rng or random.Random()
-        self._retry = options.retry
+        self._retry = options.reconnect_policy
         # -- shared with the caller's thread
         self._ready: deque[Chunk] = deque()
         #: set while messages are buffered
@@ -434,16 +510,17 @@ class Subscriber:
         # -- the discovery thread's
         self._discovery_thread: threading.Thread | None = None
         self._discovery_wake = threading.Event()
-        self._lookup_urls = [(a, lookup_url(a, options.topic)) for a in options.lookupd]
+        self._lookup_urls = [
+            (a, lookup_url(a, options.topic)) for a in options.lookupd_http_addresses
+        ]
         self._lookup = LookupAnswers(
-            options.lookupd, stale_after=STALE_POLLS * options.lookupd_poll_interval
+            options.lookupd_http_addresses,
+            stale_after=STALE_POLLS * options.lookupd_poll_interval,
         )
         # When to poll nsqlookupd next: after each poll (the discovery thread) and at the
-        # loss of an nsqd it listed (the I/O thread), under _lock. SubscriberOptions has
-        # lookupd_poll_jitter from txnsq 0.2 on (the Consumer's rule); none before.
-        self._recheck = RecheckSchedule(
-            options.lookupd_poll_interval, getattr(options, "lookupd_poll_jitter", 0.0)
-        )
+        # loss of an nsqd it listed (the I/O thread), under _lock; each delay shortened
+        # by up to lookupd_poll_jitter of it at random (the Consumer's rule).
+        self._recheck = RecheckSchedule(options.lookupd_poll_interval, options.lookupd_poll_jitter)
         # -- shared by the I/O and discovery threads, under _lock
         self._lock = threading.Lock()
         self._per_address: dict[str, list[ConnectionState]] = {}
@@ -459,9 +536,9 @@ class Subscriber:
         fast on a bad address or bad credentials), then start the I/O and discovery
         threads. Unreachable nsqds are retried in the background.
 
-        :raises NSQError, OSError: when ``nsqd`` addresses were given and none of them
+        :raises NSQError, OSError: when ``nsqd_tcp_addresses`` were given and none of them
             could be reached (the subscriber is then shut down).
-        :raises RuntimeError: when called twice, or after :meth:`shutdown`.
+        :raises RuntimeError: when called twice, or after :meth:`close`.
         """
         if self._started or self._shut:
             raise RuntimeError("a Subscriber can be started only once")
@@ -478,8 +555,8 @@ class Subscriber:
                 _log.warning("nsq subscriber: cannot connect to %s: %s", address, e)
                 first_error = first_error or e
                 self._failed(address)
-        if self.options.nsqd and first_error is not None and not self._open_count():
-            self.shutdown()
+        if self.options.nsqd_tcp_addresses and first_error is not None and not self._open_count():
+            self.close()
             raise first_error
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -492,14 +569,20 @@ class Subscriber:
         )
         self._discovery_thread.start()
 
-    def shutdown(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Stop reading: RDY 0, REQueue every message in flight (immediate
-        redelivery), CLS and close every connection.
+        redelivery), CLS and close every connection (each of those waits at most 2 s).
 
         Idempotent and safe to call from a signal handler or ``atexit``; waits at most
-        about ``timeout`` seconds for the I/O thread. Messages taken and not answered
-        yet cannot be answered afterwards (nsqd redelivers them).
+        about ``timeout`` seconds (``None``: ``options.stop_timeout``) for the I/O
+        thread to do it. Messages taken and not answered yet cannot be answered
+        afterwards (nsqd redelivers them).
+
+        :raises TypeError, ValueError: for a ``timeout`` that is not a number >= 0.
         """
+        if timeout is None:
+            timeout = self.options.stop_timeout
+        check_number(timeout, "timeout", minimum=0)
         with self._shutdown_lock:
             if self._shut:
                 return
@@ -520,16 +603,36 @@ class Subscriber:
             except OSError:  # pragma: no cover
                 pass
 
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Deprecated: :meth:`close` (whose ``timeout`` defaults to
+        ``options.stop_timeout``)."""
+        warn_deprecated("Subscriber.shutdown()", "Subscriber.close()")
+        self.close(timeout)
+
+    def __enter__(self) -> Subscriber:
+        """Start (:meth:`start`) and return this subscriber."""
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """:meth:`close` it."""
+        self.close()
+
     @property
     def stopped(self) -> bool:
-        """Whether :meth:`shutdown` was called."""
+        """Whether :meth:`close` was called."""
         return self._shut
 
     def check(self) -> None:
         """Raise if the I/O thread died (a bug), so that the caller fails instead of
         waiting for ever. Nothing unanswered was FINished: nsqd redelivers it.
 
-        :raises RuntimeError: when the I/O thread stopped without :meth:`shutdown`.
+        :raises RuntimeError: when the I/O thread stopped without :meth:`close`.
         """
         thread = self._io_thread
         if thread is not None and not thread.is_alive() and not self._shut:
@@ -604,7 +707,7 @@ class Subscriber:
     def set_cutoff(self, timestamp_ns: int | None) -> None:
         """Stop taking messages published after ``timestamp_ns`` (nanoseconds since the
         epoch, as nsqd stamps them; ``None``: no cutoff). A connection that receives one
-        is paused (RDY 0) and the message is held in flight until :meth:`shutdown`
+        is paused (RDY 0) and the message is held in flight until :meth:`close`
         requeues it."""
         self._cutoff_ns = timestamp_ns
 
@@ -627,7 +730,7 @@ class Subscriber:
         connection is open to, as ``"host:port"``, sorted."""
         with self._lock:
             found = {a for a, peers in self._per_address.items() if peers}
-        return sorted(found.union(self.options.nsqd))
+        return sorted(found.union(self.options.nsqd_tcp_addresses))
 
     # -- commands to the I/O thread -----------------------------------------------------
 
@@ -908,7 +1011,7 @@ class Subscriber:
                 peers.remove(state)
             if state.address not in self._next_attempt:
                 self._schedule_retry(state.address, now)
-            if self._lookup_urls and state.address not in self.options.nsqd:
+            if self._lookup_urls and state.address not in self.options.nsqd_tcp_addresses:
                 # Found through nsqlookupd: poll it again soon, and again while missing.
                 self._recheck.lost(state.address, now, self._rng.random)
         self._send_rdy(self._rdy.remove_connection(state, now))
@@ -918,7 +1021,7 @@ class Subscriber:
         states = [s for s in self._states if s.alive]
         for state in states:
             conn = state.conn
-            conn.timeout = _SHUTDOWN_IO_TIMEOUT_S
+            conn.command_timeout = _SHUTDOWN_IO_TIMEOUT_S
             try:
                 if state.rdy:
                     conn.rdy(0)
@@ -1003,7 +1106,7 @@ class Subscriber:
     def _addresses(self, now: float) -> list[str]:
         """The nsqds to read from: the static ones always, the discovered ones while
         nsqlookupd lists them."""
-        static = self.options.nsqd
+        static = self.options.nsqd_tcp_addresses
         found = self._lookup.producers(now) if self._lookup_urls else frozenset()
         return list(static) + sorted(found.difference(static))
 
@@ -1023,7 +1126,7 @@ class Subscriber:
 
     def _poll_lookupd(self) -> None:
         """Ask every nsqlookupd once; feed the answers to the merge rule."""
-        timeout = self.options.timeout
+        timeout = self.options.lookupd_request_timeout
         for lookupd, url in self._lookup_urls:
             try:
                 status, body = self._fetch(url, timeout)
@@ -1091,15 +1194,7 @@ class Subscriber:
     def _open(self, address: str) -> SubscriberConnection:
         """The default :data:`ConnectionFactory`."""
         opts = self.options
-        conn = Connection(
-            address,
-            identify=opts.identify,
-            tls=opts.tls,
-            auth_secret=opts.auth_secret,
-            timeout=opts.timeout,
-            heartbeats_missed=opts.heartbeats_missed,
-            read_timeout=opts.read_timeout,
-        )
+        conn = Connection(address, options=opts.connection_options())
         try:
             conn.connect()
             conn.subscribe(opts.topic, opts.channel)

@@ -6,15 +6,16 @@ Install with the ``spark`` extra (``pip install 'txnsq[spark]'``), then::
     spark.dataSource.register(NSQDataSource)
 
     # batch write: one message per row, from a binary or string column "value" (or "body")
-    df.write.format("nsq").option("nsqd", "127.0.0.1:4150").option("topic", "events").save()
+    df.write.format("nsq").option("nsqdTcpAddresses", "127.0.0.1:4150") \\
+        .option("topic", "events").save()
 
     # streaming write
-    df.writeStream.format("nsq").option("nsqd", "127.0.0.1:4150").option("topic", "events") \\
-        .option("checkpointLocation", "/tmp/ckpt").start()
+    df.writeStream.format("nsq").option("nsqdTcpAddresses", "127.0.0.1:4150") \\
+        .option("topic", "events").option("checkpointLocation", "/tmp/ckpt").start()
 
     # at-least-once streaming read
     spark.readStream.format("nsq").option("topic", "events").option("channel", "spark") \\
-        .option("lookupd", "http://127.0.0.1:4161").load()
+        .option("lookupdHttpAddresses", "http://127.0.0.1:4161").load()
 
 Writes
 ------
@@ -43,7 +44,7 @@ them after ``msg_timeout``. So every message is delivered at least once, possibl
   ``maxBytesPerTrigger`` (bodies; a batch exceeds it by one message at most) and
   ``minMessagesPerTrigger`` with ``maxTriggerDelay``. ``trigger(availableNow=True)``
   reads what was published before the query started and ends when nothing new arrives
-  for ``availableNowIdleMs`` ("before" compares nsqd's message timestamps with the
+  for ``availableNowIdle`` ("before" compares nsqd's message timestamps with the
   driver's clock; newer messages wait for the next run).
 * A batch's rows travel to the executors inside its ``numPartitions`` input partitions
   (Arrow record batches; more partitions when a batch is larger than 64 MiB each).
@@ -67,17 +68,22 @@ them after ``msg_timeout``. So every message is delivered at least once, possibl
 * Spark may replay the last, uncommitted batch after a restart; that replay is empty
   (its messages were never FINished and come back from nsqd with ``attempts`` + 1).
 * A connection that receives nothing, not even nsqd's heartbeat, for two heartbeat
-  intervals (``heartbeatIntervalMs``, 30 s by default) is half-open or dead: the reader
+  intervals (``heartbeatInterval``, 30 s by default) is half-open or dead: the reader
   closes it and connects again; what it held comes back from nsqd after
-  ``msgTimeoutMs`` (duplicates, never losses).
+  ``msgTimeout`` (duplicates, never losses).
 * In Docker or Kubernetes, nsqlookupd hands out each nsqd's ``--broadcast-address``,
   often a name only the nsqds' own network resolves: ``addressMap`` maps it to an
   address the reader can reach.
 
 Options (case-insensitive)
 --------------------------
+The options every txnsq client shares are the camelCase spellings of
+:class:`txnsq.options.ConnectionOptions`' fields, with the same meanings and defaults.
+Durations are seconds (``"2.5"``) or a number with a unit (``"500ms"``, ``"30s"``, ``"15m"``,
+``"1h"``). An unknown option fails the query, naming the nearest valid one.
+
 Both directions:
-  ``nsqd``                  ``host:port[,host:port...]`` (required for writes)
+  ``nsqdTcpAddresses``      ``host:port[,host:port...]`` (required for writes)
   ``topic``                 topic name (required for reads; for writes unless a ``topic`` column)
   ``tls``                   ``true`` to use TLS (implied by the other ``tls*`` options)
   ``tlsCaCerts``            PEM bundle of the CAs to trust instead of the system's
@@ -88,8 +94,11 @@ Both directions:
                             driver; their contents travel with the job to the executors)
   ``compression``           ``none`` (default), ``snappy`` or ``deflate``; ``deflateLevel``
   ``authSecret``            sent with AUTH when nsqd requires it
-  ``timeout``               seconds any network wait may take (default 30)
   ``clientId``              IDENTIFY client_id (default: the host name)
+  ``connectTimeout``        a TCP connect's bound (default 10 s)
+  ``handshakeTimeout``      the handshake's bound: IDENTIFY, TLS, AUTH, SUB (default 10 s)
+  ``commandTimeout``        a command's wait for nsqd's answer (default 30 s; ``none``:
+                            only the silence bound)
 Writes:
   ``batchSize``             messages per MPUB (default 500)
   ``maxPendingBatches``     MPUBs in flight per task (default 4)
@@ -97,8 +106,10 @@ Writes:
   ``ignoreExtraColumns``    ``true``: leave out columns other than value/topic/delay_ms
 Reads:
   ``channel``               channel name (required)
-  ``lookupd``               nsqlookupd HTTP address(es) to discover nsqds (``http://host:4161``)
-  ``lookupdPollInterval``   seconds between nsqlookupd polls (default 60)
+  ``lookupdHttpAddresses``  nsqlookupd HTTP address(es) to discover nsqds (``http://host:4161``)
+  ``lookupdPollInterval``   time between nsqlookupd polls (default 60 s)...
+  ``lookupdPollJitter``     ... each shortened by up to this fraction at random (default 0.3)
+  ``lookupdRequestTimeout`` one nsqlookupd request's bound (default 5 s)
   ``maxMessagesPerTrigger`` messages per micro-batch at most (default 50,000)
   ``maxBytesPerTrigger``    bytes of bodies per micro-batch at most (default: no limit)
   ``minMessagesPerTrigger`` wait for this many messages before a batch ...
@@ -109,12 +120,13 @@ Reads:
                             publishes a JSON envelope (id, attempts, origin, body)
   ``maxInFlight``           messages held at once (default 2 x maxMessagesPerTrigger)
   ``connectionsPerNsqd``    override the number of connections per nsqd
-  ``msgTimeoutMs``          IDENTIFY msg_timeout: redelivery delay if the reader dies
-  ``availableNowIdleMs``    quiet time that ends a Trigger.AvailableNow run (default 500)
-  ``heartbeatIntervalMs``   IDENTIFY heartbeat_interval (default 30000; -1: off); a
+  ``msgTimeout``            IDENTIFY msg_timeout: redelivery delay if the reader dies
+                            (default: nsqd's ``--msg-timeout``)
+  ``availableNowIdle``      quiet time that ends a Trigger.AvailableNow run (default 500ms)
+  ``heartbeatInterval``     IDENTIFY heartbeat_interval (default 30 s; ``off``: none); a
                             connection silent for two intervals is replaced
-  ``readTimeout``           seconds of silence that end a connection when heartbeats
-                            are off (default 60)
+  ``readTimeout``           silence that ends a connection when heartbeats are off
+                            (default 60 s)
   ``addressMap``            ``announced=reachable[,...]``: dial ``reachable`` for an nsqd
                             nsqlookupd announces as ``announced`` (``host:port``, or a
                             host alone to keep the port), e.g.
@@ -122,6 +134,11 @@ Reads:
   ``reportLag``             ``false``: no nsqd statistics in the progress (default true)
   ``nsqdHttp``              ``tcp=http`` address pairs (``h:4150=h:4151,...``; the HTTP
                             side may be an ``https://`` URL) for the lag statistics
+Deprecated spellings (they work, with a DeprecationWarning; removed in 0.4.0):
+  ``nsqd`` (``nsqdTcpAddresses``), ``lookupd`` (``lookupdHttpAddresses``), ``timeout``
+  (sets ``connectTimeout``, ``handshakeTimeout`` and ``commandTimeout``),
+  ``msgTimeoutMs``, ``heartbeatIntervalMs``, ``availableNowIdleMs`` (in milliseconds;
+  ``msgTimeout``, ``heartbeatInterval``, ``availableNowIdle``).
 """
 
 from __future__ import annotations

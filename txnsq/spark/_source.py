@@ -134,21 +134,22 @@ class LagProbe:
         client = self._clients.get(address)
         if client is None:
             http = self._http.get(address)
-            if http is None and self.options.lookupd and not self._looked_up:
+            if http is None and self.options.lookupd_http_addresses and not self._looked_up:
                 self._look_up()
                 http = self._http.get(address)
             if http is None:
                 http = self._http[address] = http_address_guess(address)
             tls = self.options.connection.tls if http.startswith("https://") else None
+            command_timeout = self.options.connection.options.command_timeout
             client = self._clients[address] = NSQDHTTPClient(
-                http, tls=tls, timeout=min(LAG_TIMEOUT_S, self.options.connection.timeout)
+                http, tls=tls, timeout=min(LAG_TIMEOUT_S, command_timeout or LAG_TIMEOUT_S)
             )
         return client
 
     def _look_up(self) -> None:
         """Learn the HTTP addresses of the topic's nsqds from nsqlookupd (once)."""
         self._looked_up = True
-        for lookupd in self.options.lookupd:
+        for lookupd in self.options.lookupd_http_addresses:
             try:
                 with LookupdHTTPClient(lookupd, timeout=LAG_TIMEOUT_S) as client:
                     producers = client.lookup(self.options.topic).producers
@@ -274,7 +275,7 @@ class DeadLetters:
             conn.close()
             conn = None
         if conn is None:
-            conn = self.options.connection.connection(address, heartbeat_interval_ms=-1)
+            conn = self.options.connection.connection(address, heartbeat_interval=None)
             try:
                 conn.connect()
             except BaseException:

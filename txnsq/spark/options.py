@@ -3,7 +3,16 @@
 Spark hands a data source its options as a case-insensitive mapping of strings
 (``.option("batchSize", 500)`` arrives as ``"500"``). They are parsed and checked once, on
 the driver, into frozen (and picklable) dataclasses, so that a typo fails the query at
-planning time with a message naming the option, not later inside a task.
+planning time with a message naming the option (and, for an unknown one, the nearest
+valid option), not later inside a task.
+
+Options that every client shares are the camelCase spellings of
+:class:`~txnsq.options.ConnectionOptions`' fields and parse into one
+(``connectTimeout`` is ``connect_timeout``, ``msgTimeout`` is ``msg_timeout``...), with
+the same meaning and default as in the Python clients. Durations are seconds, or a
+number with a unit (``"500ms"``, ``"30s"``, ``"15m"``, ``"1h"``). The 0.1 spellings
+(``nsqd``, ``lookupd``, ``timeout``, ``msgTimeoutMs``, ``heartbeatIntervalMs``,
+``availableNowIdleMs``) still work, with a :class:`DeprecationWarning`.
 
 This module needs neither pyspark nor pyarrow.
 """
@@ -11,10 +20,12 @@ This module needs neither pyspark nor pyarrow.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Any, Final
 
+from txnsq._deprecate import suggest, warn_deprecated
 from txnsq._wire.address import (
     NSQD_HTTP_PORT,
     check_address_map,
@@ -24,10 +35,10 @@ from txnsq._wire.address import (
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.deadletter import DeadLetter
 from txnsq._wire.identify import IdentifyOptions
-from txnsq._wire.liveness import DEFAULT_READ_TIMEOUT
 from txnsq._wire.lookup import lookup_url
-from txnsq._wire.numbers import parse_number
+from txnsq._wire.numbers import check_number, parse_number
 from txnsq.blocking import Connection, NSQDHTTPClient, SubscriberOptions, TLSOptions
+from txnsq.options import ConnectionOptions
 
 __all__ = [
     "ConnectionSettings",
@@ -43,65 +54,72 @@ DEFAULT_MAX_BODY_SIZE: Final = 5 * 1024 * 1024
 DEFAULT_BATCH_SIZE: Final = 500
 DEFAULT_MAX_PENDING: Final = 4
 DEFAULT_MAX_MESSAGES_PER_TRIGGER: Final = 50_000
-DEFAULT_TIMEOUT_S: Final = 30.0
-DEFAULT_LOOKUPD_POLL_S: Final = 60.0
-DEFAULT_AVAILABLE_NOW_IDLE_MS: Final = 500
+#: Seconds of quiet that end a ``Trigger.AvailableNow`` run.
+DEFAULT_AVAILABLE_NOW_IDLE: Final = 0.5
 #: Kafka's default ``maxTriggerDelay``: how long ``minMessagesPerTrigger`` may hold a batch.
 DEFAULT_MAX_TRIGGER_DELAY_S: Final = 15 * 60.0
-#: nsqd's ``--min-output-buffer-timeout`` default: the shortest flush delay it accepts.
-READER_OUTPUT_BUFFER_TIMEOUT_MS: Final = 25
+#: nsqd's ``--min-output-buffer-timeout`` default: the shortest flush delay it accepts
+#: (seconds; the reader's connections ask for it).
+READER_OUTPUT_BUFFER_TIMEOUT: Final = 0.025
 #: nsqd's ``--max-output-buffer-size`` default: fewer, larger writes from nsqd.
 READER_OUTPUT_BUFFER_SIZE: Final = 64 * 1024
 
 _TRUE: Final = frozenset({"true", "1", "yes", "on"})
 _FALSE: Final = frozenset({"false", "0", "no", "off", ""})
 
-_COMMON: Final = frozenset(
-    {
-        "nsqd",
-        "topic",
-        "tls",
-        "tlscacerts",
-        "tlsclientcert",
-        "tlsclientkey",
-        "tlshostname",
-        "tlsinsecureskipverify",
-        "compression",
-        "deflatelevel",
-        "authsecret",
-        "timeout",
-        "clientid",
-    }
+#: The options of both directions, as documented (they are case-insensitive).
+_COMMON_NAMES: Final = (
+    "nsqdTcpAddresses",
+    "topic",
+    "tls",
+    "tlsCaCerts",
+    "tlsClientCert",
+    "tlsClientKey",
+    "tlsHostname",
+    "tlsInsecureSkipVerify",
+    "compression",
+    "deflateLevel",
+    "authSecret",
+    "clientId",
+    "connectTimeout",
+    "handshakeTimeout",
+    "commandTimeout",
 )
+_WRITE_NAMES: Final = ("batchSize", "maxPendingBatches", "maxBodySize", "ignoreExtraColumns")
+_READ_NAMES: Final = (
+    "channel",
+    "lookupdHttpAddresses",
+    "lookupdPollInterval",
+    "lookupdPollJitter",
+    "lookupdRequestTimeout",
+    "maxMessagesPerTrigger",
+    "maxInFlight",
+    "connectionsPerNsqd",
+    "msgTimeout",
+    "availableNowIdle",
+    "addressMap",
+    "heartbeatInterval",
+    "readTimeout",
+    "maxBytesPerTrigger",
+    "minMessagesPerTrigger",
+    "maxTriggerDelay",
+    "numPartitions",
+    "maxAttempts",
+    "deadLetterTopic",
+    "deadLetterEnvelope",
+    "reportLag",
+    "nsqdHttp",
+)
+#: Deprecated spelling -> its replacement (accepted with a DeprecationWarning).
+_COMMON_DEPRECATED: Final = {"nsqd": "nsqdTcpAddresses", "timeout": "commandTimeout"}
+_READ_DEPRECATED: Final = {
+    "lookupd": "lookupdHttpAddresses",
+    "msgTimeoutMs": "msgTimeout",
+    "heartbeatIntervalMs": "heartbeatInterval",
+    "availableNowIdleMs": "availableNowIdle",
+}
 # Options Spark itself passes along with ours (checkpointLocation of writeStream...).
 _SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation", "queryname"})
-_WRITE_ONLY: Final = frozenset(
-    {"batchsize", "maxpendingbatches", "maxbodysize", "ignoreextracolumns"}
-)
-_READ_ONLY: Final = frozenset(
-    {
-        "channel",
-        "lookupd",
-        "lookupdpollinterval",
-        "maxmessagespertrigger",
-        "maxinflight",
-        "connectionspernsqd",
-        "msgtimeoutms",
-        "availablenowidlems",
-        "addressmap",
-        "heartbeatintervalms",
-        "readtimeout",
-        "maxbytespertrigger",
-        "minmessagespertrigger",
-        "maxtriggerdelay",
-        "numpartitions",
-        "maxattempts",
-        "deadlettertopic",
-        "deadletterenvelope",
-        "reportlag",
-        "nsqdhttp",
-    }
-)
 
 
 class OptionError(ValueError):
@@ -110,47 +128,36 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ConnectionSettings:
-    """How to reach and talk to nsqd: what both the reader and the writer need."""
+    """How to reach and talk to nsqd: what both the reader and the writer need.
 
-    nsqd: tuple[str, ...]
-    tls: TLSOptions | None = None
-    snappy: bool = False
-    deflate: bool = False
-    deflate_level: int = 6
-    auth_secret: str | None = None
-    timeout: float = DEFAULT_TIMEOUT_S
-    client_id: str | None = None
+    :ivar nsqd_tcp_addresses: option ``nsqdTcpAddresses``, as ``"host:port"``.
+    :ivar options: the :class:`~txnsq.options.ConnectionOptions` the other options
+        parse into (its ``auth_secret`` is never shown in a ``repr``).
+    """
 
-    def identify_options(self, **overrides: object) -> IdentifyOptions:
-        """Return the IDENTIFY options for a connection with these settings."""
-        values: dict[str, object] = {
-            "client_id": self.client_id,
-            "tls_v1": self.tls is not None,
-            "snappy": self.snappy,
-            "deflate": self.deflate,
-            "deflate_level": self.deflate_level,
-        }
-        values.update(overrides)
-        return IdentifyOptions(**values)  # type: ignore[arg-type]
+    nsqd_tcp_addresses: tuple[str, ...]
+    options: ConnectionOptions = field(default_factory=ConnectionOptions)
 
-    def connection(self, address: str, **identify: object) -> Connection:
+    @property
+    def nsqd(self) -> tuple[str, ...]:
+        """:attr:`nsqd_tcp_addresses` (the 0.1 name)."""
+        return self.nsqd_tcp_addresses
+
+    @property
+    def tls(self) -> TLSOptions | None:
+        """The TLS settings, if TLS is used."""
+        return self.options.tls
+
+    def identify_options(self, **wire: Any) -> IdentifyOptions:
+        """The IDENTIFY options (milliseconds, as on the wire) of a connection with these
+        settings; ``wire`` replaces some."""
+        return self.options.identify_options(**wire)
+
+    def connection(self, address: str, **settings: Any) -> Connection:
         """A (not yet connected) blocking :class:`~txnsq.blocking.Connection` to the
-        nsqd at ``address`` with these settings; ``identify`` overrides IDENTIFY options."""
-        return Connection(
-            address,
-            identify=self.identify_options(**identify),
-            tls=self.tls,
-            auth_secret=self.auth_secret,
-            timeout=self.timeout,
-        )
-
-    def __repr__(self) -> str:
-        # Never show the auth secret.
-        secret = "<set>" if self.auth_secret else None
-        return (
-            f"ConnectionSettings(nsqd={self.nsqd!r}, tls={self.tls!r}, snappy={self.snappy}, "
-            f"deflate={self.deflate}, auth_secret={secret}, timeout={self.timeout})"
-        )
+        nsqd at ``address`` with these settings; ``settings`` (ConnectionOptions fields)
+        replace some."""
+        return Connection(address, options=self.options, **settings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,22 +174,21 @@ class WriteOptions:
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    """Options of ``spark.readStream.format("nsq")``."""
+    """Options of ``spark.readStream.format("nsq")`` (times in seconds)."""
 
     connection: ConnectionSettings
     topic: str
     channel: str
-    lookupd: tuple[str, ...] = ()
-    lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_S
+    lookupd_http_addresses: tuple[str, ...] = ()
+    lookupd_poll_interval: float = 60.0
+    lookupd_poll_jitter: float = 0.3
+    lookupd_request_timeout: float = 5.0
     max_messages_per_trigger: int = DEFAULT_MAX_MESSAGES_PER_TRIGGER
     max_in_flight: int = 2 * DEFAULT_MAX_MESSAGES_PER_TRIGGER
     connections_per_nsqd: int | None = None
-    msg_timeout_ms: int | None = None
-    available_now_idle_ms: int = DEFAULT_AVAILABLE_NOW_IDLE_MS
+    available_now_idle: float = DEFAULT_AVAILABLE_NOW_IDLE
     #: nsqlookupd's broadcast addresses -> addresses to dial, from ``addressMap``
     address_map: tuple[tuple[str, str], ...] = ()
-    heartbeat_interval_ms: int | None = None
-    read_timeout: float = DEFAULT_READ_TIMEOUT
     max_bytes_per_trigger: int | None = None
     min_messages_per_trigger: int | None = None
     max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY_S
@@ -193,36 +199,33 @@ class ReadOptions:
     #: ``(nsqd TCP address, its HTTP address)`` pairs for the lag statistics
     nsqd_http: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def lookupd(self) -> tuple[str, ...]:
+        """:attr:`lookupd_http_addresses` (the 0.1 name)."""
+        return self.lookupd_http_addresses
+
     def subscriber_options(self) -> SubscriberOptions:
         """The options of the blocking :class:`~txnsq.blocking.Subscriber` that reads
-        for this stream (nsqd flushes to it often, in large writes).
+        for this stream: the connection options, and nsqd flushing to it often, in
+        large writes (``output_buffer_timeout`` 25 ms, ``output_buffer_size`` 64 KiB).
 
         :raises ValueError, TypeError: as :class:`~txnsq.blocking.SubscriberOptions`
             does (not for options :func:`parse_read_options` accepted).
         """
-        settings = self.connection
-        identify: dict[str, object] = {
-            "output_buffer_timeout_ms": READER_OUTPUT_BUFFER_TIMEOUT_MS,
-            "output_buffer_size": READER_OUTPUT_BUFFER_SIZE,
-        }
-        if self.msg_timeout_ms is not None:
-            identify["msg_timeout_ms"] = self.msg_timeout_ms
-        if self.heartbeat_interval_ms is not None:
-            identify["heartbeat_interval_ms"] = self.heartbeat_interval_ms
-        return SubscriberOptions(
+        return SubscriberOptions.from_options(
+            self.connection.options,
             topic=self.topic,
             channel=self.channel,
-            nsqd=settings.nsqd,
-            lookupd=self.lookupd,
+            nsqd_tcp_addresses=self.connection.nsqd_tcp_addresses,
+            lookupd_http_addresses=self.lookupd_http_addresses,
             max_in_flight=self.max_in_flight,
             connections_per_nsqd=self.connections_per_nsqd,
-            identify=settings.identify_options(**identify),
-            tls=settings.tls,
-            auth_secret=settings.auth_secret,
-            timeout=settings.timeout,
             lookupd_poll_interval=self.lookupd_poll_interval,
-            read_timeout=self.read_timeout,
+            lookupd_poll_jitter=self.lookupd_poll_jitter,
+            lookupd_request_timeout=self.lookupd_request_timeout,
             address_map=dict(self.address_map) or None,
+            output_buffer_timeout=READER_OUTPUT_BUFFER_TIMEOUT,
+            output_buffer_size=READER_OUTPUT_BUFFER_SIZE,
         )
 
 
@@ -231,11 +234,12 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
 
     :raises OptionError: for an unknown, missing or invalid option.
     """
-    opts = _lower(options)
-    _check_known(opts, _COMMON | _WRITE_ONLY, "write")
-    connection = _connection(opts)
-    if not connection.nsqd:
-        raise OptionError("option 'nsqd' is required for writes (e.g. '127.0.0.1:4150')")
+    opts = _known(options, _COMMON_NAMES + _WRITE_NAMES, _COMMON_DEPRECATED, "write")
+    connection = _connection(opts, {})
+    if not connection.nsqd_tcp_addresses:
+        raise OptionError(
+            "option 'nsqdTcpAddresses' is required for writes (e.g. '127.0.0.1:4150')"
+        )
     topic = _topic(opts, required=False)
     return WriteOptions(
         connection=connection,
@@ -254,9 +258,13 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
 
     :raises OptionError: for an unknown, missing or invalid option.
     """
-    opts = _lower(options)
-    _check_known(opts, _COMMON | _READ_ONLY, "read")
-    connection = _connection(opts)
+    opts = _known(
+        options,
+        _COMMON_NAMES + _READ_NAMES,
+        {**_COMMON_DEPRECATED, **_READ_DEPRECATED},
+        "read",
+    )
+    connection = _connection(opts, _read_connection_settings(opts))
     topic = _topic(opts, required=True)
     assert topic is not None
     channel_text = opts.get("channel")
@@ -266,14 +274,18 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         channel = validate_channel_name(channel_text)
     except ValueError as e:
         raise OptionError(f"option 'channel': {e}") from None
-    lookupd = tuple(_split(opts.get("lookupd", "")))
+    lookupd_name = _renamed(opts, "lookupdHttpAddresses", "lookupd", move=True)
+    lookupd = tuple(_split(opts.get("lookupdhttpaddresses", "")))
     for address in lookupd:
         try:
             lookup_url(address, topic)
         except ValueError as e:
-            raise OptionError(f"option 'lookupd': {e}") from None
-    if not connection.nsqd and not lookupd:
-        raise OptionError("reads need option 'nsqd' (host:port,...) or 'lookupd' (http://...)")
+            raise OptionError(f"option '{lookupd_name}': {e}") from None
+    if not connection.nsqd_tcp_addresses and not lookupd:
+        raise OptionError(
+            "reads need option 'nsqdTcpAddresses' (host:port,...) or 'lookupdHttpAddresses' "
+            "(http://...)"
+        )
     batch = _int(
         opts,
         "maxmessagespertrigger",
@@ -289,17 +301,6 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
             "its commit"
         )
     conns = _int(opts, "connectionspernsqd", "connectionsPerNsqd", 0, low=0)
-    msg_timeout = _int(opts, "msgtimeoutms", "msgTimeoutMs", 0, low=0)
-    if 0 < msg_timeout < 1000:  # nsqd's minimum; 0 leaves nsqd's default
-        raise OptionError(
-            f"option 'msgTimeoutMs' must be 0 (nsqd's default) or >= 1000, not {msg_timeout}"
-        )
-    heartbeat = _int(opts, "heartbeatintervalms", "heartbeatIntervalMs", 0, low=-1)
-    if 0 < heartbeat < 1000:  # nsqd's minimum; 0 leaves the client default (30 s)
-        raise OptionError(
-            f"option 'heartbeatIntervalMs' must be -1 (off), 0 (the default, 30 s) or "
-            f">= 1000, not {heartbeat}"
-        )
     max_bytes = _int(opts, "maxbytespertrigger", "maxBytesPerTrigger", 0, low=0)
     min_messages = _int(opts, "minmessagespertrigger", "minMessagesPerTrigger", 0, low=0)
     if min_messages > batch:
@@ -326,24 +327,32 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
             raise OptionError("option 'deadLetterTopic' must differ from option 'topic'")
     elif "deadletterenvelope" in opts:
         raise OptionError("option 'deadLetterEnvelope' needs option 'deadLetterTopic'")
+    idle_name = _renamed(opts, "availableNowIdle", "availableNowIdleMs")
+    if idle_name == "availableNowIdleMs":
+        idle = _int(opts, "availablenowidlems", idle_name, 500, low=1) / 1000.0
+    else:
+        idle = _seconds(
+            opts, "availablenowidle", idle_name, DEFAULT_AVAILABLE_NOW_IDLE, positive=True
+        )
     return ReadOptions(
         connection=connection,
         topic=topic,
         channel=channel,
-        lookupd=lookupd,
-        lookupd_poll_interval=_float(
-            opts, "lookupdpollinterval", "lookupdPollInterval", DEFAULT_LOOKUPD_POLL_S
+        lookupd_http_addresses=lookupd,
+        lookupd_poll_interval=_seconds(
+            opts, "lookupdpollinterval", "lookupdPollInterval", 60.0, positive=True
+        ),
+        lookupd_poll_jitter=_number(
+            opts, "lookupdpolljitter", "lookupdPollJitter", 0.3, minimum=0, maximum=1
+        ),
+        lookupd_request_timeout=_seconds(
+            opts, "lookupdrequesttimeout", "lookupdRequestTimeout", 5.0, positive=True
         ),
         max_messages_per_trigger=batch,
         max_in_flight=max_in_flight,
         connections_per_nsqd=conns or None,
-        msg_timeout_ms=msg_timeout or None,
-        available_now_idle_ms=_int(
-            opts, "availablenowidlems", "availableNowIdleMs", DEFAULT_AVAILABLE_NOW_IDLE_MS, low=1
-        ),
+        available_now_idle=idle,
         address_map=_address_map(opts.get("addressmap", "")),
-        heartbeat_interval_ms=heartbeat or None,
-        read_timeout=_float(opts, "readtimeout", "readTimeout", DEFAULT_READ_TIMEOUT),
         max_bytes_per_trigger=max_bytes or None,
         min_messages_per_trigger=min_messages or None,
         max_trigger_delay=_duration(
@@ -357,6 +366,41 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     )
 
 
+def _read_connection_settings(opts: dict[str, str]) -> dict[str, Any]:
+    """The :class:`~txnsq.options.ConnectionOptions` fields only a read has options for:
+    ``msgTimeout``, ``heartbeatInterval``, ``readTimeout`` (and their 0.1 spellings in
+    milliseconds)."""
+    settings: dict[str, Any] = {}
+    name = _renamed(opts, "msgTimeout", "msgTimeoutMs")
+    if name == "msgTimeoutMs":
+        ms = _int(opts, "msgtimeoutms", name, 0, low=0)
+        if 0 < ms < 1000:  # nsqd's minimum; 0 leaves nsqd's default
+            raise OptionError(f"option '{name}' must be 0 (nsqd's default) or >= 1000, not {ms}")
+        settings["msg_timeout"] = ms / 1000.0 if ms else None
+    elif opts.get("msgtimeout", "").strip():
+        settings["msg_timeout"] = _seconds(opts, "msgtimeout", name, 0.0, minimum=1)
+    name = _renamed(opts, "heartbeatInterval", "heartbeatIntervalMs")
+    if name == "heartbeatIntervalMs":
+        ms = _int(opts, "heartbeatintervalms", name, 0, low=-1)
+        if 0 < ms < 1000:  # nsqd's minimum; 0 leaves the client default (30 s)
+            raise OptionError(
+                f"option '{name}' must be -1 (off), 0 (the default, 30 s) or >= 1000, not {ms}"
+            )
+        if ms:
+            settings["heartbeat_interval"] = None if ms == -1 else ms / 1000.0
+    else:
+        text = opts.get("heartbeatinterval", "").strip().lower()
+        if text in ("off", "none", "-1"):
+            settings["heartbeat_interval"] = None
+        elif text:
+            settings["heartbeat_interval"] = _seconds(
+                opts, "heartbeatinterval", name, 0.0, minimum=1
+            )
+    if opts.get("readtimeout", "").strip():
+        settings["read_timeout"] = _seconds(opts, "readtimeout", "readTimeout", 0.0, positive=True)
+    return settings
+
+
 # -- helpers --------------------------------------------------------------------------
 
 
@@ -364,15 +408,61 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): "" if v is None else str(v) for k, v in options.items()}
 
 
-def _check_known(opts: Mapping[str, str], known: frozenset[str], what: str) -> None:
+def _known(
+    options: Mapping[str, str],
+    names: tuple[str, ...],
+    deprecated: Mapping[str, str],
+    what: str,
+) -> dict[str, str]:
+    """``options`` with lowercased keys, once every one is known.
+
+    :raises OptionError: naming each unknown option and the nearest valid one.
+    """
+    opts = _lower(options)
+    valid = {n.lower() for n in names} | {n.lower() for n in deprecated}
     unknown = sorted(
-        k for k in opts if k not in known and k not in _SPARK_KEYS and not k.startswith("spark.")
+        k for k in opts if k not in valid and k not in _SPARK_KEYS and not k.startswith("spark.")
     )
     if unknown:
+        described = []
+        for key in unknown:
+            hint = suggest(key, names).removeprefix("; ").removesuffix("?")
+            described.append(f"{key!r} ({hint})" if hint else repr(key))
+        plural = "s" if len(unknown) > 1 else ""
         raise OptionError(
-            f"unknown option(s) for an nsq {what}: {', '.join(unknown)} (options are "
+            f"unknown option{plural} for an nsq {what}: {', '.join(described)} (options are "
             "case-insensitive; see txnsq.spark for the list)"
         )
+    return opts
+
+
+def _warn_deprecated(old: str, new: str) -> None:
+    """:func:`~txnsq._deprecate.warn_deprecated`, pointing at the caller of
+    :func:`parse_read_options` or :func:`parse_write_options`."""
+    frame = sys._getframe(1)
+    level = 3  # warn_deprecated's caller (this function), then its caller
+    while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+        level += 1
+    warn_deprecated(old, new, stacklevel=level)
+
+
+def _renamed(opts: dict[str, str], new: str, old: str, *, move: bool = False) -> str:
+    """Which of option ``new`` and its deprecated spelling ``old`` is given (``new``
+    when neither is): warn when it is ``old``; with ``move``, its value goes to ``new``
+    (the same meaning).
+
+    :raises OptionError: when both are given.
+    """
+    if old.lower() not in opts:
+        return new
+    if new.lower() in opts:
+        raise OptionError(f"give option '{new}' or its deprecated spelling '{old}', not both")
+    unit = "" if move else " (seconds, or with a unit: '500ms', '30s')"
+    _warn_deprecated(f"option '{old}'", f"option '{new}'{unit}")
+    if move:
+        opts[new.lower()] = opts.pop(old.lower())
+    return old
 
 
 def _split(text: str) -> list[str]:
@@ -395,10 +485,6 @@ def _int(
     opts: Mapping[str, str], key: str, name: str, default: int, low: int, high: int | None = None
 ) -> int:
     return int(_number(opts, key, name, default, integer=True, minimum=low, maximum=high))
-
-
-def _float(opts: Mapping[str, str], key: str, name: str, default: float) -> float:
-    return float(_number(opts, key, name, default, positive=True))
 
 
 def _number(
@@ -478,6 +564,35 @@ def _duration(opts: Mapping[str, str], key: str, name: str, default: float) -> f
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
+def _seconds(
+    opts: Mapping[str, str],
+    key: str,
+    name: str,
+    default: float,
+    *,
+    positive: bool = False,
+    minimum: float | None = None,
+) -> float:
+    """Option ``name`` in seconds: a number (``"2.5"``) or a duration with a unit
+    (``"500ms"``, ``"30s"``, ``"15m"``, ``"1h"``); ``default`` when it is not given.
+
+    :raises OptionError: naming the option, for text that is neither or a value out of
+        bounds (the wording of every client's numbers).
+    """
+    text = opts.get(key)
+    if text is None or not text.strip():
+        return default
+    what = f"option '{name}'"
+    match = _DURATION.match(text.lower())
+    try:
+        if match is not None and match.group(2) in _DURATION_UNITS:
+            seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+            return float(check_number(seconds, what, positive=positive, minimum=minimum))
+        return float(parse_number(text, what, positive=positive, minimum=minimum))
+    except ValueError as e:
+        raise OptionError(str(e)) from None
+
+
 def _address_pairs(opts: Mapping[str, str], key: str, name: str) -> tuple[tuple[str, str], ...]:
     """Option ``name`` as ``tcp=http`` address pairs (``"h:4150=h:4151,..."``)."""
     pairs: list[tuple[str, str]] = []
@@ -509,19 +624,26 @@ def _topic(opts: Mapping[str, str], required: bool) -> str | None:
         raise OptionError(f"option 'topic': {e}") from None
 
 
-def _connection(opts: Mapping[str, str]) -> ConnectionSettings:
+def _connection(opts: dict[str, str], settings: dict[str, Any]) -> ConnectionSettings:
+    """The nsqd addresses and the :class:`~txnsq.options.ConnectionOptions` (with
+    ``settings``, fields parsed from a direction's own options).
+
+    :raises OptionError: naming the option.
+    """
+    name = _renamed(opts, "nsqdTcpAddresses", "nsqd", move=True)
     try:
         # Read as every client reads an nsqd address; kept as "host:port".
-        nsqd = tuple(format_address(*parse_address(a)) for a in _split(opts.get("nsqd", "")))
+        nsqd = tuple(
+            format_address(*parse_address(a)) for a in _split(opts.get("nsqdtcpaddresses", ""))
+        )
     except ValueError as e:
-        raise OptionError(f"option 'nsqd': {e}") from None
+        raise OptionError(f"option '{name}': {e}") from None
     tls_keys = ("tlscacerts", "tlsclientcert", "tlsclientkey", "tlshostname")
     use_tls = _bool(opts, "tls", "tls", any(opts.get(k) for k in tls_keys))
     insecure = _bool(opts, "tlsinsecureskipverify", "tlsInsecureSkipVerify", False)
-    tls: TLSOptions | None = None
     if use_tls or insecure:
         try:
-            tls = TLSOptions(
+            settings["tls"] = TLSOptions(
                 ca_certs=opts.get("tlscacerts") or None,
                 client_cert=opts.get("tlsclientcert") or None,
                 client_key=opts.get("tlsclientkey") or None,
@@ -535,15 +657,32 @@ def _connection(opts: Mapping[str, str]) -> ConnectionSettings:
         raise OptionError(
             f"option 'compression' must be none, snappy or deflate, not {compression!r}"
         )
-    level = _int(opts, "deflatelevel", "deflateLevel", 6, low=1, high=9)
-    timeout = _float(opts, "timeout", "timeout", DEFAULT_TIMEOUT_S)
-    return ConnectionSettings(
-        nsqd=nsqd,
-        tls=tls,
-        snappy=compression == "snappy",
-        deflate=compression == "deflate",
-        deflate_level=level,
-        auth_secret=opts.get("authsecret") or None,
-        timeout=timeout,
-        client_id=opts.get("clientid") or None,
-    )
+    settings["compression"] = None if compression == "none" else compression
+    settings["deflate_level"] = _int(opts, "deflatelevel", "deflateLevel", 6, low=1, high=9)
+    settings["auth_secret"] = opts.get("authsecret") or None
+    settings["client_id"] = opts.get("clientid") or None
+    timeouts = {
+        "connect_timeout": "connectTimeout",
+        "handshake_timeout": "handshakeTimeout",
+        "command_timeout": "commandTimeout",
+    }
+    if "timeout" in opts:
+        _warn_deprecated(
+            "option 'timeout'",
+            "options 'connectTimeout', 'handshakeTimeout' and 'commandTimeout'",
+        )
+        if opts["timeout"].strip():
+            timeout = _seconds(opts, "timeout", "timeout", 0.0, positive=True)
+            settings.update(dict.fromkeys(timeouts, timeout))
+    for setting, option in timeouts.items():
+        key = option.lower()
+        text = opts.get(key, "").strip().lower()
+        if setting == "command_timeout" and text in ("none", "off"):
+            settings[setting] = None
+        elif text:
+            settings[setting] = _seconds(opts, key, option, 0.0, positive=True)
+    try:
+        options = ConnectionOptions(**settings)
+    except (TypeError, ValueError) as e:  # pragma: no cover - each option checked above
+        raise OptionError(str(e)) from None
+    return ConnectionSettings(nsqd_tcp_addresses=nsqd, options=options)

@@ -367,7 +367,7 @@ class _ReaderState:
             # Under AvailableNow, an empty answer ends the query; on the first call, the
             # connections were just made: wait until messages flow or the channel looks
             # empty.
-            idle = self.options.available_now_idle_ms / 1000.0
+            idle = self.options.available_now_idle
             while True:
                 quiet = time.monotonic() - sub.last_activity
                 if quiet >= idle:
@@ -414,7 +414,7 @@ class _ReaderState:
         if self._shutdown_started:
             return
         self._shutdown_started = True
-        self.subscriber.shutdown()
+        self.subscriber.close()
         if self.dead_letters is not None:
             self.dead_letters.close()
         if self.lag is not None:

@@ -405,9 +405,10 @@ class _ConnectionPool:
         self._idle: dict[tuple[ConnectionSettings, str], Connection] = {}
 
     def checkout(self, settings: ConnectionSettings, partition: int) -> Connection:
-        """Return a live connection to one of ``settings.nsqd``, starting with the one the
-        partition id picks (spreading tasks over several nsqds) and failing over."""
-        addresses = settings.nsqd
+        """Return a live connection to one of ``settings.nsqd_tcp_addresses``, starting
+        with the one the partition id picks (spreading tasks over several nsqds) and
+        failing over."""
+        addresses = settings.nsqd_tcp_addresses
         first = partition % len(addresses)
         order = addresses[first:] + addresses[:first]
         for address in order:
@@ -421,7 +422,7 @@ class _ConnectionPool:
         for address in order:
             # No heartbeats: a task may spend minutes computing its next rows without
             # reading, and nsqd would close a connection that misses two of them.
-            conn = settings.connection(address, heartbeat_interval_ms=-1)
+            conn = settings.connection(address, heartbeat_interval=None)
             try:
                 conn.connect()
             except Exception as e:
