@@ -60,14 +60,19 @@ class SparkConnectTests(ClusterCases, SparkTestCase):
         check_spark_requirements()
         check_connect_client()
         cls.workdir = tempfile.mkdtemp(prefix="txnsq-connect-")
-        url, cls.server = start_connect_server(cls.workdir)
+        server = None
         try:
+            url, server = start_connect_server(cls.workdir)
             from pyspark.sql import SparkSession
 
             cls.remote = SparkSession.builder.remote(url).getOrCreate()
         except BaseException:
-            cls.server.stop()
+            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+            if server is not None:
+                server.stop()
+            shutil.rmtree(cls.workdir, ignore_errors=True)
             raise
+        cls.server = server
 
     @classmethod
     def tearDownClass(cls) -> None:

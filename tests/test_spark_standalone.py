@@ -18,6 +18,7 @@ between two tasks makes none.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -51,13 +52,20 @@ class StandaloneClusterTests(SparkTestCase):
     def setUpClass(cls) -> None:
         check_spark_requirements()
         cls.workdir = tempfile.mkdtemp(prefix="txnsq-standalone-")
-        cls.cluster = start_standalone(cls.workdir)
+        try:
+            cls.cluster = start_standalone(cls.workdir)
+        except BaseException:
+            shutil.rmtree(cls.workdir, ignore_errors=True)
+            raise
         cls.master = cls.cluster.master_url
 
     @classmethod
     def tearDownClass(cls) -> None:
-        stop_spark_session()
-        cls.cluster.stop()
+        try:
+            stop_spark_session()
+        finally:
+            cls.cluster.stop()
+            shutil.rmtree(cls.workdir, ignore_errors=True)
 
     def setUp(self) -> None:
         # The driver test needs both cores: its driver is another process.
