@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -308,6 +309,7 @@ def read_once(
         ended = time.perf_counter()
         time.sleep(0.3)  # let the reader process finish its exit
     watcher.join(30)
+    shutil.rmtree(checkpoint, ignore_errors=True)
     stop.set()
     progress = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
     rows = sum(p["numInputRows"] for p in progress)

@@ -27,6 +27,7 @@ from tests.support.spark import (
     make_channel,
     read_bodies,
     source_runner_pids,
+    stop_spark_session,
 )
 from tests.support.spark_cluster import JavaService, start_connect_server
 from tests.test_spark import ClusterCases, SparkTestCase
@@ -59,6 +60,9 @@ class SparkConnectTests(ClusterCases, SparkTestCase):
     def setUpClass(cls) -> None:
         check_spark_requirements()
         check_connect_client()
+        # PySpark refuses a remote session beside a running classic one (this process's
+        # other Spark tests start it again when they need it).
+        stop_spark_session()
         cls.workdir = tempfile.mkdtemp(prefix="txnsq-connect-")
         server = None
         try:
