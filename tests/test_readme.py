@@ -1,241 +1,50 @@
-"""Every example in README.rst runs, against real nsqd processes where it needs them.
+"""README.rst's example runs, against a real nsqd.
 
-The examples are read from README.rst itself (``.. code-block::`` sections), so the README
-cannot drift from what works. Addresses in them (127.0.0.1:4150 for nsqd, 127.0.0.1:4161
-for nsqlookupd, ca.pem) are replaced by the test processes' own.
+The README is the front page (PyPI shows it): its one example is examples/quickstart.py,
+verbatim, so the two cannot drift apart, and it is run as a user would run it. The other
+examples live in examples/ and run in tests/test_examples.py.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import shlex
-import signal
-import subprocess
-import sys
-import tempfile
-import unittest as pyunit
-from pathlib import Path
-
 import pytest
 from twisted.trial.unittest import TestCase
 
-from tests.support.certs import certs_for, nsqd_tls_args
-from tests.support.processes import NSQD, REPO, free_port, start_lookupd, start_nsqd, wait_for
-from tests.support.reactors import on_test_reactor, twistd_reactor_args
+from tests.support.examples import (
+    README,
+    block_containing,
+    example,
+    readme_blocks,
+    run_python,
+)
+from tests.support.processes import start_nsqd
 
 pytestmark = pytest.mark.integration
 
-README = REPO / "README.rst"
-_BLOCK = re.compile(r"^\.\. code-block:: (\w+)\n\n((?:(?:    .*)?\n)+)", re.MULTILINE)
-
-
-def readme_blocks(language: str) -> list[str]:
-    """Return the README's code blocks in ``language``, dedented."""
-    text = README.read_text(encoding="utf-8")
-    blocks = []
-    for match in _BLOCK.finditer(text):
-        if match.group(1) == language:
-            lines = [line[4:] for line in match.group(2).splitlines()]
-            blocks.append("\n".join(lines).strip() + "\n")
-    return blocks
-
-
-def block_containing(language: str, marker: str) -> str:
-    [block] = [b for b in readme_blocks(language) if marker in b]
-    return block
-
-
-def run_python(code: str, timeout: float = 60.0) -> str:
-    """Run ``code`` in a fresh interpreter (the test's venv); return its stdout."""
-    result = subprocess.run(
-        [sys.executable, "-c", on_test_reactor(code)],
-        capture_output=True,
-        timeout=timeout,
-        cwd=tempfile.gettempdir(),
-        check=False,
-    )
-    if result.returncode != 0:
-        raise AssertionError(
-            f"example exited with {result.returncode}:\n{result.stdout.decode()}\n"
-            f"{result.stderr.decode()}"
-        )
-    return result.stdout.decode()
+__all__ = ["block_containing"]  # tests/test_spark.py finds its examples through it
 
 
 class ReadmeExamplesTests(TestCase):
-    """Each README example, run as a user would run it."""
+    """The README's example, run as a user would run it."""
 
     def test_every_block_is_covered(self) -> None:
-        # If an example is added, a test must be added here (or in test_spark.py).
-        self.assertEqual(len(readme_blocks("python")), 14)
-        self.assertEqual(len(readme_blocks("shell")), 1)
+        # If an example is added, a test must be added here.
+        self.assertEqual(len(readme_blocks("python")), 1)
+        self.assertEqual(readme_blocks("shell"), [])
 
-    def test_publishing(self) -> None:
+    def test_the_example_is_examples_quickstart(self) -> None:
+        self.assertEqual(readme_blocks("python"), [example("quickstart.py")])
+
+    def test_publish_and_consume(self) -> None:
         nsqd = start_nsqd(self)
-        code = block_containing("python", "published 1004 messages")
-        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
-        self.assertIn("published 1004 messages", out)
-        topic = nsqd.topic_stats("events")
-        assert topic is not None
-        self.assertEqual(topic["message_count"], 1004)
-
-    def test_batching(self) -> None:
-        nsqd = start_nsqd(self)
-        code = block_containing("python", "batch=True")
-        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
-        match = re.search(r"published (\d+) messages in (\d+) batches", out)
-        assert match is not None, out
-        self.assertEqual(int(match.group(1)), 10_000)
-        self.assertLess(int(match.group(2)), 100)
-        topic = nsqd.topic_stats("clicks")
-        assert topic is not None
-        self.assertEqual(topic["message_count"], 10_000)
-
-    def test_consuming(self) -> None:
-        lookupd = start_lookupd(self)
-        nsqd = start_nsqd(self, lookupds=[lookupd])
-        for i in range(3):
-            nsqd.http_publish("events", b"event %d" % i)
-        wait_for(lambda: lookupd.lookup("events")["producers"], what="lookupd registration")
-        code = block_containing("python", "handled")
-        out = run_python(code.replace("127.0.0.1:4161", lookupd.http_address))
-        self.assertIn("handled 3 messages", out)
-        self.assert_consumed(nsqd, "events", "archive", 3)
-
-    def test_blocking_handlers(self) -> None:
-        nsqd = start_nsqd(self)
-        for i in range(3):
-            nsqd.http_publish("invoices", b"invoice %d" % i)
-        code = block_containing("python", "handler_threads=20")
-        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
-        self.assertIn("rendered 3 invoices", out)
-        self.assert_consumed(nsqd, "invoices", "pdf", 3)
-
-    def test_asyncio(self) -> None:
-        nsqd = start_nsqd(self)
-        code = block_containing("python", "asyncioreactor.install()")
-        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
-        self.assertIn("counted 3 clicks", out)
-        self.assert_consumed(nsqd, "clicks", "stats", 3)
-
-    def assert_consumed(self, nsqd: NSQD, topic: str, channel_name: str, count: int) -> None:
-        """``count`` messages went through the channel, and none is left."""
-        channel = nsqd.channel_stats(topic, channel_name)
-        assert channel is not None
-        self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
-        self.assertEqual(channel["message_count"], count)
-
-    def test_tls(self) -> None:
-        certs = certs_for(self)
-        nsqd = start_nsqd(self, nsqd_tls_args(certs))
-        code = block_containing("python", "TLSOptions(")
-        code = code.replace("127.0.0.1:4150", nsqd.tcp_address)
-        code = code.replace('"ca.pem"', repr(str(certs.ca.cert_path)))
+        code = readme_blocks("python")[0].replace("127.0.0.1:4150", nsqd.tcp_address)
         out = run_python(code)
-        self.assertIn("published over TLS", out)
-        topic = nsqd.topic_stats("secure-events")
-        assert topic is not None
-        self.assertEqual(topic["message_count"], 1)
-
-    def test_operating(self) -> None:
-        lookupd = start_lookupd(self)
-        nsqd = start_nsqd(self, lookupds=[lookupd])
-        nsqd.create_topic("orders")  # so that nsqlookupd lists it when the example asks
-        wait_for(lambda: lookupd.lookup("orders")["producers"], what="lookupd registration")
-
-        def run(marker: str) -> str:
-            code = block_containing("python", marker)
-            code = code.replace("127.0.0.1:4151", nsqd.http_address)
-            return run_python(code.replace("127.0.0.1:4161", lookupd.http_address))
-
-        out = run("lookupd.lookup(")
-        self.assertIn("billing: depth 2 paused True", out)
-        self.assertIn(f"orders is on {nsqd.tcp_address}", out)
-        self.assertEqual(run("unpause_channel"), "billing: depth 2 paused False\n")
-        channel = nsqd.channel_stats("orders", "billing")
-        assert channel is not None
-        self.assertEqual((channel["depth"], channel["paused"]), (2, False))
-
-    def test_address_map(self) -> None:
-        lookupd = start_lookupd(self)
-        # nsqd announces a name this machine cannot resolve (the last flag wins).
-        nsqd = start_nsqd(self, ["--broadcast-address=nsqd-0"], lookupds=[lookupd])
-        nsqd.http_publish("events", b"a message")
-        [producer] = wait_for(
-            lambda: lookupd.lookup("events")["producers"], what="lookupd registration"
-        )
-        self.assertEqual(producer["broadcast_address"], "nsqd-0")
-        code = block_containing("python", "address_map=")
-        out = run_python(code.replace("127.0.0.1:4161", lookupd.http_address))
-        self.assertIn("received a message from nsqd-0 through 127.0.0.1", out)
-        channel = nsqd.channel_stats("events", "from-the-host")
+        self.assertIn("received ['message 0', 'message 1', 'message 2']", out)
+        channel = nsqd.channel_stats("hello", "tutorial")
         assert channel is not None
         self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
+        self.assertEqual(channel["message_count"], 3)
 
-    def test_metrics(self) -> None:
-        nsqd = start_nsqd(self)
-        code = block_containing("python", "MetricsResource")
-        code = code.replace("PORT = 9150", f"PORT = {free_port()}")
-        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
-        labels = f'channel="workers",nsqd="{nsqd.tcp_address}",topic="jobs"'
-        self.assertIn(f"txnsq_consumer_messages_finished_total{{{labels}}} 10.0", out)
-        self.assertIn(f'txnsq_producer_publishes_total{{nsqd="{nsqd.tcp_address}"}} 10.0', out)
-
-    def test_dead_letters(self) -> None:
-        nsqd = start_nsqd(self)
-        nsqd.create_topic("payments_dead")
-        nsqd.create_channel("payments_dead", "check")
-        code = block_containing("python", "DeadLetter(")
-        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
-        self.assertIn(f"subscribed on {nsqd.tcp_address}", out)
-        self.assertIn(f"gave up on b'payment-1' from {nsqd.tcp_address}", out)
-        self.assertIn("dead-lettered 2 messages", out)
-        dead = nsqd.channel_stats("payments_dead", "check")
-        source = nsqd.channel_stats("payments", "ledger")
-        assert dead is not None and source is not None
-        self.assertEqual(dead["message_count"], 2)
-        self.assertEqual((source["depth"], source["in_flight_count"], source["deferred_count"]),
-                         (0, 0, 0))
-
-    def test_testing_example(self) -> None:
-        namespace: dict[str, object] = {}
-        exec(block_containing("python", "FakeNSQD"), namespace)
-        case = namespace["OrdersTests"]
-        suite = pyunit.TestLoader().loadTestsFromTestCase(case)  # type: ignore[arg-type]
-        result = pyunit.TestResult()
-        suite.run(result)
-        self.assertEqual(result.testsRun, 1)
-        self.assertTrue(result.wasSuccessful(), result.errors + result.failures)
-
-    def test_twistd_command(self) -> None:
-        lookupd = start_lookupd(self)
-        nsqd = start_nsqd(self, lookupds=[lookupd])
-        nsqd.http_publish("events", b"first body")
-        nsqd.http_publish("events", b"second body")
-        wait_for(lambda: lookupd.lookup("events")["producers"], what="lookupd registration")
-        command = block_containing("shell", "nsq-consumer").replace("\\\n", " ")
-        argv = shlex.split(command.replace("127.0.0.1:4161", lookupd.http_address))
-        self.assertEqual(argv[0], "twistd")
-        argv[0] = str(Path(sys.executable).with_name("twistd"))
-        argv[1:1] = twistd_reactor_args()
-        workdir = tempfile.mkdtemp(prefix="txnsq-readme-")
-        out_path = os.path.join(workdir, "out")
-        with open(out_path, "wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
-        self.addCleanup(lambda: proc.poll() is None and proc.kill())
-
-        def output() -> str:
-            return Path(out_path).read_bytes().decode("utf-8", "replace")
-
-        try:
-            wait_for(lambda: "second body" in output(), timeout=30, what="twistd output")
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
-        # twistd re-raises the signal after a clean shutdown.
-        self.assertIn(proc.returncode, (0, -signal.SIGTERM), output())
-        self.assertIn("first body", output())
-        channel = nsqd.channel_stats("events", "tail")
-        assert channel is not None
-        self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
+    def test_short(self) -> None:
+        lines = README.read_text(encoding="utf-8").splitlines()
+        self.assertLessEqual(len(lines), 200, "README.rst is the front page: keep it short")

@@ -225,6 +225,8 @@ class Session:
         return self.nsqd.address
 
     def message_finished(self, message: Message) -> None:
+        """Send FIN for ``message`` if it is still unanswered on this connection, and count it;
+        nothing is sent when the connection closed since or nsqd redelivered it."""
         msg_id = message.id
         if self.unanswered.get(msg_id) is not message:
             return  # its connection closed since, or it was redelivered: nothing to send
@@ -255,6 +257,8 @@ class Session:
             self.owner.answered_while_draining()
 
     def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
+        """Send REQ for ``message`` (``delay`` seconds; ``None``: the consumer's requeue delay)
+        if it is still unanswered here, count it, and start a backoff when ``backoff`` is true."""
         msg_id = message.id
         if self.unanswered.get(msg_id) is not message:
             return
@@ -287,6 +291,8 @@ class Session:
             self._send_rdy(updates)
 
     def message_touched(self, message: Message) -> None:
+        """Send TOUCH for ``message`` if it is still unanswered on this open connection
+        (nothing when the connection is being dropped: nsqd will redeliver it)."""
         if self.unanswered.get(message.id) is message and not self.closed:
             try:
                 self.protocol.touch(message.id)
@@ -296,6 +302,9 @@ class Session:
     # -- auto touch
 
     def schedule_touch(self, message: Message) -> None:
+        """Keep ``message`` from timing out on nsqd while its handler runs (``auto_touch``):
+        TOUCH it shortly before each timeout, until it is answered, the connection closes or
+        nsqd's ``max_msg_timeout`` allows no further extension."""
         features = self.features
         if features is None or message.id not in self.unanswered:
             return
@@ -334,6 +343,8 @@ class Session:
             self.nsqd.timed_out += 1
 
     def connection_lost(self, reason: Failure) -> None:
+        """The connection is gone (once only): cancel pending TOUCHes and tell the consumer,
+        which reconnects; nsqd redelivers the unanswered messages after their timeout."""
         if self.closed:
             return
         self.closed = True

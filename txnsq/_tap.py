@@ -902,6 +902,8 @@ class MetricsService(Service):
         self.port: IListeningPort | None = None
 
     def privilegedStartService(self) -> None:
+        """Listen on the metrics port (before twistd drops privileges); a failure to listen is
+        logged and raised."""
         super().privilegedStartService()  # type: ignore[no-untyped-call]
         if self._listening is not None:
             return
@@ -916,6 +918,7 @@ class MetricsService(Service):
             )
 
     def startService(self) -> None:
+        """Start the service, listening on the metrics port if that was not done already."""
         super().startService()  # type: ignore[no-untyped-call]
         self.privilegedStartService()
 
@@ -930,6 +933,9 @@ class MetricsService(Service):
         return port
 
     def stopService(self) -> defer.Deferred[None]:
+        """Stop listening.
+
+        :return: a Deferred that fires with ``None`` once the port is closed."""
         super().stopService()  # type: ignore[no-untyped-call]
         listening, self._listening = self._listening, None
         port, self.port = self.port, None
@@ -1017,11 +1023,15 @@ class ConsumerService(MultiService):
         consumer.setServiceParent(self)  # type: ignore[no-untyped-call]
 
     def privilegedStartService(self) -> None:
+        """Give the handler's service (if any), then the children, their privileged
+        start (before twistd drops privileges)."""
         if self.handler_service is not None:
             self.handler_service.privilegedStartService()  # type: ignore[no-untyped-call]
         super().privilegedStartService()  # type: ignore[no-untyped-call]
 
     def startService(self) -> None:
+        """Start the handler's service (if any) first, then the consumer once that start
+        has finished (a Deferred it returns is waited for; a failure stops twistd)."""
         handler_service = self.handler_service
         if handler_service is None:
             super().startService()  # type: ignore[no-untyped-call]
@@ -1053,6 +1063,10 @@ class ConsumerService(MultiService):
             self._on_start_failed()
 
     def stopService(self) -> defer.Deferred[None]:
+        """Stop gracefully: log what is in flight, then stop the consumer (CLS, in-flight
+        messages answered up to ``--stop-timeout``) and the other services.
+
+        :return: a Deferred that fires with ``None`` once everything has stopped."""
         stats = self.consumer.stats()
         _log.info(
             "Stopping: no new messages from {topic}/{channel}; waiting for {in_flight} in "

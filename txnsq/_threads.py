@@ -31,9 +31,11 @@ class Pool(Protocol):
     def working(self) -> list[None]:
         """One item per thread running work now."""
 
-    def start(self) -> None: ...
+    def start(self) -> None:
+        """Start the pool's threads."""
 
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """Stop the threads once the work queued has run (blocks until they have exited)."""
 
     def callInThreadWithCallback(
         self,
@@ -41,7 +43,9 @@ class Pool(Protocol):
         func: Callable[..., Any],
         *args: Any,
         **kw: Any,
-    ) -> None: ...
+    ) -> None:
+        """Run ``func(*args, **kw)`` in a thread, then ``onResult(True, result)`` or
+        ``onResult(False, failure)`` in that thread."""
 
 
 class _DaemonThread(threading.Thread):

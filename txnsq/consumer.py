@@ -362,6 +362,7 @@ class Consumer(Service):
 
     @property
     def max_in_flight(self) -> int:
+        """The current ``max_in_flight`` (changed by :meth:`set_max_in_flight`)."""
         return self._rdy.max_in_flight
 
     def add_observer(self, observer: IConsumerObserver) -> None:

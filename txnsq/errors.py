@@ -21,7 +21,7 @@ complete answer came.
 
 Where nsqd's text does not say what to change (an IDENTIFY value outside the range this
 nsqd accepts, a channel at ``--max-channel-consumers``), the error's message ends with a
-:attr:`~NSQServerError.hint` naming the option.
+``hint`` (:class:`NSQServerError`) naming the option.
 
 This module is pure Python: it imports nothing from Twisted.
 """

@@ -352,7 +352,8 @@ class NSQDHTTPClient(_AdminClient):
         :class:`~txnsq.errors.ResponseTooLarge`.
     :param reactor: the reactor (default: the global one).
     :param agent: an :class:`~twisted.web.iweb.IAgent` to send requests with instead of
-        the client's own (which keeps connections open for reuse until :meth:`close`).
+        the client's own (which keeps connections open for reuse until
+        :meth:`~NSQDHTTPClient.close`).
     :raises TypeError: for an argument of the wrong type.
     :raises ValueError: for a bad address, timeout or size.
     """
@@ -380,7 +381,8 @@ class NSQDHTTPClient(_AdminClient):
         return self._call(admin.nsqd_stats(topic, channel, include_clients=include_clients))
 
     def publish(self, topic: str, body: bytes, delay: float | None = None) -> Deferred[None]:
-        """``POST /pub``: publish one message; fires when nsqd has stored it.
+        """``POST /pub``: publish one message; fires when nsqd has acknowledged it (in its
+        queue, in memory or on disk).
 
         :param delay: seconds before nsqd delivers it (a float, sent in whole
             milliseconds); nsqd refuses more than its ``--max-req-timeout``.
@@ -391,7 +393,7 @@ class NSQDHTTPClient(_AdminClient):
 
     def multi_publish(self, topic: str, bodies: Sequence[bytes]) -> Deferred[None]:
         """``POST /mpub`` (binary): publish several messages at once; fires when nsqd
-        has stored them all.
+        has acknowledged them all (all or none are queued).
 
         :raises TypeError: for bodies that are not a sequence of bytes.
         :raises ValueError: for an invalid topic, no body or an empty body.

@@ -33,13 +33,18 @@ class MessageOwner(Protocol):
     """
 
     @property
-    def nsqd_address(self) -> str | None: ...
+    def nsqd_address(self) -> str | None:
+        """The address (``"host:port"``) of the nsqd the messages came from, or ``None``."""
 
-    def message_finished(self, message: Message) -> None: ...
+    def message_finished(self, message: Message) -> None:
+        """``message`` was finished: send FIN for it."""
 
-    def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None: ...
+    def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
+        """``message`` was requeued: send REQ for it, with ``delay`` seconds (``None``: the
+        owner's default); ``backoff`` says whether the failure should start a backoff."""
 
-    def message_touched(self, message: Message) -> None: ...
+    def message_touched(self, message: Message) -> None:
+        """``message`` was touched: send TOUCH for it (nsqd restarts its timeout)."""
 
 
 class Message:

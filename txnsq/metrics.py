@@ -386,6 +386,10 @@ class MetricsResource(Resource):
         self._registry = registry
 
     def render_GET(self, request: Request) -> bytes:
+        """Render the registry in the text format the request's ``Accept`` header asks for
+        (Prometheus or OpenMetrics), with its ``Content-Type``.
+
+        :return: the body."""
         accept = request.getHeader(b"accept")
         encoder: Callable[[CollectorRegistry], bytes]
         encoder, content_type = choose_encoder(accept.decode("latin-1") if accept else "")

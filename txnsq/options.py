@@ -30,6 +30,7 @@ from txnsq._deprecate import (
     unexpected_keyword,
     warn_deprecated,
 )
+from txnsq._fielddocs import document_fields
 from txnsq._wire.address import AddressMap, check_address_map
 from txnsq._wire.batching import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_COUNT
 from txnsq._wire.deadletter import DeadLetter
@@ -62,6 +63,7 @@ def _seconds_or_none_ms(value: float | None, what: str) -> int | None:
     return seconds_to_ms(value, what)
 
 
+@document_fields
 @suggest_names
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionOptions:
@@ -328,6 +330,7 @@ def identify_to_settings(identify: IdentifyOptions) -> dict[str, Any]:
     }
 
 
+@document_fields
 @suggest_names
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProducerOptions(ConnectionOptions):
@@ -383,6 +386,7 @@ class ProducerOptions(ConnectionOptions):
                     raise ValueError(f"{name} is only used with batch=True")
 
 
+@document_fields
 @suggest_names
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerOptions(ConnectionOptions):
@@ -447,9 +451,13 @@ class ConsumerOptions(ConnectionOptions):
 
     # Deprecated in 0.2.0 (accepted with a DeprecationWarning, folded into the fields
     # above, then cleared).
+    #: deprecated since 0.2.0: the seconds fields (``heartbeat_interval``, ...)
     identify: IdentifyOptions | None = field(default=None, repr=False, compare=False)
+    #: deprecated since 0.2.0: ``reconnect_policy``
     retry: RetryPolicy | None = field(default=None, repr=False, compare=False)
+    #: deprecated since 0.2.0: ``reconnect_policy=RetryPolicy(initial=...)``
     reconnect_delay: float | None = field(default=None, repr=False, compare=False)
+    #: deprecated since 0.2.0: ``reconnect_policy=RetryPolicy(max_delay=...)``
     max_reconnect_delay: float | None = field(default=None, repr=False, compare=False)
 
     _deprecated_fields: ClassVar[tuple[str, ...]] = (

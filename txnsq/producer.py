@@ -3,9 +3,11 @@
 A :class:`Producer` is an :class:`~twisted.application.service.IService`. Once started it
 keeps one connection to each nsqd it was given (reconnecting with exponential backoff
 through :class:`~twisted.application.internet.ClientService`), and every publish returns a
-Deferred that fires with ``b"OK"`` when nsqd has stored the message, or fails with the
-error nsqd named (:mod:`txnsq.errors`). Publishes are pipelined: many may be in flight on
-one connection at once.
+Deferred that fires with ``b"OK"`` when nsqd has acknowledged the message, or fails with
+the error nsqd named (:mod:`txnsq.errors`). Acknowledged means accepted into nsqd's queue:
+in its memory (up to its ``--mem-queue-size``) or on disk, not necessarily on disk, so an
+nsqd crash can still lose it (see "Delivery guarantees" in the documentation).
+Publishes are pipelined: many may be in flight on one connection at once.
 
 While no connection is ready (not started yet, nsqd down, reconnecting), publishes wait
 in a bounded queue for at most ``ready_timeout`` seconds. A publish whose connection is
@@ -22,7 +24,7 @@ Example::
     producer = Producer("127.0.0.1:4150")
     producer.startService()            # or producer.setServiceParent(application)
     d = producer.publish("events", b"hello")
-    d.addCallback(lambda ok: print("stored"))
+    d.addCallback(lambda ok: print("acknowledged"))
     ...
     producer.stopService()             # waits for publishes in flight, then closes
 """
@@ -785,8 +787,8 @@ class Producer(Service):
     :param rng: the random source of the reconnect policy's jitter (a seeded
         :class:`random.Random` gives the same delays as a Consumer with the same seed).
     With ``batch=True``, :meth:`publish` calls to the same topic are coalesced into
-    MPUBs: each publish keeps its own Deferred, fired when nsqd has stored its
-    message, or failed with the error that concerns it: a batch nsqd refuses because
+    MPUBs: each publish keeps its own Deferred, fired when nsqd has acknowledged
+    its message, or failed with the error that concerns it: a batch nsqd refuses because
     of one message (too big) is sent again without it, so only that message fails.
     What is published in one reactor turn goes out together at the end of the turn;
     while 4 batches of a topic are unanswered, what is published meanwhile waits and
@@ -979,9 +981,11 @@ class Producer(Service):
     def publish(self, topic: str, body: bytes) -> Deferred[bytes]:
         """Publish one message (``PUB``).
 
-        :return: a Deferred that fires with ``b"OK"`` once nsqd has stored the message.
-            It fails with the server's error (e.g. :class:`~txnsq.errors.BadMessageError`
-            for a body over nsqd's ``--max-msg-size``),
+        :return: a Deferred that fires with ``b"OK"`` once nsqd has acknowledged the
+            message: it is in nsqd's queue, in memory or on disk (with nsqd's default
+            ``--mem-queue-size`` an nsqd crash loses what is only in memory). It fails
+            with the server's error (e.g. :class:`~txnsq.errors.BadMessageError` for a
+            body over nsqd's ``--max-msg-size``),
             :class:`~txnsq.errors.ConnectionClosed` if the connection was lost before
             nsqd answered (the message may or may not have been stored),
             :class:`~txnsq.errors.NotReady` if no connection was ready within

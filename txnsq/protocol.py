@@ -556,17 +556,25 @@ class NSQProtocol(Protocol):
 
     # MessageOwner: a Message answered directly against this connection.
     def message_finished(self, message: Message) -> None:
+        """A :class:`~txnsq.message.Message` delivered on this connection was finished: send
+        FIN (as :meth:`finish`)."""
         self.finish(message.id)
 
     def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
+        """A :class:`~txnsq.message.Message` delivered on this connection was requeued: send
+        REQ with ``delay`` seconds (``None``: no delay) (as :meth:`requeue`)."""
         self.requeue(message.id, delay=delay)
 
     def message_touched(self, message: Message) -> None:
+        """A :class:`~txnsq.message.Message` delivered on this connection was touched: send
+        TOUCH (as :meth:`touch`)."""
         self.touch(message.id)
 
     # ------------------------------------------------------------- Twisted events
 
     def connectionMade(self) -> None:
+        """Start the handshake (magic and IDENTIFY) under ``handshake_timeout``, with
+        TCP_NODELAY and keepalive on."""
         transport = self.transport
         if ITCPTransport.providedBy(transport):
             # Commands are small and answered one by one: Nagle's algorithm would hold
@@ -582,6 +590,9 @@ class NSQProtocol(Protocol):
         self._perform(self._handshake.start())
 
     def dataReceived(self, data: bytes) -> None:
+        """Decode and handle what nsqd sent: handshake answers, then responses, errors and
+        messages. Bytes that break the protocol close the connection with a
+        :class:`~txnsq.errors.ProtocolError`."""
         self._reads += 1  # all the liveness check costs per read
         try:
             if self._answering:
@@ -611,6 +622,9 @@ class NSQProtocol(Protocol):
         """TLS handshake done; nsqd's OK over TLS moves the state forward."""
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        """The connection is gone: every command still waiting for an answer fails with
+        :class:`~txnsq.errors.ConnectionClosed` (naming the cause), and so does
+        :meth:`when_ready` if the handshake had not finished."""
         self._tear_down(None, lost=reason)
         self._out = None
         call, self._flush_call = self._flush_call, None

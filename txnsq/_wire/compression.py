@@ -27,11 +27,13 @@ __all__ = [
 
 
 class Compressor(Protocol):
+    """What compresses a connection's outgoing bytes (snappy or deflate)."""
     def compress(self, data: bytes) -> bytes:
         """Return ``data`` compressed, flushed so the peer can decode it at once."""
 
 
 class Decompressor(Protocol):
+    """What decompresses a connection's incoming stream (snappy or deflate)."""
     def decompress(self, data: bytes) -> bytes:
         """Return what ``data`` (the next piece of the stream) decompresses to so far."""
 
@@ -45,6 +47,7 @@ class SnappyCompressor:
         self._stream = snappy.StreamCompressor()
 
     def compress(self, data: bytes) -> bytes:
+        """Return ``data`` as snappy frames (``b""`` for no data)."""
         if not data:
             return b""
         return bytes(self._stream.add_chunk(data))
@@ -59,6 +62,9 @@ class SnappyDecompressor:
         self._stream = snappy.StreamDecompressor()
 
     def decompress(self, data: bytes) -> bytes:
+        """Return what the snappy frames in ``data`` (and any kept from before) decompress to.
+
+        :raises ProtocolError: for a corrupt snappy stream."""
         if not data:
             return b""
         try:
@@ -78,6 +84,7 @@ class DeflateCompressor:
         self._stream = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
 
     def compress(self, data: bytes) -> bytes:
+        """Return ``data`` deflated and sync-flushed, so that the peer can decode it at once."""
         if not data:
             return b""
         stream = self._stream
@@ -93,6 +100,9 @@ class DeflateDecompressor:
         self._stream = zlib.decompressobj(-zlib.MAX_WBITS)
 
     def decompress(self, data: bytes) -> bytes:
+        """Return what ``data`` inflates to so far.
+
+        :raises ProtocolError: for a corrupt deflate stream."""
         try:
             return self._stream.decompress(data)
         except zlib.error as e:

@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
+from txnsq._fielddocs import document_fields
 from txnsq._version import __version__
 from txnsq.errors import HandshakeError, ProtocolError
 
@@ -35,19 +36,23 @@ _INT_OPTIONS: Final = (
 )
 
 
+@document_fields
 @dataclass(frozen=True, slots=True)
 class IdentifyOptions:
     """What a connection asks nsqd for in IDENTIFY. Times are in milliseconds, as on the wire.
 
     ``None`` leaves a value to nsqd's default. ``client_id`` and ``hostname`` default (in
     the Twisted and blocking clients) to this machine's short and full host name: see
-    :func:`with_defaults`.
+    :func:`~txnsq._wire.identify.with_defaults`.
 
     :raises ValueError: at construction, for a value nsqd would refuse.
     """
 
+    #: this client's id in nsqd's stats (default: the short host name)
     client_id: str | None = None
+    #: this client's host name in nsqd's stats (default: the full host name)
     hostname: str | None = None
+    #: the client library and version, in nsqd's stats
     user_agent: str = DEFAULT_USER_AGENT
     #: milliseconds between heartbeats; -1 disables them (nsqd then never times us out)
     heartbeat_interval_ms: int | None = 30_000
@@ -61,9 +66,13 @@ class IdentifyOptions:
     sample_rate: int = 0
     #: the server-side in-flight timeout for messages sent to this connection
     msg_timeout_ms: int | None = None
+    #: upgrade the connection to TLS (set when TLS options are given)
     tls_v1: bool = False
+    #: compress the connection with snappy (nsqd's ``--snappy``, on by default)
     snappy: bool = False
+    #: compress the connection with deflate (nsqd's ``--deflate``, on by default)
     deflate: bool = False
+    #: deflate's compression level, 1-9 (nsqd caps it at its ``--max-deflate-level``)
     deflate_level: int = 6
 
     def __post_init__(self) -> None:

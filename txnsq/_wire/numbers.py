@@ -45,7 +45,8 @@ def check_number(
     minimum: float | None = ...,
     maximum: float | None = ...,
     below: float | None = ...,
-) -> float: ...
+) -> float:
+    """Check ``value`` (see the implementation's docstring); this signature is for ``mypy``."""
 @overload
 def check_number(
     value: object,
@@ -57,7 +58,8 @@ def check_number(
     maximum: float | None = ...,
     below: float | None = ...,
     allow_none: bool,
-) -> float | None: ...
+) -> float | None:
+    """Check ``value`` (see the implementation's docstring); this signature is for ``mypy``."""
 def check_number(
     value: object,
     what: str,

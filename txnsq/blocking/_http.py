@@ -196,8 +196,8 @@ class NSQDHTTPClient(_AdminClient):
 
     :param address: ``"host:port"`` (port 4151 when left out), ``"[v6addr]:port"``, a
         ``(host, port)`` pair, or an ``http://`` / ``https://`` URL.
-    :param tls: TLS settings (:meth:`TLSOptions.ssl_context` is used); with a bare
-        address they mean HTTPS (nsqd's ``--https-address``).
+    :param tls: TLS settings (:meth:`~txnsq.tls_options.TLSOptions.ssl_context` is used);
+        with a bare address they mean HTTPS (nsqd's ``--https-address``).
     :param timeout: seconds for connecting and for each read (see the module's notes).
     :param max_response_size: the largest answer read, in bytes.
     :raises TypeError: for an argument of the wrong type.

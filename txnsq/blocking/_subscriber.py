@@ -45,6 +45,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Final, Protocol
 
 from txnsq._deprecate import suggest_names, unexpected_keyword, warn_deprecated
+from txnsq._fielddocs import document_fields
 from txnsq._wire.address import (
     AddressMap,
     check_address_map,
@@ -102,6 +103,7 @@ _DISCOVERY_MAX_WAIT_S: Final = 5.0
 # -- options ------------------------------------------------------------------------------
 
 
+@document_fields
 @suggest_names
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SubscriberOptions(ConnectionOptions):

@@ -229,7 +229,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         """The input partitions of the batch from ``start`` to ``end``: its rows split
         into ``numPartitions`` Arrow record batches (more when it is larger than
-        ``numPartitions`` x :data:`MAX_PARTITION_BYTES`). A batch planned by an earlier
+        ``numPartitions`` x ``MAX_PARTITION_BYTES``, 64 MiB). A batch planned by an earlier
         process (a replay after a restart) has no rows here: its messages were never
         finished and come back from nsqd."""
         start_seq, end_seq = int(start["seq"]), int(end["seq"])

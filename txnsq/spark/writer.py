@@ -48,6 +48,7 @@ __all__ = [
     "NSQStreamWriter",
     "NSQWriteCommitMessage",
     "SchemaError",
+    "WriteColumns",
     "mpub_commands",
     "resolve_write_columns",
 ]

@@ -76,46 +76,59 @@ class MemoryTransport:
         self._keep_alive = False
 
     def write(self, data: bytes) -> None:
+        """Send ``data`` to the other end (on the clock's next turn); ignored once closing."""
         if not self.disconnecting and data:
             self._link.send(self._side, bytes(data))
 
     def writeSequence(self, data: Iterable[bytes]) -> None:
+        """Send the concatenation of ``data`` (as :meth:`write`)."""
         self.write(b"".join(data))
 
     def loseConnection(self) -> None:
+        """Close the connection cleanly once what was written has been delivered."""
         if not self.disconnecting:
             self.disconnecting = True
             self._link.close(self._side, abort=False)
 
     def loseWriteConnection(self) -> None:
+        """Close the connection (half-close is not simulated)."""
         self.loseConnection()  # half-close is not simulated
 
     def abortConnection(self) -> None:
+        """Close the connection at once, dropping what was not delivered yet."""
         self.disconnecting = True
         self._link.close(self._side, abort=True)
 
     def getPeer(self) -> IPv4Address:
+        """Return the other end's address."""
         return self._peer
 
     def getHost(self) -> IPv4Address:
+        """Return this end's address."""
         return self._host
 
     def getTcpNoDelay(self) -> bool:
+        """Return whether TCP_NODELAY was asked for (recorded only)."""
         return self._no_delay
 
     def setTcpNoDelay(self, enabled: bool) -> None:
+        """Record TCP_NODELAY (it changes nothing in memory)."""
         self._no_delay = bool(enabled)
 
     def getTcpKeepAlive(self) -> bool:
+        """Return whether keepalive was asked for (recorded only)."""
         return self._keep_alive
 
     def setTcpKeepAlive(self, enabled: bool) -> None:
+        """Record SO_KEEPALIVE (it changes nothing in memory)."""
         self._keep_alive = bool(enabled)
 
     def registerProducer(self, producer: Any, streaming: bool) -> None:
+        """Remember ``producer`` (it is never paused: writes are buffered without limit)."""
         self.producer = producer
 
     def unregisterProducer(self) -> None:
+        """Forget the producer."""
         self.producer = None
 
     def deliver_pending(self) -> None:
@@ -161,12 +174,16 @@ class Link:
         self._protocols[_CLIENT].makeConnection(self.client_transport)
 
     def send(self, side: int, data: bytes) -> None:
+        """Queue ``data`` from ``side`` for the other side and schedule delivery on the clock's
+        next turn; ignored once the link is closing."""
         if self.closed or self._closing is not None:
             return
         self._out[side].append(data)
         self._schedule()
 
     def close(self, side: int, abort: bool) -> None:
+        """Close the link from ``side``: cleanly (after delivering what is queued) or, with
+        ``abort``, at once; both protocols then get ``connectionLost``."""
         if self.closed:
             return
         if self._closing is None or (abort and not self._closing[1]):
@@ -276,6 +293,10 @@ class MemoryEndpoint:
         self.port = port
 
     def connect(self, protocolFactory: IProtocolFactory) -> Deferred[IProtocol]:
+        """Connect a protocol from ``protocolFactory`` to the fake server in memory.
+
+        :return: a Deferred that fires with the protocol once connected, or fails with
+            ``ConnectionRefusedError`` when the fake refuses connections."""
         return self._connector(protocolFactory, self.host, self.port)
 
     def __repr__(self) -> str:
@@ -355,11 +376,13 @@ class JSONResponse:
         self.previousResponse: IResponse | None = None
 
     def deliverBody(self, protocol: IProtocol) -> None:
+        """Deliver the whole body to ``protocol`` at once, then ``ResponseDone``."""
         protocol.makeConnection(_NoTransport())  # type: ignore[arg-type]
         protocol.dataReceived(self.body)
         protocol.connectionLost(Failure(ResponseDone()))  # type: ignore[no-untyped-call]
 
     def setPreviousResponse(self, response: IResponse) -> None:
+        """Record the response this one follows (a redirect's)."""
         self.previousResponse = response
 
 
@@ -391,6 +414,11 @@ class LookupAgent:
         headers: Headers | None = None,
         bodyProducer: IBodyProducer | None = None,
     ) -> Deferred[IResponse]:
+        """Answer a ``GET /lookup?topic=...`` as nsqlookupd would, from the fake nsqds that
+        have the topic.
+
+        :return: a Deferred that fires with a :class:`JSONResponse`, or fails with
+            ``ConnectionRefusedError`` for another host or port."""
         url = uri.decode("ascii", "replace")
         parts = urlsplit(url)
         host, port = parse_address(self._address, NSQLOOKUPD_HTTP_PORT)

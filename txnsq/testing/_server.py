@@ -101,11 +101,14 @@ class ServerProtocol(Protocol):
     # -- Twisted events
 
     def connectionMade(self) -> None:
+        """Register the connection with the fake nsqd and start its heartbeats."""
         self._connections.append(self)
         self._last_read = self.nsqd.clock.seconds()
         self._restart_heartbeats()
 
     def dataReceived(self, data: bytes) -> None:
+        """Decode and execute the client's commands as nsqd does, answering each (errors
+        included, closing the connection after a fatal one)."""
         if self._dead or self.conn_state == _CLOSED:
             return
         self._last_read = self.nsqd.clock.seconds()
@@ -121,6 +124,8 @@ class ServerProtocol(Protocol):
         self._parse()
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        """Forget the connection; its in-flight messages stay in flight until they time out,
+        as in nsqd."""
         self.conn_state = _CLOSED
         self._stop_timers()
         if self in self._connections:
@@ -132,6 +137,8 @@ class ServerProtocol(Protocol):
     # -- what the rest of the fake uses
 
     def ready_for_messages(self) -> bool:
+        """Whether a message may be sent now: subscribed, RDY above what is in flight, not
+        closing."""
         return (
             self.conn_state == _SUBSCRIBED
             and not self._dead
@@ -153,12 +160,15 @@ class ServerProtocol(Protocol):
             self.transport.write(data)
 
     def send_error(self, code: str, text: str, close: bool) -> None:
+        """Send an error frame ``code text``; with ``close``, close the connection after it (a
+        fatal error)."""
         self.send_frame(encode_error(code, text))
         if close:
             self._dead = True
             self._close()
 
     def info(self) -> ClientInfo:
+        """Return this connection's :class:`ClientInfo` (state, RDY, in flight, counts)."""
         channel = self.channel
         return ClientInfo(
             number=self.number,

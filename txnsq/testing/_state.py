@@ -220,6 +220,8 @@ class _Fault:
 
 
 class Channel:
+    """A channel of the fake nsqd: its queue, in-flight and deferred messages, clients and
+    counters, and the history of what happened to each message."""
     def __init__(self, state: NSQDState, topic: str, name: str) -> None:
         self.state = state
         self.topic = topic
@@ -239,6 +241,8 @@ class Channel:
 
     @property
     def ephemeral(self) -> bool:
+        """Whether the channel is ephemeral (its name ends in ``#ephemeral``): deleted with its
+        last client."""
         return self.name.endswith("#ephemeral")
 
     def _event(self, kind: str, msg: FakeMessage, client: ChannelClient | None,
@@ -313,6 +317,10 @@ class Channel:
         return msg
 
     def finish(self, client: ChannelClient, msg_id: bytes) -> str | None:
+        """FIN ``msg_id`` for ``client``.
+
+        :return: ``None``, or nsqd's error text when the message is not in flight to this
+            client (``E_FIN_FAILED``)."""
         msg = self._pop_in_flight(client, msg_id)
         if isinstance(msg, str):
             return msg
@@ -323,6 +331,10 @@ class Channel:
         return None
 
     def requeue(self, client: ChannelClient, msg_id: bytes, delay: float) -> str | None:
+        """REQ ``msg_id`` for ``client``, delivered again after ``delay`` seconds.
+
+        :return: ``None``, or nsqd's error text when the message is not in flight to this
+            client (``E_REQ_FAILED``)."""
         msg = self._pop_in_flight(client, msg_id)
         if isinstance(msg, str):
             return msg
@@ -334,6 +346,10 @@ class Channel:
         return None
 
     def touch(self, client: ChannelClient, msg_id: bytes) -> str | None:
+        """TOUCH ``msg_id`` for ``client``: restart its timeout.
+
+        :return: ``None``, or nsqd's error text when the message is not in flight to this
+            client (``E_TOUCH_FAILED``)."""
         msg = self.in_flight.get(msg_id)
         if msg is None:
             return "ID not in flight"
@@ -363,11 +379,14 @@ class Channel:
         self.put(msg)
 
     def add_client(self, client: ChannelClient) -> None:
+        """Add a subscribed connection to the channel's clients."""
         self.clients.append(client)
 
     def remove_client(self, client: ChannelClient) -> None:
         # nsqd leaves the client's in-flight messages in flight: they come back when
         # their timeout expires, not when the connection goes.
+        """Remove a connection; its in-flight messages stay in flight until they time out. An
+        ephemeral channel left without clients is deleted."""
         if client in self.clients:
             self.clients.remove(client)
         if self.ephemeral and not self.clients:
@@ -376,6 +395,7 @@ class Channel:
             self.deliver()
 
     def discard(self) -> None:
+        """Cancel the channel's timers (deferred messages, timeouts): it is being deleted."""
         for call in self.deferred.values():
             if call.active():
                 call.cancel()
@@ -387,6 +407,7 @@ class Channel:
         self.queue.clear()
 
     def stats(self) -> ChannelStats:
+        """Return the channel's :class:`ChannelStats` (depth, in flight, deferred, counts)."""
         return ChannelStats(
             depth=len(self.queue),
             in_flight=len(self.in_flight),
@@ -401,6 +422,8 @@ class Channel:
 
 
 class Topic:
+    """A topic of the fake nsqd: its channels, and the messages published while it had none
+    (handed to the first channel created, as nsqd does)."""
     def __init__(self, name: str) -> None:
         self.name = name
         self.channels: dict[str, Channel] = {}
@@ -429,12 +452,15 @@ class NSQDState:
     # -- topics and channels
 
     def topic(self, name: str) -> Topic:
+        """Return the topic ``name``, created if it does not exist."""
         topic = self.topics.get(name)
         if topic is None:
             topic = self.topics[name] = Topic(name)
         return topic
 
     def channel(self, topic_name: str, name: str) -> Channel:
+        """Return the channel ``name`` of ``topic_name``, creating both if needed (a new
+        channel of a topic without channels takes the messages the topic kept)."""
         topic = self.topic(topic_name)
         channel = topic.channels.get(name)
         if channel is None:
@@ -445,10 +471,12 @@ class NSQDState:
         return channel
 
     def find_channel(self, topic: str, channel: str) -> Channel | None:
+        """Return the channel, or ``None`` if it (or its topic) does not exist."""
         t = self.topics.get(topic)
         return None if t is None else t.channels.get(channel)
 
     def delete_channel(self, topic: str, channel: str) -> None:
+        """Delete the channel, if it exists, and cancel its timers."""
         t = self.topics.get(topic)
         if t is not None:
             c = t.channels.pop(channel, None)
@@ -456,6 +484,7 @@ class NSQDState:
                 c.discard()
 
     def new_id(self) -> bytes:
+        """Return a new message id in nsqd's format (16 hex digits)."""
         self._next_id += 1
         return b"%016x" % (self._id_base | self._next_id)
 
@@ -480,9 +509,12 @@ class NSQDState:
     # -- faults
 
     def add_fault(self, command: str, code: str, text: str, times: int | None) -> None:
+        """Make the next ``times`` (``None``: every) ``command`` fail with error ``code``
+        ``text``."""
         self.faults.setdefault(command, deque()).append(_Fault(code, text, times))
 
     def take_fault(self, command: str) -> _Fault | None:
+        """Return the fault to answer ``command`` with now (counting it), or ``None``."""
         queue = self.faults.get(command)
         if not queue:
             return None

@@ -1,0 +1,429 @@
+"""Sphinx directives that generate reference tables from txnsq's own code, so they never drift.
+
+- ``.. txnsq-tap-usage::``: ``twistd nsq-consumer --help``, from the plugin's ``Options``.
+- ``.. txnsq-fields:: module.Class``: the fields of an options dataclass with their
+  defaults and their ``#:`` comments (option ``:optional:``: nothing when the module
+  does not exist yet; ``:own:``: only the fields the class adds to its bases).
+- ``.. txnsq-defaults:: module.callable``: the keyword parameters of a constructor or
+  function that have defaults (timeouts, bounds), with those defaults.
+- ``.. txnsq-automodule-if-exists:: module``: ``automodule`` of a module that may not
+  exist yet (nothing when it does not).
+- ``.. txnsq-errors::``: every exception class of :mod:`txnsq.errors`, its nsqd error code,
+  whether nsqd closes the connection after it, and whether a producer's publish retries
+  resend a publish that failed with it.
+
+Module-level names a module re-exports (``txnsq.blocking.DEFAULT_PORT``, defined in
+``txnsq.blocking._connection``) are documented with the ``#:`` comment of their
+definition, and the list of fields that :func:`txnsq._fielddocs.document_fields` appends
+to an options class's docstring (for ``help()``) is left out, since each field has its
+own entry.
+
+A reference to a txnsq name that is re-exported (``txnsq.Producer``, documented as
+``txnsq.producer.Producer``) is resolved to where the object is documented. A reference
+to a name in one of txnsq's private modules (``txnsq._wire.handshake.Handshake``: not
+part of the public face, so not in the reference) is shown as code, unlinked, provided
+the name exists: a misspelt one still fails the build.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import re
+import sys
+from typing import Any
+
+from docutils import nodes
+from docutils.parsers.rst import directives
+from docutils.statemachine import StringList
+from sphinx.application import Sphinx
+from sphinx.pycode import ModuleAnalyzer
+from sphinx.util.docutils import SphinxDirective
+
+_MISSING = object()
+
+
+def import_object(path: str) -> Any:
+    """Import ``package.module.Name`` (or ``package.module.Class.method``).
+
+    :raises ImportError: when no prefix of ``path`` is an importable module.
+    :raises AttributeError: when the rest of ``path`` is not found in it.
+    """
+    parts = path.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for name in parts[split:]:
+            obj = getattr(obj, name)
+        return obj
+    raise ImportError(path)
+
+
+def _literal(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return "``" + text.replace("`", "'") + "``"
+
+
+def _default_of(field: dataclasses.Field[Any]) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return _MISSING
+
+
+def _table(header: list[str], rows: list[list[str]], widths: str) -> list[str]:
+    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", ""]
+    for row in [header, *rows]:
+        for i, cell in enumerate(row):
+            cell_lines = (cell or " ").splitlines() or [" "]
+            lines.append(("   * - " if i == 0 else "     - ") + cell_lines[0])
+            lines.extend("       " + extra for extra in cell_lines[1:])
+    return lines
+
+
+class _GeneratedDirective(SphinxDirective):
+    def render(self, lines: list[str]) -> list[nodes.Node]:
+        container = nodes.container()
+        self.state.nested_parse(StringList(lines, source=self.get_source_info()[0]), 0,
+                                container)
+        return list(container.children)
+
+
+class AutomoduleIfExists(_GeneratedDirective):
+    """``.. automodule::`` of a module that may not exist yet."""
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        try:
+            importlib.import_module(self.arguments[0])
+        except ModuleNotFoundError:
+            return []
+        return self.render([f".. automodule:: {self.arguments[0]}"])
+
+
+class TapUsage(_GeneratedDirective):
+    """``twistd nsq-consumer --help``, as the plugin prints it."""
+
+    def run(self) -> list[nodes.Node]:
+        import textwrap
+
+        from txnsq._tap import Options
+
+        options = Options()
+        head = f"Usage: twistd [twistd options] nsq-consumer {getattr(options, 'synopsis', '')}"
+        longdesc = textwrap.fill(getattr(options, "longdesc", ""), 88)
+        text = f"{head}\n\n{longdesc}\n\n{options.getUsage(width=88)}"
+        block = nodes.literal_block(text, text)
+        block["language"] = "text"
+        return [block]
+
+
+class Fields(_GeneratedDirective):
+    """The fields of an options dataclass: name, default, and what the field means."""
+
+    required_arguments = 1
+    option_spec = {"optional": directives.flag, "own": directives.flag}
+
+    def run(self) -> list[nodes.Node]:
+        path = self.arguments[0]
+        module_name, _, class_name = path.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except ImportError:
+            if "optional" in self.options:
+                return []
+            raise
+        attr_docs = ModuleAnalyzer.for_module(cls.__module__).find_attr_docs()
+        rows = []
+        for field in dataclasses.fields(cls):
+            if field.name.startswith("_"):
+                continue
+            default = _default_of(field)
+            doc = next(
+                (
+                    " ".join(attr_docs[(klass.__qualname__, field.name)]).strip()
+                    for klass in cls.__mro__
+                    if (klass.__qualname__, field.name) in attr_docs
+                ),
+                "",
+            )
+            owner = next(
+                (k for k in cls.__mro__ if field.name in vars(k).get("__annotations__", {})),
+                cls,
+            )
+            if "own" in self.options and owner is not cls:
+                continue  # an inherited field, listed with its own class
+            rows.append([
+                f":attr:`~{owner.__module__}.{owner.__qualname__}.{field.name}`",
+                "(required)" if default is _MISSING else _literal(default),
+                _qualify_roles(doc, owner),
+            ])
+        return self.render(_table(["field", "default", "meaning"], rows, "25 20 55"))
+
+
+_PARAM = re.compile(
+    r"^\s*:param (\w+):(.*?)(?=^\s*:(?:param|raises?|returns?|rtype|type|ivar|var)\b|\Z)",
+    re.MULTILINE | re.DOTALL,
+)
+_ROLE = re.compile(r":(\w+):`(~?)([A-Za-z_][\w.]*)`")
+
+
+def _qualify_roles(text: str, obj: Any) -> str:
+    """Make the short cross-references of ``obj``'s docstring (``:meth:`receive```)
+    absolute, since the table that shows them is on another page."""
+
+    def qualify(match: re.Match[str]) -> str:
+        role, tilde, target = match.groups()
+        if target.startswith("txnsq."):
+            return match.group(0)
+        first = target.split(".")[0]
+        module = sys.modules.get(obj.__module__)
+        if inspect.isclass(obj) and hasattr(obj, first):
+            target = f"{obj.__module__}.{obj.__qualname__}.{target}"
+        elif inspect.ismodule(getattr(module, first, None)):
+            return match.group(0)  # another module's name (random.Random): as written
+        elif hasattr(module, first):
+            target = f"{obj.__module__}.{target}"
+        else:
+            return f"``{target}``"  # an instance attribute: no entry to link to
+        return f":{role}:`{tilde or '~'}{target}`"
+
+    return _ROLE.sub(qualify, text)
+
+
+def param_docs(obj: Any) -> dict[str, str]:
+    """The ``:param name:`` texts of a callable's (or a class's and its ``__init__``'s)
+    docstring, each joined into one line."""
+    docs = [inspect.getdoc(obj) or ""]
+    if inspect.isclass(obj):
+        docs.append(inspect.getdoc(obj.__init__) or "")
+    found: dict[str, str] = {}
+    for doc in docs:
+        for match in _PARAM.finditer(doc):
+            text = " ".join(match.group(2).split())
+            found.setdefault(match.group(1), _qualify_roles(text, obj))
+    return found
+
+
+class Defaults(_GeneratedDirective):
+    """The parameters of a callable that have a default, with it and its ``:param:``
+    text."""
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        obj = import_object(self.arguments[0])
+        target = obj.__init__ if inspect.isclass(obj) else obj
+        texts = param_docs(obj)
+        rows = []
+        for name, parameter in inspect.signature(target).parameters.items():
+            if parameter.default is inspect.Parameter.empty or name in ("reactor", "clock"):
+                continue
+            rows.append([f"``{name}``", _literal(parameter.default), texts.get(name, "")])
+        return self.render(_table(["parameter", "default", "meaning"], rows, "22 18 60"))
+
+
+class Errors(_GeneratedDirective):
+    """Every error class of txnsq.errors: code, fatal, retried by publish retries."""
+
+    def run(self) -> list[nodes.Node]:
+        from txnsq import errors, producer
+
+        retriable = producer._RETRIABLE
+        rows = []
+        for name in errors.__all__:
+            cls = getattr(errors, name)
+            if not (inspect.isclass(cls) and issubclass(cls, BaseException)):
+                continue
+            code = getattr(cls, "code", "")
+            if issubclass(cls, errors.NSQServerError) and cls is not errors.NSQServerError:
+                fatal = "yes: nsqd closes the connection" if cls.fatal else "no"
+            else:
+                fatal = ""
+            summary = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+            rows.append([
+                f":exc:`~txnsq.errors.{name}`",
+                f"``{code}``" if code else "",
+                fatal,
+                "yes" if issubclass(cls, retriable) else "",
+                summary,
+            ])
+        header = ["exception", "nsqd code", "fatal", "resent by publish retries", "meaning"]
+        return self.render(_table(header, rows, "22 15 13 10 40"))
+
+
+def _private(path: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in path.split("."))
+
+
+def _txnsq_modules() -> list[Any]:
+    return [m for name, m in sorted(sys.modules.items()) if name.split(".")[0] == "txnsq" and m]
+
+
+def _public_names(target: str) -> list[str]:
+    """Public spellings of the object ``target`` names (``txnsq.blocking._subscriber.
+    Subscriber.close`` -> ``txnsq.blocking.Subscriber.close``): a public module that
+    exports its outermost object, followed by the rest of the path."""
+    parts = target.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            head = import_object(".".join(parts[: split + 1]))
+        except (ImportError, AttributeError):
+            continue
+        if inspect.ismodule(head):
+            break
+        if isinstance(head, int | float | str | bytes | bool | type(None)):
+            continue
+        rest = parts[split + 1:]
+        found = []
+        for module in _txnsq_modules():
+            if _private(module.__name__):
+                continue
+            for name, value in vars(module).items():
+                if value is head and not name.startswith("_"):
+                    found.append(".".join([module.__name__, name, *rest]))
+        if found:
+            return found
+    return []
+
+
+def _unique_short_name(name: str) -> str | None:
+    """The one txnsq module-level object called ``name`` (an annotation's bare
+    ``AddressMap``), as ``module.name`` where it is defined; ``None`` if not exactly one."""
+    objects = {}
+    for module in _txnsq_modules():
+        value = vars(module).get(name)
+        if value is not None and not inspect.ismodule(value):
+            objects.setdefault(id(value), (module.__name__, value))
+    if len(objects) != 1:
+        return None
+    [(module_name, value)] = objects.values()
+    home = getattr(value, "__module__", None)
+    return f"{home}.{name}" if home and home.startswith("txnsq") else f"{module_name}.{name}"
+
+
+def _resolve_reexported(app: Sphinx, env: Any, node: Any, contnode: Any) -> Any:
+    """Resolve a txnsq name that has no entry of its own: a re-export (``txnsq.Producer``)
+    to where the object is documented, a short name to its module's, a private name to a
+    public spelling of it (or, when there is none, to code shown unlinked)."""
+    target = node.get("reftarget", "")
+    if node.get("refdomain") != "py":
+        return None
+    if not target.startswith("txnsq."):
+        # A short name in a txnsq module's docstring: that module's name for it, or the
+        # one txnsq object of that name.
+        module = node.get("py:module") or ""
+        if not module.startswith("txnsq") or not target[:1].isalpha():
+            return None
+        try:
+            import_object(f"{module}.{target}")
+            target = f"{module}.{target}"
+        except (ImportError, AttributeError):
+            unique = _unique_short_name(target) if "." not in target else None
+            if unique is None:
+                return None
+            target = unique
+    try:
+        obj = import_object(target)
+    except (ImportError, AttributeError):
+        return None
+    domain = env.get_domain("py")
+
+    def resolve(name: str) -> Any:
+        return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], name,
+                                   node, contnode)
+
+    candidates = []
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if module and qualname and f"{module}.{qualname}" != target:
+        candidates.append(f"{module}.{qualname}")
+    if _private(target) or any(_private(c) for c in candidates):
+        candidates.extend(_public_names(target))
+    for name in candidates:
+        if name != target and not _private(name):
+            resolved = resolve(name)
+            if resolved is not None:
+                return resolved
+    if _private(target):
+        return contnode  # a private name that exists, with no public entry: code, unlinked
+    return None
+
+
+def _source_module_of(module_name: str, name: str) -> str | None:
+    """The module ``module_name`` imports ``name`` from (``from X import name``)."""
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if any((alias.asname or alias.name) == name for alias in node.names):
+                return node.module
+    return None
+
+
+def _public_module(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] == "txnsq" and not any(part.startswith("_") for part in parts)
+
+
+def _skip_reexport(app: Sphinx, what: str, name: str, obj: Any, skip: bool,
+                   options: Any) -> bool | None:
+    """Leave out of a module's page a class or function it re-exports from another
+    public module (``txnsq.producer.ProducerStopped``, documented in
+    :mod:`txnsq.errors`): one entry per object, which references to either name reach."""
+    if what != "module" or not (inspect.isclass(obj) or inspect.isroutine(obj)):
+        return None
+    documenting = app.env.temp_data.get("autodoc:module") or app.env.ref_context.get(
+        "py:module"
+    )
+    defined_in = getattr(obj, "__module__", None) or ""
+    if documenting and defined_in != documenting and _public_module(defined_in):
+        return True
+    return None
+
+
+def _docstring_of_reexport(app: Sphinx, what: str, name: str, obj: Any, options: Any,
+                           lines: list[str]) -> None:
+    """Give re-exported data the ``#:`` comment of its definition (not its type's
+    docstring, which autodoc shows otherwise); drop document_fields' field list."""
+    from txnsq._fielddocs import FIELDS_HEADING
+
+    if what == "class" and FIELDS_HEADING in lines:
+        del lines[lines.index(FIELDS_HEADING):]
+    if what != "data" or not name.startswith("txnsq."):
+        return
+    module_name, _, short = name.rpartition(".")
+    source = _source_module_of(module_name, short)
+    seen = set()
+    while source and source not in seen:  # follow re-exports of re-exports
+        seen.add(source)
+        docs = ModuleAnalyzer.for_module(source).find_attr_docs()
+        if ("", short) in docs:
+            lines[:] = [*docs[("", short)]]
+            return
+        source = _source_module_of(source, short)
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    """Register the directives and the re-export resolver."""
+    app.add_directive("txnsq-tap-usage", TapUsage)
+    app.add_directive("txnsq-fields", Fields)
+    app.add_directive("txnsq-defaults", Defaults)
+    app.add_directive("txnsq-errors", Errors)
+    app.add_directive("txnsq-automodule-if-exists", AutomoduleIfExists)
+    app.connect("missing-reference", _resolve_reexported)
+    app.connect("autodoc-process-docstring", _docstring_of_reexport)
+    app.connect("autodoc-skip-member", _skip_reexport)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
