@@ -24,7 +24,7 @@ from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.certs import shared_certs
-from txnsq import _tap
+from txnsq import _tap, _tap_service
 from txnsq._wire.identify import DEFAULT_USER_AGENT
 from txnsq.consumer import Consumer, ConsumerOptions
 from txnsq.options import ConnectionOptions
@@ -560,7 +560,7 @@ class MakeServiceTests(SynchronousTestCase):
         children = list(service)
         self.assertEqual(len(children), 2)
         stats = children[1]
-        assert isinstance(stats, _tap._StatsService)
+        assert isinstance(stats, _tap_service._StatsService)
         self.assertEqual(stats.interval, 30)
 
     def test_no_stats_service_by_default(self) -> None:
@@ -764,7 +764,7 @@ class StatsTests(SynchronousTestCase):
 
     def test_service_reports_every_interval(self) -> None:
         reporter = _tap.StatsReporter(self.consumer, self.clock)  # type: ignore[arg-type]
-        service = _tap._StatsService(reporter, 5, self.clock)
+        service = _tap_service._StatsService(reporter, 5, self.clock)
         with capturedLogs() as events:
             service.startService()
             self.assertEqual(self.lines(events), [])

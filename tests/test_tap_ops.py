@@ -5,15 +5,16 @@ metrics service makeService adds (on a memory reactor)."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
-from twisted.internet import defer
+from twisted.application.internet import StreamServerEndpointService
 from twisted.internet.error import CannotListenError
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
-from twisted.web.resource import Resource
 from twisted.web.server import Site
 
+from tests.support.logs import LogCapture
 from tests.test_tap import BASE, parse
 from txnsq import _tap
 from txnsq._wire.deadletter import DeadLetter
@@ -67,39 +68,51 @@ class MetricsOptionTests(SynchronousTestCase):
 
 
 class MetricsServiceTests(SynchronousTestCase):
-    def make(self, *args: str) -> tuple[_tap.ConsumerService, MemoryReactorClock]:
-        reactor = MemoryReactorClock()
+    """The ``/metrics`` endpoint is Twisted's StreamServerEndpointService (strports)."""
+
+    def make(self, *args: str, reactor: MemoryReactorClock | None = None
+             ) -> tuple[_tap.ConsumerService, MemoryReactorClock]:
+        reactor = reactor or MemoryReactorClock()
         service = _tap.makeService(parse(*BASE, *args), reactor=reactor, stdout=io.BytesIO())
         assert isinstance(service, _tap.ConsumerService)
         return service, reactor
 
+    def metrics(self, service: _tap.ConsumerService) -> list[StreamServerEndpointService]:
+        return [s for s in service if isinstance(s, StreamServerEndpointService)]
+
     def test_listens_while_running(self) -> None:
+        logs = LogCapture(self)
         service, reactor = self.make("--metrics-port", "9150", "--metrics-interface", "::1")
-        metrics = [s for s in service if isinstance(s, _tap.MetricsService)]
-        self.assertEqual(len(metrics), 1)
+        self.assertEqual(len(self.metrics(service)), 1)
         service.startService()
         [(port, factory, _backlog, interface)] = reactor.tcpServers
         self.assertEqual((port, interface), (9150, "::1"))
         self.assertIsInstance(factory, Site)
-        self.assertIsNotNone(metrics[0].port)
+        self.assertEqual(len(logs.matching("Serving metrics on http://[::1]:9150/metrics")), 1)
         d = service.stopService()
         reactor.advance(60)
         self.successResultOf(d)
-        self.assertIsNone(metrics[0].port)
+
+    def test_ipv4_interface(self) -> None:
+        service, reactor = self.make("--metrics-port", "9150", "--metrics-interface", "0.0.0.0")
+        service.startService()
+        [(port, _factory, _backlog, interface)] = reactor.tcpServers
+        self.assertEqual((port, interface), (9150, "0.0.0.0"))
+        self.successResultOf(service.stopService())
 
     def test_no_metrics_service_without_port(self) -> None:
         service, _ = self.make()
-        self.assertEqual([s for s in service if isinstance(s, _tap.MetricsService)], [])
+        self.assertEqual(self.metrics(service), [])
 
     def test_a_port_that_cannot_be_opened_fails_the_start(self) -> None:
         """twistd then exits with the error instead of running without metrics."""
 
-        class Refusing:
-            def listen(self, factory: object) -> defer.Deferred[object]:
-                return defer.fail(CannotListenError("127.0.0.1", 9150, OSError("in use")))
+        class Refusing(MemoryReactorClock):
+            def listenTCP(self, port: int, *args: object, **kwargs: object) -> Any:
+                raise CannotListenError("127.0.0.1", port, OSError("in use"))
 
-        service = _tap.MetricsService(Refusing(), Site(Resource()), "127.0.0.1:9150")  # type: ignore[arg-type]
+        service, _ = self.make("--metrics-port", "9150", reactor=Refusing())
+        [metrics] = self.metrics(service)
         with self.assertRaisesRegex(RuntimeError, "cannot serve metrics on 127.0.0.1:9150"):
-            service.privilegedStartService()
-        self.assertIsNone(service.port)
-        self.successResultOf(service.stopService())
+            metrics.privilegedStartService()
+        self.successResultOf(metrics.stopService())

@@ -154,8 +154,8 @@ class TLSOptionsTests(SynchronousTestCase):
         options = TLSOptions()
         self.assertIsNone(options.ca_certs)
         self.assertFalse(options.insecure_skip_verify)
-        self.assertIsNone(options._ca_pem)
-        self.assertIsNone(options._client_pem)
+        self.assertIsNone(options.ca_certs_pem)
+        self.assertIsNone(options.client_cert_pem)
         self.assertIn("system trust store", repr(options))
 
     def test_ca_from_path_bytes_and_pathlike(self) -> None:
@@ -163,7 +163,7 @@ class TLSOptionsTests(SynchronousTestCase):
 
         for source in (self.certs.ca_path, self.certs.ca_pem, Path(self.certs.ca_path)):
             options = TLSOptions(ca_certs=source)
-            self.assertEqual(options._ca_pem, self.certs.ca_pem)
+            self.assertEqual(options.ca_certs_pem, self.certs.ca_pem)
 
     def test_arguments_are_keyword_only(self) -> None:
         with self.assertRaises(TypeError):
@@ -230,7 +230,33 @@ class TLSOptionsTests(SynchronousTestCase):
                 TLSOptions(**kwargs)
             self.assertIn("both or neither", str(e.exception))
         options = TLSOptions(client_cert=client.cert_path, client_key=client.key_pem)
-        self.assertIsNotNone(options._client_pem)
+        self.assertIsNotNone(options.client_cert_pem)
+
+    def test_loaded_pem_read_only_and_pickled(self) -> None:
+        """What the files held, for the TLS builders (txnsq.tls, the blocking client):
+        read-only, and carried to another process by pickle."""
+        import pickle
+
+        client = self.certs.client
+        options = TLSOptions(
+            ca_certs=self.certs.ca_path, client_cert=client.cert_path, client_key=client.key_path
+        )
+        self.assertEqual(options.ca_certs_pem, self.certs.ca_pem)
+        self.assertEqual(options.client_cert_pem, client.cert_pem)
+        key_pem = options.client_key_pem
+        assert key_pem is not None
+        key = serialization.load_pem_private_key(key_pem, None)
+        original = serialization.load_pem_private_key(client.key_pem, None)
+        self.assertEqual(key.private_numbers(), original.private_numbers())  # type: ignore[union-attr]
+        for name in ("ca_certs_pem", "client_cert_pem", "client_key_pem"):
+            with self.assertRaises(AttributeError):
+                setattr(options, name, b"")
+        copy = pickle.loads(pickle.dumps(options))
+        self.assertEqual(
+            (copy.ca_certs_pem, copy.client_cert_pem, copy.client_key_pem),
+            (options.ca_certs_pem, options.client_cert_pem, options.client_key_pem),
+        )
+        self.assertIsNone(TLSOptions().client_key_pem)
 
     def test_key_not_matching_certificate(self) -> None:
         with self.assertRaises(ValueError) as e:

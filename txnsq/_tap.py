@@ -14,27 +14,11 @@ Without ``--handler`` every message body is written to standard output, one per 
 like ``nsq_tail``. twistd's own log also goes to standard output with ``-n``; use
 ``twistd --logfile=/dev/stderr -n nsq-consumer ...`` to keep the two apart.
 
-The handler, two ways:
-
-- ``--handler module:callable``: the named object is the handler, called with each
-  :class:`~txnsq.message.Message` (as it always was). An object with a ``handle(message)``
-  method is also accepted (``handle`` is then the handler).
-- ``--handler-factory module:callable``: the named callable is called once, by
-  :func:`makeService`, with a :class:`HandlerContext` (topic, channel, the
-  :class:`~txnsq.consumer.ConsumerOptions`, the reactor and the ``settings`` given with
-  ``--handler-setting KEY=VALUE`` and ``--handler-settings-file PATH``, a JSON object),
-  and returns the handler: a callable, or an object with a ``handle(message)`` method.
-  It returns the handler itself, not a Deferred or coroutine: asynchronous setup goes in
-  the handler's ``startService``.
-
-Either way, a handler object that provides
-:class:`~twisted.application.service.IService` (a ``Service`` subclass) owns resources:
-its ``startService`` runs before the consumer starts (when it returns a Deferred, the
-consumer starts once that fires), and its ``stopService`` after the consumer has stopped,
-that is after its last message was answered. A database pool opened in ``startService``
-is there for the first message and closed after the last one. A factory that raises, or
-returns something that is not a handler, stops twistd at start with one line naming
-``--handler-factory`` and the object (:class:`HandlerSetupError`).
+The parts live beside this module, one job each: :mod:`txnsq._tap_handlers` (what
+``--handler`` and ``--handler-factory`` name, :class:`HandlerContext`, the default
+printer) and :mod:`txnsq._tap_service` (the service: the consumer and the handler's own
+service, the stats line, the ``/metrics`` endpoint). Their public names are importable
+from here too.
 """
 
 from __future__ import annotations
@@ -42,30 +26,33 @@ from __future__ import annotations
 import importlib
 import inspect
 import ipaddress
-import json
-import os
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import IO, Any, Final
 
-from twisted.application.service import IService, MultiService, Service
-from twisted.internet import defer
-from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
-from twisted.internet.interfaces import (
-    IDelayedCall,
-    IListeningPort,
-    IProtocolFactory,
-    IReactorTime,
-    IStreamServerEndpoint,
-)
-from twisted.internet.task import LoopingCall
-from twisted.logger import Logger
+from twisted.application.service import IService
 from twisted.python import usage
-from twisted.web.server import Site
 
 from txnsq._endpoints import EndpointFactory
+from txnsq._tap_handlers import (
+    BodyPrinter,
+    HandlerContext,
+    HandlerSetupError,
+    build_handler,
+    handler_parts,
+    read_settings_file,
+    resolve_handler,
+    resolve_object,
+)
+from txnsq._tap_service import (
+    STATS_FORMAT,
+    ConsumerService,
+    StatsReporter,
+    metrics_service,
+    stats_fields,
+    stats_service,
+)
 from txnsq._wire import commands
 from txnsq._wire.address import check_address_map, format_address, parse_address
 from txnsq._wire.deadletter import DeadLetter
@@ -77,11 +64,11 @@ from txnsq.message import Message
 from txnsq.tls import TLSOptions
 
 __all__ = [
+    "STATS_FORMAT",
     "BodyPrinter",
     "ConsumerService",
     "HandlerContext",
     "HandlerSetupError",
-    "MetricsService",
     "Options",
     "StatsReporter",
     "build_handler",
@@ -93,8 +80,6 @@ __all__ = [
     "resolve_object",
     "stats_fields",
 ]
-
-_log: Final = Logger(namespace="txnsq.tap")
 
 _DEFAULTS: Final = ConsumerOptions()
 
@@ -109,254 +94,6 @@ def _default(name: str) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
-
-
-# -------------------------------------------------------------------- the handler
-
-
-class BodyPrinter:
-    """The default handler: write each message body to ``stream``, one per line.
-
-    Bodies are written to a binary stream as they come and flushed once per reactor
-    turn (one read from nsqd may carry many messages), not once per message.
-
-    When the stream breaks (a pipe to ``head`` that has exited), the message being
-    written and every later one is requeued at once, without backoff, and ``on_closed``
-    is called once: like ``nsq_tail``, the command then stops instead of taking message
-    after message it can no longer print.
-
-    :param stream: a binary file object, normally ``sys.stdout.buffer``.
-    :param clock: schedules the flush (``callLater(0, ...)``).
-    :param on_closed: called (once) when the stream is found broken or closed.
-    """
-
-    def __init__(
-        self,
-        stream: IO[bytes],
-        clock: IReactorTime,
-        on_closed: Callable[[], object] | None = None,
-    ) -> None:
-        self._stream = stream
-        self._clock = clock
-        self._on_closed = on_closed
-        self._flush_call: IDelayedCall | None = None
-        self.closed = False
-
-    def __call__(self, message: Message) -> None:
-        if not self.closed:
-            try:
-                self._stream.write(message.body + b"\n")
-            except (OSError, ValueError) as e:
-                self._stream_closed(e)
-            else:
-                if self._flush_call is None:
-                    self._flush_call = self._clock.callLater(0, self.flush)
-                return
-        # Not printed: back to nsqd for another consumer, without backoff.
-        message.requeue(0, backoff=False)
-
-    def flush(self) -> None:
-        """Flush what has been written (a broken stream is reported once, not raised)."""
-        call, self._flush_call = self._flush_call, None
-        if call is not None and call.active():
-            call.cancel()
-        if self.closed:
-            return
-        try:
-            self._stream.flush()
-        except (OSError, ValueError) as e:
-            self._stream_closed(e)
-
-    def _stream_closed(self, error: Exception) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        _log.warn("Standard output is closed ({error}): stopping", error=error)
-        if self._on_closed is not None:
-            self._on_closed()
-
-
-def resolve_object(spec: str, option: str = "--handler") -> Any:
-    """Import ``"module.path:attribute"`` (the attribute may be dotted) and return it.
-
-    Modules in the current directory are importable: it is appended to ``sys.path``
-    (after the installed packages, so it shadows none of them).
-
-    :param option: the option ``spec`` was given to, named in errors.
-    :raises usage.UsageError: with one line saying what is wrong.
-    """
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise usage.UsageError(
-            f"{option} must look like 'module.path:callable', not {spec!r}"
-        )
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise usage.UsageError(
-            f"{option} {spec!r}: cannot import module {module_name!r}: {e}"
-        ) from e
-    except Exception as e:
-        raise usage.UsageError(
-            f"{option} {spec!r}: importing module {module_name!r} failed: "
-            f"{type(e).__name__}: {e}"
-        ) from e
-    path = module_name
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise usage.UsageError(
-                f"{option} {spec!r}: {path!r} has no attribute {part!r}"
-            ) from None
-        path = f"{path}.{part}"
-    return target
-
-
-def resolve_handler(spec: str, option: str = "--handler") -> Callable[..., Any]:
-    """:func:`resolve_object`, for an object that must be callable.
-
-    :raises usage.UsageError: with one line saying what is wrong.
-    """
-    target = resolve_object(spec, option)
-    if not callable(target):
-        raise usage.UsageError(
-            f"{option} {spec!r} is not callable (it is a {type(target).__name__})"
-        )
-    handler: Callable[..., Any] = target
-    return handler
-
-
-def handler_parts(obj: object) -> tuple[Callable[[Message], Any], IService | None]:
-    """What a handler object is made of: the callable messages go to (its
-    ``handle`` method when it has one, else the object itself) and the service to
-    start before the consumer and stop after it (the object, when it provides
-    :class:`~twisted.application.service.IService`; else ``None``).
-
-    :raises TypeError: saying why ``obj`` is not a handler (one line, to follow the
-        option and the object's name).
-    """
-    if isinstance(obj, defer.Deferred) or inspect.isawaitable(obj):
-        raise TypeError(
-            f"is {_describe(obj)}, not a handler: a factory returns the handler itself; "
-            "do asynchronous setup in the handler's startService (it may return a "
-            "Deferred, which the consumer waits for)"
-        )
-    handle = getattr(obj, "handle", None)
-    if not callable(handle):
-        if not callable(obj):
-            raise TypeError(
-                f"is not a handler: {_describe(obj)} is not callable and has no "
-                "handle(message) method"
-            )
-        handle = obj
-    service: IService | None = IService(obj) if IService.providedBy(obj) else None
-    return handle, service
-
-
-def _describe(obj: object) -> str:
-    """``obj`` in a few words, for an error message."""
-    if obj is None:
-        return "None"
-    text = repr(obj)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{text} (a {type(obj).__name__})"
-
-
-class HandlerSetupError(SystemExit):
-    """``--handler-factory`` failed: the factory raised, or returned no handler.
-
-    A ``SystemExit`` whose code is the message: raised by :func:`makeService`, it stops
-    twistd at start with that one line on standard error and exit status 1, without a
-    traceback.
-    """
-
-
-@dataclass(frozen=True, kw_only=True)
-class HandlerContext:
-    """What a ``--handler-factory`` is called with (once, at start).
-
-    The factory returns the handler: a callable taking a
-    :class:`~txnsq.message.Message`, or an object with a ``handle(message)`` method; if
-    that object provides :class:`~twisted.application.service.IService`, its
-    ``startService`` runs before the consumer starts and its ``stopService`` after the
-    consumer has stopped (its last message answered).
-    """
-
-    #: the topic consumed
-    topic: str
-    #: the channel it is consumed through
-    channel: str
-    #: the consumer's options, as the command line set them (``msg_timeout`` etc.)
-    options: ConsumerOptions
-    #: the reactor the consumer runs on (for timers, thread pools, connections)
-    reactor: Any
-    #: the ``--handler-settings-file`` entries, overridden by ``--handler-setting
-    #: KEY=VALUE`` ones; read-only
-    settings: Mapping[str, str]
-    #: the ``--nsqd-tcp-address`` values, as ``"host:port"``
-    nsqd_tcp_addresses: tuple[str, ...] = ()
-    #: the ``--lookupd-http-address`` values
-    lookupd_http_addresses: tuple[str, ...] = ()
-
-
-def build_handler(
-    factory: Callable[[HandlerContext], object], context: HandlerContext, spec: str
-) -> tuple[Callable[[Message], Any], IService | None]:
-    """Call ``--handler-factory`` ``spec`` (the ``factory``) with ``context``; return
-    its handler's parts (:func:`handler_parts`).
-
-    :raises HandlerSetupError: naming the option and ``spec`` when the factory raises or
-        returns something that is not a handler.
-    """
-    where = f"--handler-factory {spec!r}"
-    try:
-        result = factory(context)
-    except Exception as e:
-        raise HandlerSetupError(f"{where} raised {type(e).__name__}: {e}") from e
-    try:
-        return handler_parts(result)
-    except TypeError as e:
-        if inspect.iscoroutine(result):
-            result.close()  # never awaited, on purpose
-        raise HandlerSetupError(f"{where} returned an object that {e}") from None
-
-
-def read_settings_file(path: str) -> dict[str, str]:
-    """The settings in the ``--handler-settings-file`` at ``path``: a JSON object whose
-    values are strings, numbers or booleans (a number or boolean is kept as its JSON
-    text: ``5``, ``0.5``, ``true``).
-
-    :raises usage.UsageError: naming the option and the file.
-    """
-    where = f"--handler-settings-file {path!r}"
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise usage.UsageError(f"{where}: cannot read it: {e.strerror or e}") from None
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        raise usage.UsageError(f"{where} is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise usage.UsageError(
-            f"{where} must hold a JSON object of settings, not {type(data).__name__}"
-        )
-    settings: dict[str, str] = {}
-    for key, value in data.items():
-        if isinstance(value, str):
-            settings[key] = value
-        elif isinstance(value, bool | int | float):
-            settings[key] = json.dumps(value)
-        else:
-            kind = "null" if value is None else type(value).__name__
-            raise usage.UsageError(
-                f"{where}: setting {key!r} must be a string, number or boolean, not {kind}"
-            )
-    return settings
 
 
 # -------------------------------------------------------------------- options
@@ -801,318 +538,6 @@ class Options(usage.Options):
         return data
 
 
-# -------------------------------------------------------------------- stats
-
-
-def _backoff_state(stats: dict[str, Any]) -> str:
-    level = int(stats.get("backoff_level", 0))
-    if stats.get("in_backoff"):
-        return f"backing off (level {level})"
-    if level:
-        return f"recovering (level {level})"
-    return "no backoff"
-
-
-def stats_fields(stats: dict[str, Any], rate: float) -> dict[str, Any]:
-    """The fields of a stats log event, from :meth:`Consumer.stats` and a msgs/s rate."""
-    return {
-        "rate": rate,
-        "received": stats["received"],
-        "finished": stats["finished"],
-        "requeued": stats["requeued"],
-        "in_flight": stats["in_flight"],
-        "rdy": stats["rdy"],
-        "connections": stats["connections"],
-        "backoff": _backoff_state(stats),
-    }
-
-
-STATS_FORMAT: Final = (
-    "{topic}/{channel}: {rate:.1f} msgs/s, {in_flight} in flight, RDY {rdy}, "
-    "{connections} connection(s), {backoff}; {received} received, {finished} finished, "
-    "{requeued} requeued"
-)
-
-
-class StatsReporter:
-    """Logs :data:`STATS_FORMAT` lines about ``consumer`` (the rate since the last one)."""
-
-    def __init__(self, consumer: Consumer, clock: IReactorTime) -> None:
-        self._consumer = consumer
-        self._clock = clock
-        self._last_received = 0
-        self._last_time = clock.seconds()
-
-    def reset(self) -> None:
-        """Start measuring the rate from now."""
-        self._last_received = int(self._consumer.stats()["received"])
-        self._last_time = self._clock.seconds()
-
-    def report(self) -> None:
-        """Log one stats line."""
-        stats = self._consumer.stats()
-        now = self._clock.seconds()
-        elapsed = now - self._last_time
-        received = int(stats["received"])
-        rate = (received - self._last_received) / elapsed if elapsed > 0 else 0.0
-        self._last_received, self._last_time = received, now
-        _log.info(
-            STATS_FORMAT,
-            topic=self._consumer.topic,
-            channel=self._consumer.channel,
-            **stats_fields(stats, rate),
-        )
-
-
-class _StatsService(Service):
-    """Calls :meth:`StatsReporter.report` every ``interval`` seconds while running."""
-
-    def __init__(self, reporter: StatsReporter, interval: float, clock: IReactorTime) -> None:
-        self.reporter = reporter
-        self.interval = interval
-        self._loop = LoopingCall(reporter.report)
-        self._loop.clock = clock
-
-    def startService(self) -> None:
-        super().startService()  # type: ignore[no-untyped-call]
-        self.reporter.reset()
-        self._loop.start(self.interval, now=False)
-
-    def stopService(self) -> None:
-        super().stopService()  # type: ignore[no-untyped-call]
-        if self._loop.running:
-            self._loop.stop()
-
-
-# -------------------------------------------------------------------- metrics
-
-
-class MetricsService(Service):
-    """Serves ``/metrics`` on ``endpoint`` while running (the port is opened in
-    ``privilegedStartService``: a port that cannot be opened fails the start)."""
-
-    def __init__(
-        self, endpoint: IStreamServerEndpoint, factory: IProtocolFactory, where: str
-    ) -> None:
-        self._endpoint = endpoint
-        self._factory = factory
-        self._where = where
-        self._listening: defer.Deferred[IListeningPort] | None = None
-        #: the listening port, once open
-        self.port: IListeningPort | None = None
-
-    def privilegedStartService(self) -> None:
-        """Listen on the metrics port (before twistd drops privileges); a failure to listen is
-        logged and raised."""
-        super().privilegedStartService()  # type: ignore[no-untyped-call]
-        if self._listening is not None:
-            return
-        failures: list[Any] = []
-        listening = self._endpoint.listen(self._factory)
-        listening.addCallbacks(self._listened, failures.append)
-        self._listening = listening
-        if failures:
-            self._listening = None
-            raise RuntimeError(
-                f"cannot serve metrics on {self._where}: {failures[0].getErrorMessage()}"
-            )
-
-    def startService(self) -> None:
-        """Start the service, listening on the metrics port if that was not done already."""
-        super().startService()  # type: ignore[no-untyped-call]
-        self.privilegedStartService()
-
-    def _listened(self, port: IListeningPort) -> IListeningPort:
-        self.port = port
-        address = port.getHost()
-        host, number = getattr(address, "host", self._where), getattr(address, "port", 0)
-        _log.info(
-            "Serving metrics on http://{address}/metrics",
-            address=format_address(host, number),
-        )
-        return port
-
-    def stopService(self) -> defer.Deferred[None]:
-        """Stop listening.
-
-        :return: a Deferred that fires with ``None`` once the port is closed."""
-        super().stopService()  # type: ignore[no-untyped-call]
-        listening, self._listening = self._listening, None
-        port, self.port = self.port, None
-        if port is not None:
-            return defer.maybeDeferred(port.stopListening).addCallback(lambda _: None)
-        if listening is not None:
-            listening.cancel()
-        return defer.succeed(None)
-
-
-class _QuietSite(Site):
-    """A Site that writes no access log line per request (a scrape every few seconds
-    would fill the log)."""
-
-    noisy = False
-
-    def log(self, request: Any) -> None:
-        pass
-
-
-def metrics_service(
-    consumer: Consumer, port: int, interface: str, reactor: Any
-) -> MetricsService:
-    """A :class:`MetricsService` for ``consumer``: its :class:`~txnsq.metrics.ConsumerCollector`
-    and the process's (CPU, memory, file descriptors, GC) in a registry of its own."""
-    from prometheus_client import (
-        GCCollector,
-        PlatformCollector,
-        ProcessCollector,
-    )
-    from prometheus_client.registry import CollectorRegistry
-    from twisted.web.resource import Resource
-
-    from txnsq.metrics import ConsumerCollector, MetricsResource
-
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
-    ConsumerCollector(consumer, registry=registry)
-    root = Resource()  # type: ignore[no-untyped-call]
-    root.putChild(b"metrics", MetricsResource(registry))
-    site = _QuietSite(root)  # type: ignore[no-untyped-call]
-    endpoint: IStreamServerEndpoint
-    if ipaddress.ip_address(interface).version == 6:
-        endpoint = TCP6ServerEndpoint(reactor, port, interface=interface)  # type: ignore[no-untyped-call]
-    else:
-        endpoint = TCP4ServerEndpoint(reactor, port, interface=interface)  # type: ignore[no-untyped-call]
-    return MetricsService(endpoint, site, format_address(interface, port))
-
-
-# -------------------------------------------------------------------- service
-
-
-class ConsumerService(MultiService):
-    """The ``nsq-consumer`` service: the consumer and, optionally, periodic stats and
-    metrics, and the handler's own service.
-
-    Starting it starts ``handler_service`` first (when its ``startService`` returns a
-    Deferred, the consumer starts once that fires; when that Deferred fails, the
-    failure is logged and ``on_start_failed`` called, which by default does nothing).
-    Stopping it logs the counters so far, stops the consumer gracefully and waits for
-    it (every message answered, every connection closed), then stops
-    ``handler_service`` and waits for it, then flushes the default printer; the
-    returned Deferred fires after all of that (a failing ``handler_service`` stop is
-    logged, not raised). Stopped while ``handler_service`` is still starting, the start
-    is cancelled.
-    """
-
-    def __init__(
-        self,
-        consumer: Consumer,
-        printer: BodyPrinter | None = None,
-        *,
-        handler_service: IService | None = None,
-        on_start_failed: Callable[[], object] | None = None,
-    ) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.consumer = consumer
-        self.printer = printer
-        self.handler_service = handler_service
-        self._on_start_failed = on_start_failed
-        #: the handler service's start, while it has not fired
-        self._starting: defer.Deferred[object] | None = None
-        consumer.setServiceParent(self)  # type: ignore[no-untyped-call]
-
-    def privilegedStartService(self) -> None:
-        """Give the handler's service (if any), then the children, their privileged
-        start (before twistd drops privileges)."""
-        if self.handler_service is not None:
-            self.handler_service.privilegedStartService()  # type: ignore[no-untyped-call]
-        super().privilegedStartService()  # type: ignore[no-untyped-call]
-
-    def startService(self) -> None:
-        """Start the handler's service (if any) first, then the consumer once that start
-        has finished (a Deferred it returns is waited for; a failure stops twistd)."""
-        handler_service = self.handler_service
-        if handler_service is None:
-            super().startService()  # type: ignore[no-untyped-call]
-            return
-        Service.startService(self)  # type: ignore[no-untyped-call]
-        # An exception fails twistd's start; a Deferred delays the consumer's.
-        started: object = handler_service.startService()  # type: ignore[no-untyped-call]
-        if not isinstance(started, defer.Deferred):
-            self._start_children(None)
-            return
-        self._starting = started
-        started.addCallbacks(self._start_children, self._handler_start_failed)
-
-    def _start_children(self, _: object) -> None:
-        self._starting = None
-        if self.running:
-            super().startService()  # type: ignore[no-untyped-call]
-
-    def _handler_start_failed(self, failure: Any) -> None:
-        self._starting = None
-        if failure.check(defer.CancelledError):
-            return
-        _log.failure(
-            "The handler's service {service!r} failed to start; stopping",
-            failure,
-            service=self.handler_service,
-        )
-        if self._on_start_failed is not None:
-            self._on_start_failed()
-
-    def stopService(self) -> defer.Deferred[None]:
-        """Stop gracefully: log what is in flight, then stop the consumer (CLS, in-flight
-        messages answered up to ``--stop-timeout``) and the other services.
-
-        :return: a Deferred that fires with ``None`` once everything has stopped."""
-        stats = self.consumer.stats()
-        _log.info(
-            "Stopping: no new messages from {topic}/{channel}; waiting for {in_flight} in "
-            "flight ({received} received, {finished} finished, {requeued} requeued so far)",
-            topic=self.consumer.topic,
-            channel=self.consumer.channel,
-            in_flight=stats["in_flight"],
-            received=stats["received"],
-            finished=stats["finished"],
-            requeued=stats["requeued"],
-        )
-        starting = self._starting
-        if starting is not None:
-            starting.cancel()  # the children were not started
-        if any(child.running for child in self):
-            stopped: defer.Deferred[Any] = super().stopService()  # type: ignore[no-untyped-call]
-        else:
-            Service.stopService(self)  # type: ignore[no-untyped-call]
-            stopped = defer.succeed(None)
-        stopped.addCallback(self._stop_handler_service)
-        stopped.addCallback(self._stopped)
-        return stopped
-
-    def _stop_handler_service(self, _: object) -> defer.Deferred[None] | None:
-        """Once the consumer has stopped: stop the handler's service, if it runs."""
-        service = self.handler_service
-        if service is None or not service.running:
-            return None
-
-        def failed(failure: Any) -> None:
-            _log.failure(
-                "The handler's service {service!r} failed to stop", failure, service=service
-            )
-
-        return defer.maybeDeferred(service.stopService).addCallbacks(lambda _: None, failed)
-
-    def _stopped(self, _: object) -> None:
-        if self.printer is not None:
-            self.printer.flush()
-        _log.info(
-            "Stopped consuming {topic}/{channel}",
-            topic=self.consumer.topic,
-            channel=self.consumer.channel,
-        )
-
-
 def makeService(
     options: Options,
     *,
@@ -1188,7 +613,7 @@ def makeService(
         metrics.setServiceParent(service)  # type: ignore[no-untyped-call]
     interval = options["stats_interval"]
     if interval > 0:
-        stats = _StatsService(StatsReporter(consumer, reactor), interval, reactor)
+        stats = stats_service(consumer, interval, reactor)
         stats.setServiceParent(service)  # type: ignore[no-untyped-call]
     return service
 

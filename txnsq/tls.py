@@ -117,10 +117,9 @@ def client_connection_creator(options: TLSOptions, host: str) -> IOpenSSLClientC
     name = options.name_to_verify(host)
     client_certificate: ssl.PrivateCertificate | None = None
     client_chain: tuple[crypto.X509, ...] = ()
-    if options._client_pem is not None and options._key_pem is not None:
-        client_certificate, client_chain = _client_certificate(
-            options._client_pem, options._key_pem
-        )
+    client_pem, key_pem = options.client_cert_pem, options.client_key_pem
+    if client_pem is not None and key_pem is not None:
+        client_certificate, client_chain = _client_certificate(client_pem, key_pem)
     if options.insecure_skip_verify:
         _log.warn(
             "TLS certificate verification is OFF for {host} (insecure_skip_verify=True): "
@@ -138,7 +137,7 @@ def client_connection_creator(options: TLSOptions, host: str) -> IOpenSSLClientC
     extra = {"extraCertChain": list(client_chain)} if client_chain else None
     creator = ssl.optionsForClientTLS(
         name,
-        trustRoot=_trust_root(options._ca_pem) if options._ca_pem is not None else None,
+        trustRoot=_trust_root(ca_pem) if (ca_pem := options.ca_certs_pem) is not None else None,
         clientCertificate=client_certificate,
         extraCertificateOptions=extra,
     )

@@ -180,7 +180,8 @@ class TLSOptions:
 
     # What the files held, read once: the CA bundle, the client certificate chain and
     # its key (PEM). Builders of TLS contexts (txnsq.tls for Twisted, ssl_context() for
-    # the blocking client) work from these, never from the paths again.
+    # the blocking client) work from these, never from the paths again; other modules
+    # read them through the properties ca_certs_pem, client_cert_pem, client_key_pem.
     _ca_pem: bytes | None = field(init=False, repr=False, compare=False, default=None)
     _client_pem: bytes | None = field(init=False, repr=False, compare=False, default=None)
     _key_pem: bytes | None = field(init=False, repr=False, compare=False, default=None)
@@ -218,6 +219,26 @@ class TLSOptions:
         )
         object.__setattr__(self, "_client_pem", _pem_of(chain))
         object.__setattr__(self, "_key_pem", key_pem)
+
+    @property
+    def ca_certs_pem(self) -> bytes | None:
+        """The CA certificates :attr:`ca_certs` held when these options were built (PEM,
+        one after the other), or ``None`` when the system's trust store is used."""
+        return self._ca_pem
+
+    @property
+    def client_cert_pem(self) -> bytes | None:
+        """The client certificate and the rest of its chain, as :attr:`client_cert` held
+        them when these options were built (PEM), or ``None`` without a client
+        certificate."""
+        return self._client_pem
+
+    @property
+    def client_key_pem(self) -> bytes | None:
+        """The private key of :attr:`client_cert_pem` (unencrypted PKCS#8 PEM, read from
+        :attr:`client_key` when these options were built), or ``None`` without a client
+        certificate. Secret: never log it."""
+        return self._key_pem
 
     def name_to_verify(self, host: str) -> str:
         """Return the name the server's certificate must carry when dialling ``host``.

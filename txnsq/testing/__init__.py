@@ -64,7 +64,8 @@ from txnsq._wire.address import NSQLOOKUPD_HTTP_PORT, format_address, parse_addr
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.frames import encode_error
 from txnsq.errors import NON_FATAL_CODES
-from txnsq.testing._net import LookupAgent, MemoryEndpoint, MemoryTransport, connect_in_memory
+from txnsq.testing._lookupd import LookupAgent
+from txnsq.testing._net import MemoryEndpoint, MemoryTransport, connect_in_memory
 from txnsq.testing._server import ServerProtocol
 from txnsq.testing._state import (
     ChannelStats,
@@ -438,22 +439,6 @@ class FakeNSQD:
         self._state.faults.clear()
         self.accept_connections()
 
-    # -- for FakeLookupd
-
-    def _lookup_entry(self, topic: str) -> tuple[dict[str, Any], list[str]] | None:
-        t = self._state.topics.get(topic)
-        if t is None:
-            return None
-        producer = {
-            "remote_address": f"{self.host}:{self.port + 10000}",
-            "hostname": "fake-nsqd",
-            "broadcast_address": self.host,
-            "tcp_port": self.port,
-            "http_port": self.http_port,
-            "version": self.config.version,
-        }
-        return producer, list(t.channels)
-
     def __repr__(self) -> str:
         return f"<FakeNSQD {self.address} connections={len(self._connections)}>"
 
@@ -522,11 +507,22 @@ class FakeLookupd(LookupAgent):
         producers: list[dict[str, Any]] = []
         channels: list[str] = []
         for nsqd in self.nsqds:
-            entry = nsqd._lookup_entry(topic)
-            if entry is None:
+            if topic not in nsqd.topics():
                 continue
-            producers.append(entry[0])
-            channels.extend(c for c in entry[1] if c not in channels)
+            producers.append(_producer_entry(nsqd))
+            channels.extend(c for c in nsqd.channels(topic) if c not in channels)
         if not producers:
             return None
         return {"channels": channels, "producers": producers}
+
+
+def _producer_entry(nsqd: FakeNSQD) -> dict[str, Any]:
+    """How nsqlookupd's ``/lookup`` lists ``nsqd`` among a topic's producers."""
+    return {
+        "remote_address": f"{nsqd.host}:{nsqd.port + 10000}",
+        "hostname": "fake-nsqd",
+        "broadcast_address": nsqd.host,
+        "tcp_port": nsqd.port,
+        "http_port": nsqd.http_port,
+        "version": nsqd.config.version,
+    }
