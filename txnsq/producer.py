@@ -786,6 +786,7 @@ class Producer(Service):
         endpoint_factory=nsqd.endpoint_factory)`` for a :class:`~txnsq.testing.FakeNSQD`).
     :param rng: the random source of the reconnect policy's jitter (a seeded
         :class:`random.Random` gives the same delays as a Consumer with the same seed).
+
     With ``batch=True``, :meth:`publish` calls to the same topic are coalesced into
     MPUBs: each publish keeps its own Deferred, fired when nsqd has acknowledged
     its message, or failed with the error that concerns it: a batch nsqd refuses because
