@@ -43,6 +43,7 @@ from functools import partial
 from typing import Any, cast
 
 from twisted.internet import defer
+from twisted.internet.address import UNIXAddress
 from twisted.internet.interfaces import (
     IDelayedCall,
     IHandshakeListener,
@@ -313,6 +314,8 @@ class NSQProtocol(Protocol):
         except Exception:
             return "<unknown>"
         host, port = getattr(addr, "host", None), getattr(addr, "port", None)
+        if host is None and _unix_label(addr) is not None:
+            return str(_unix_label(addr))
         return f"{host}:{port}" if host is not None else str(addr)
 
     @property
@@ -329,7 +332,7 @@ class NSQProtocol(Protocol):
             return None
         host, port = getattr(addr, "host", None), getattr(addr, "port", None)
         if not isinstance(host, str) or not isinstance(port, int):
-            return None
+            return _unix_label(addr)
         return format_address(host, port)
 
     def when_ready(self) -> defer.Deferred[Features]:
@@ -848,6 +851,14 @@ class NSQProtocol(Protocol):
 
     def _start_tls(self) -> None:
         host = self._tls_hostname or self.peer.rsplit(":", 1)[0]
+        if self._tls_hostname is None and self.peer.startswith("unix:"):
+            tls = self._tls or TLSOptions()
+            if tls.hostname is None:
+                self._handshake_error(HandshakeError(
+                    f"cannot start TLS with nsqd {self.peer}: over a unix socket there is no "
+                    "host to check the certificate against; give TLSOptions(hostname=...)"
+                ))
+                return
         try:
             creator = client_connection_creator(self._tls or TLSOptions(), host)
             self.transport.startTLS(creator)  # type: ignore[union-attr]
@@ -953,3 +964,11 @@ class NSQProtocol(Protocol):
         timer, self._handshake_timer = self._handshake_timer, None
         if timer is not None and timer.active():
             timer.cancel()
+
+
+def _unix_label(addr: object) -> str | None:
+    """``"unix:/path"`` for a unix socket's address (Twisted's ``UNIXAddress``)."""
+    if not isinstance(addr, UNIXAddress) or not addr.name:
+        return None
+    name = addr.name
+    return f"unix:{name.decode('utf-8', 'surrogateescape') if isinstance(name, bytes) else name}"
