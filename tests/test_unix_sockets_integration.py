@@ -6,7 +6,8 @@ skipped, with the reason, only when the nsqd under test is older than v1.3.0) an
 to it with the address ``"unix:/path"`` (and once with the bare path): the Twisted
 Producer and Consumer (one Consumer over a socket nsqd and a TCP nsqd, sharing RDY), TLS
 and snappy over the socket, the HTTP admin clients (Twisted and blocking) over nsqd's
-HTTP socket, the blocking Connection and Subscriber, and ``twistd nsq-consumer``.
+HTTP socket, the blocking Connection and Subscriber, ``twistd nsq-consumer``, the Spark
+reader's lag statistics, and one small Spark write and read (marked ``spark``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from tests.support.certs import nsqd_tls_args, shared_certs
 from tests.support.processes import NSQD, start_nsqd
+from tests.test_spark import SparkTestCase
 from tests.test_tap_integration import TwistdTestCase, bodies
 from txnsq import http as twisted_http
 from txnsq._wire.identify import IdentifyOptions
@@ -291,3 +293,52 @@ class TwistdTests(TwistdTestCase):
         await self.terminate(proto)
         self.assert_channel_drained(nsqd, topic, CHANNEL, len(sent))
 
+
+
+class SparkLagTests(SynchronousTestCase):
+    """The Spark reader's lag statistics from nsqd's HTTP socket (no Spark needed)."""
+
+    def test_lag_through_the_http_socket(self) -> None:
+        from tests.support.spark import publish
+        from txnsq.spark._source import LagProbe, http_address_guess
+        from txnsq.spark.options import parse_read_options
+
+        nsqd = start_nsqd(self, unix_sockets=True)
+        publish(nsqd, "lag", [b"m"] * 7)
+        nsqd.create_channel("lag", "c")
+        address = nsqd.tcp_address
+        options = {"nsqdTcpAddresses": address, "topic": "lag", "channel": "c"}
+        given = LagProbe(
+            parse_read_options({**options, "nsqdHttp": f"{address}={nsqd.http_address}"})
+        )
+        self.addCleanup(given.close)
+        expected = {"depth": 7, "inFlight": 0, "deferred": 0}
+        self.assertEqual(given.report([address]), {"lag": expected, "nsqd": {address: expected}})
+        # Without nsqdHttp the HTTP socket cannot be guessed: reported, not raised.
+        with self.assertRaises(ValueError) as caught:
+            http_address_guess(address)
+        self.assertIn("option nsqdHttp", str(caught.exception))
+        guessed = LagProbe(parse_read_options(options))
+        self.addCleanup(guessed.close)
+        self.assertIn("option nsqdHttp", guessed.report([address])["nsqd"][address]["error"])
+
+
+@pytest.mark.spark
+class SparkRoundTripTests(SparkTestCase):
+    """One small Spark write and ``availableNow`` read over nsqd's sockets."""
+
+    def test_write_and_read(self) -> None:
+        nsqd = start_nsqd(self, unix_sockets=True)
+        n = 500
+        make_channel(nsqd, "trip", "spark")
+        written = self.spark.range(0, n, 1, 2).selectExpr(
+            "cast(concat('m-', cast(id as string)) as binary) as value"
+        )
+        writer = written.write.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
+        writer.option("topic", "trip").mode("append").save()
+        self.assertEqual((nsqd.topic_stats("trip") or {})["message_count"], n)
+        self.run_available_now(self.reader(nsqd, "trip"), "nsq_unix_trip")
+        rows = self.spark.sql("select * from nsq_unix_trip").collect()
+        self.assertEqual({bytes(r.value) for r in rows}, {b"m-%d" % i for i in range(n)})
+        self.assertEqual({r.nsqd_address for r in rows}, {nsqd.tcp_address})
+        self.drained(nsqd, "trip")

@@ -11,7 +11,7 @@ an nsqd the same way. An nsqd is one of:
 - a unix socket, ``"unix:/run/nsqd.sock"`` or ``"/run/nsqd.sock"`` (read by the same
   rule), dialled with ``UNIXClientEndpoint``; a failed connect names the path and
   whether it is missing, not a socket, or a socket nobody listens on. TLS over it needs
-  :attr:`TLSOptions.hostname <txnsq.TLSOptions.hostname>` (there is no host to check
+  :attr:`TLSOptions.hostname <txnsq.tls_options.TLSOptions.hostname>` (there is no host to check
   the certificate against);
 - an endpoint string for :func:`~twisted.internet.endpoints.clientFromString`, such as
   ``"tcp:host=nsqd.example:port=4150"`` or ``"unix:path=nsqd.sock:timeout=5"``: a

@@ -97,7 +97,7 @@ class Connection:
         4150) or ``(host, port)`` of nsqd's TCP interface, or its unix socket
         (``"unix:/run/nsqd.sock"`` or the absolute path alone), read by
         :func:`~txnsq._wire.address.parse_nsqd_address`. TLS over a unix socket needs
-        :attr:`TLSOptions.hostname <txnsq.TLSOptions.hostname>` (the name the
+        :attr:`TLSOptions.hostname <txnsq.tls_options.TLSOptions.hostname>` (the name the
         certificate must carry): without it the constructor raises ``ValueError``.
     :param options: what every connection to nsqd needs
         (:class:`~txnsq.options.ConnectionOptions`: TLS, AUTH secret, compression, what
