@@ -33,7 +33,7 @@ from txnsq import http as twisted_http
 from txnsq._wire.identify import IdentifyOptions
 from txnsq.blocking import Connection, NSQDHTTPClient, Subscriber, SubscriberOptions
 from txnsq.consumer import Consumer
-from txnsq.errors import HandshakeError
+from txnsq.errors import ConnectionClosed, HandshakeError, HTTPConnectionError
 from txnsq.message import Message
 from txnsq.producer import Producer
 from txnsq.protocol import NSQProtocol
@@ -222,6 +222,20 @@ class BlockingClientTests(SynchronousTestCase):
                     conn.finish(frame.id)
             conn.close_cleanly()
         self.assertEqual(sorted(got), [b"a", b"b", b"c"])
+
+    def test_stale_socket_of_a_killed_nsqd(self) -> None:
+        """nsqd removes its sockets when it exits cleanly; SIGKILLed, it leaves them
+        (and a new nsqd then cannot bind them). Dialling one names the problem."""
+        nsqd = start_nsqd(self, unix_sockets=True)
+        nsqd.kill()
+        with self.assertRaises(ConnectionClosed) as caught:
+            Connection(nsqd.tcp_address).connect()
+        self.assertIn(
+            f"nothing listens on unix socket {socket_path(nsqd)!r}", str(caught.exception.reason)
+        )
+        with self.assertRaises(HTTPConnectionError) as http_caught:
+            NSQDHTTPClient(nsqd.http_address).ping()
+        self.assertIn("nothing listens on unix socket", str(http_caught.exception))
 
     def test_connection_tls(self) -> None:
         certs = shared_certs()
