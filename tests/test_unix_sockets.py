@@ -19,6 +19,7 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.internet.address import UNIXAddress
 from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import Clock
 from twisted.internet.testing import EventLoggingObserver, MemoryReactorClock, StringTransport
 from twisted.logger import globalLogPublisher
 from twisted.python import usage
@@ -226,6 +227,28 @@ class EveryClientTests(SynchronousTestCase):
                 self.assertEqual(target.label, text)
                 self.assertNotIsInstance(target.endpoint.wrapped, UnixSocketEndpoint)
 
+    def test_tls_needs_a_hostname(self) -> None:
+        """Given the client's TLS settings, a unix socket without TLSOptions.hostname is
+        refused before anything is dialled, as the blocking Connection refuses it."""
+        with self.assertRaises(ValueError) as caught:
+            nsqd_target("unix:/run/nsqd.sock", MemoryReactorClock(), tls=TLSOptions())
+        self.assertEqual(
+            str(caught.exception),
+            "TLS over unix socket 'unix:/run/nsqd.sock' needs TLSOptions(hostname=...): "
+            "there is no host to check nsqd's certificate against",
+        )
+        with self.assertRaises(ValueError) as blocking:
+            Connection("unix:/run/nsqd.sock", tls=TLSOptions())
+        self.assertEqual(str(blocking.exception), str(caught.exception))
+        target = nsqd_target(
+            "unix:/run/nsqd.sock", MemoryReactorClock(), tls=TLSOptions(hostname="nsqd")
+        )
+        self.assertIsNone(target.tls_hostname)
+        # TCP addresses are unaffected: the host is the name checked.
+        self.assertEqual(
+            nsqd_target("h:4150", MemoryReactorClock(), tls=TLSOptions()).tls_hostname, "h"
+        )
+
     def test_unix_target(self) -> None:
         target = nsqd_target("unix:/run/nsqd.sock", MemoryReactorClock(), connect_timeout=3.0)
         self.assertEqual((target.label, target.tls_hostname), ("unix:/run/nsqd.sock", None))
@@ -368,7 +391,7 @@ class TwistedConnectErrorTests(TestCase):
 
 class ProtocolPeerTests(SynchronousTestCase):
     def test_unix_peer(self) -> None:
-        protocol = NSQProtocol()
+        protocol = NSQProtocol(clock=Clock())
         protocol.makeConnection(StringTransport(peerAddress=UNIXAddress(b"/run/nsqd.sock")))
         self.assertEqual(protocol.peer, "unix:/run/nsqd.sock")
         self.assertEqual(protocol.nsqd_address, "unix:/run/nsqd.sock")

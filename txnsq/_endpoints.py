@@ -35,7 +35,7 @@ import functools
 import ipaddress
 import re
 from collections.abc import Callable
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from twisted.internet import error
 from twisted.internet.defer import CancelledError, Deferred
@@ -56,8 +56,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from txnsq._unix import UnixSocketUnreachable, unreachable
+from txnsq._unix import UnixSocketUnreachable, unix_tls_needs_hostname, unreachable
 from txnsq._wire.address import UnixSocket, format_address, parse_nsqd_address
+
+if TYPE_CHECKING:
+    from txnsq.tls_options import TLSOptions
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -127,15 +130,21 @@ def nsqd_target(
     *,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     endpoint_factory: EndpointFactory | None = None,
+    tls: TLSOptions | None = None,
 ) -> NSQDTarget:
     """Read one nsqd (see the module docstring for the forms).
 
-    :param connect_timeout: for the endpoints built here for ``host:port`` addresses.
+    :param connect_timeout: for the endpoints built here for ``host:port`` addresses and
+        unix sockets.
     :param endpoint_factory: builds the endpoint of a ``host:port`` address instead.
+    :param tls: the client's TLS settings, if any: a unix socket with TLS but without
+        :attr:`~txnsq.tls_options.TLSOptions.hostname` is refused here, before anything
+        is dialled (without ``tls`` it is the handshake that fails).
     :raises TypeError: for a value that is not a str, a ``(host, port)`` pair or an
         endpoint.
     :raises ValueError: for a malformed address (the message of
-        :func:`~txnsq._wire.address.parse_address`) or a bad endpoint string.
+        :func:`~txnsq._wire.address.parse_nsqd_address`), a bad endpoint string, or a
+        unix socket with ``tls`` that has no ``hostname``.
     """
     if IStreamClientEndpoint.providedBy(address):
         return _target(endpoint_label(address), address, None)
@@ -151,6 +160,8 @@ def nsqd_target(
             return _from_endpoint_string(address.strip(), reactor)
         raise
     if isinstance(parsed, UnixSocket):
+        if tls is not None and tls.hostname is None:
+            raise ValueError(unix_tls_needs_hostname(parsed.label))
         unix = UnixSocketEndpoint(reactor, parsed.path, connect_timeout)
         return _target(parsed.label, unix, None)
     host, port = parsed

@@ -11,7 +11,12 @@ import errno
 import os
 import stat
 
-__all__ = ["UnixSocketUnreachable", "describe_unix_failure", "unreachable"]
+__all__ = [
+    "UnixSocketUnreachable",
+    "describe_unix_failure",
+    "unix_tls_needs_hostname",
+    "unreachable",
+]
 
 
 class UnixSocketUnreachable(ConnectionError):
@@ -58,3 +63,12 @@ def describe_unix_failure(path: str, reason: BaseException | None = None) -> str
 def unreachable(path: str, reason: BaseException | None = None) -> UnixSocketUnreachable:
     """:class:`UnixSocketUnreachable` for ``path`` (see :func:`describe_unix_failure`)."""
     return UnixSocketUnreachable(path, describe_unix_failure(path, reason))
+
+
+def unix_tls_needs_hostname(label: str) -> str:
+    """The one message for TLS over the unix socket ``label`` (``"unix:/path"``) without
+    ``TLSOptions.hostname``."""
+    return (
+        f"TLS over unix socket {label!r} needs TLSOptions(hostname=...): there is no host "
+        "to check nsqd's certificate against"
+    )

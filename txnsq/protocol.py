@@ -55,6 +55,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from txnsq._unix import unix_tls_needs_hostname
 from txnsq._wire import commands
 from txnsq._wire.address import format_address
 from txnsq._wire.compression import Compressor, Decompressor
@@ -320,9 +321,9 @@ class NSQProtocol(Protocol):
 
     @property
     def nsqd_address(self) -> str | None:
-        """The peer's address, ``"host:port"`` (IPv6 in brackets), for the messages this
-        connection owns (:attr:`txnsq.message.Message.nsqd_address`); ``None`` when not
-        connected or not an IP address."""
+        """The peer's address, ``"host:port"`` (IPv6 in brackets) or ``"unix:/path"``,
+        for the messages this connection owns (:attr:`txnsq.message.Message.nsqd_address`);
+        ``None`` when not connected or neither an IP address nor a unix socket."""
         transport = self.transport
         if transport is None:
             return None
@@ -855,8 +856,8 @@ class NSQProtocol(Protocol):
             tls = self._tls or TLSOptions()
             if tls.hostname is None:
                 self._handshake_error(HandshakeError(
-                    f"cannot start TLS with nsqd {self.peer}: over a unix socket there is no "
-                    "host to check the certificate against; give TLSOptions(hostname=...)"
+                    f"cannot start TLS with nsqd {self.peer}: "
+                    f"{unix_tls_needs_hostname(self.peer)}"
                 ))
                 return
         try:

@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from txnsq._deprecate import unexpected_keyword, warn_deprecated
-from txnsq._unix import unreachable
+from txnsq._unix import unix_tls_needs_hostname, unreachable
 from txnsq._wire import commands
 from txnsq._wire.address import NSQD_TCP_PORT, UnixSocket, parse_address, parse_nsqd_address
 from txnsq._wire.compression import Compressor, Decompressor
@@ -159,10 +159,7 @@ class Connection:
         self._label = target.label
         opts = connection_options("Connection", options, settings, _CONNECTION_PARAMETERS)
         if self.unix_path is not None and opts.tls is not None and opts.tls.hostname is None:
-            raise ValueError(
-                f"TLS over unix socket {self._label!r} needs TLSOptions(hostname=...): "
-                "there is no host to check nsqd's certificate against"
-            )
+            raise ValueError(unix_tls_needs_hostname(self._label))
         #: The settings of this connection.
         self.options: ConnectionOptions = opts
         self._handshake = Handshake(
