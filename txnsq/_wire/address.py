@@ -1,8 +1,10 @@
 """The one parser of nsqd and nsqlookupd addresses.
 
-Every client (Producer, Consumer, the blocking Connection and Subscriber, ``twistd
-nsq-consumer``, ``txnsq.testing`` and the Spark options) reads addresses with
-:func:`parse_address`, so ``"::1:4151"`` means the same (an error) everywhere.
+Every client (Producer, Consumer, the blocking Connection and Subscriber, the HTTP admin
+clients, ``twistd nsq-consumer``, ``txnsq.testing`` and the Spark options) reads nsqd
+addresses with :func:`parse_nsqd_address` (which adds unix sockets) and every other
+address with :func:`parse_address`, so ``"::1:4151"`` means the same (an error)
+everywhere.
 
 Accepted forms:
 
