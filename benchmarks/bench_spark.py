@@ -17,6 +17,10 @@
     CPU-s importing pyspark, included), per message of the 1M read; and the extra CPU
     of the 1M read over the 200k one per extra message ("marginal").
 
+* The reader's ceiling: one ``availableNow`` query reading ``--ceiling-messages``
+  (300,000) messages spread over 1, 2 and 3 nsqds, with ``numPartitions`` 1 and 2: a
+  table of end-to-end and sustained msgs/s (``--skip-ceiling`` leaves it out).
+
 Each figure is the median of ``--runs`` runs after one warm-up (the first Python data
 source job of a session spawns the workers and is much slower). It prints numbers and
 asserts nothing.
@@ -25,7 +29,8 @@ The reads use ``maxMessagesPerTrigger`` 50,000 and ``numPartitions`` 2 (one part
 core of ``local[2]``) unless told otherwise.
 
 Run: ``.venv/bin/python -m benchmarks.bench_spark [--runs 3] [--skip-read] [--skip-write]
-[--num-partitions N] [--max-messages-per-trigger N]``
+[--num-partitions N] [--max-messages-per-trigger N] [--skip-ceiling]
+[--ceiling-messages N]``; the ceiling table alone: ``--skip-write --skip-read``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -75,8 +81,8 @@ class CPUSampler:
     """CPU seconds used by nsqd, the Spark JVM and the Python workers, sampled from
     /proc every 0.1 s while running (so processes that exit meanwhile still count)."""
 
-    def __init__(self, nsqd: NSQD) -> None:
-        self.nsqd_pid = nsqd.proc.pid if nsqd.proc is not None else -1
+    def __init__(self, nsqds: list[NSQD]) -> None:
+        self.nsqd_pids = {n.proc.pid for n in nsqds if n.proc is not None}
         self.seen: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -114,7 +120,7 @@ class CPUSampler:
             )
         for pid, (ppid, cmd, cpu) in procs.items():
             kind = None
-            if pid == self.nsqd_pid:
+            if pid in self.nsqd_pids:
                 kind = "nsqd"
             elif ppid == me and "java" in cmd:
                 kind = "jvm"
@@ -206,7 +212,7 @@ def bench_write(spark: Any, nsqd: NSQD, runs: int) -> dict[str, float]:
 
     def nsq() -> float:
         before = (nsqd.topic_stats(topic) or {}).get("message_count", 0)
-        with CPUSampler(nsqd) as cpu:
+        with CPUSampler([nsqd]) as cpu:
             t = time.perf_counter()
             df.write.format("nsq").option("nsqd", nsqd.tcp_address).option("topic", topic).mode(
                 "append"
@@ -250,38 +256,45 @@ def publish(nsqd: NSQD, topic: str, count: int) -> None:
 
 
 def read_once(
-    spark: Any, nsqd: NSQD, topic: str, count: int, options: dict[str, str]
+    spark: Any, nsqd: NSQD | list[NSQD], topic: str, count: int, options: dict[str, str]
 ) -> dict[str, float]:
+    """One ``availableNow`` read of ``count`` messages published beforehand (split evenly
+    over the nsqds when several are given, all read by one query)."""
     channel = "spark"
-    nsqd.create_topic(topic)
-    nsqd.create_channel(topic, channel)
-    empty_channel(nsqd, topic, channel)
-    publish(nsqd, topic, count)
-    stats = nsqd.channel_stats(topic, channel) or {}
-    base = stats.get("message_count", 0) - count
+    nsqds = nsqd if isinstance(nsqd, list) else [nsqd]
+    for i, n in enumerate(nsqds):
+        n.create_topic(topic)
+        n.create_channel(topic, channel)
+        empty_channel(n, topic, channel)
+        publish(n, topic, count // len(nsqds) + (i < count % len(nsqds)))
+
+    def message_count() -> int:
+        return sum((n.channel_stats(topic, channel) or {}).get("message_count", 0) for n in nsqds)
+
+    base = message_count() - count
     checkpoint = tempfile.mkdtemp(prefix="txnsq-bench-ckpt-")
     drained_at: list[float] = []
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.is_set():
-            c = nsqd.channel_stats(topic, channel) or {}
-            if (
-                c.get("depth", 1) == 0
-                and c.get("in_flight_count", 1) == 0
-                and (c.get("message_count", 0) - base >= count)
+            cs = [n.channel_stats(topic, channel) or {} for n in nsqds]
+            if all(c.get("depth", 1) == 0 and c.get("in_flight_count", 1) == 0 for c in cs) and (
+                sum(c.get("message_count", 0) for c in cs) - base >= count
             ):
                 drained_at.append(time.perf_counter())
                 return
             time.sleep(0.02)
 
-    reader = spark.readStream.format("nsq").option("nsqd", nsqd.tcp_address)
+    reader = spark.readStream.format("nsq").option("nsqd", ",".join(n.tcp_address for n in nsqds))
     reader = reader.option("topic", topic).option("channel", channel)
     if LAG_OPTION:  # nsqd's HTTP port, for the lag in the progress reports
-        reader = reader.option("nsqdHttp", f"{nsqd.tcp_address}={nsqd.http_address}")
+        reader = reader.option(
+            "nsqdHttp", ",".join(f"{n.tcp_address}={n.http_address}" for n in nsqds)
+        )
     for key, value in options.items():
         reader = reader.option(key, value)
-    with CPUSampler(nsqd) as cpu:
+    with CPUSampler(nsqds) as cpu:
         start = time.perf_counter()
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -296,6 +309,7 @@ def read_once(
         ended = time.perf_counter()
         time.sleep(0.3)  # let the reader process finish its exit
     watcher.join(30)
+    shutil.rmtree(checkpoint, ignore_errors=True)
     stop.set()
     progress = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
     rows = sum(p["numInputRows"] for p in progress)
@@ -305,12 +319,13 @@ def read_once(
     first = _progress_time(progress[0]) if progress else start
     last_p = progress[-1] if progress else None
     last = _progress_time(last_p) + last_p["batchDuration"] / 1000.0 if last_p else ended
-    c = nsqd.channel_stats(topic, channel) or {}
-    if c.get("depth") or c.get("in_flight_count"):
-        print(
-            f"  !! channel not drained: {c.get('depth')} queued, "
-            f"{c.get('in_flight_count')} in flight"
-        )
+    for n in nsqds:
+        c = n.channel_stats(topic, channel) or {}
+        if c.get("depth") or c.get("in_flight_count"):
+            print(
+                f"  !! channel not drained on {n.tcp_address}: {c.get('depth')} queued, "
+                f"{c.get('in_flight_count')} in flight"
+            )
     e2e_drained = (drained_at[0] - start) if drained_at else float("nan")
     reader_cpu = float("nan")
     if query.recentProgress:
@@ -369,6 +384,42 @@ def bench_read(
     return {k: statistics.median(r.get(k, 0.0) for r in results) for k in keys}
 
 
+def bench_ceiling(
+    spark: Any, nsqds: list[NSQD], count: int, runs: int, max_per_trigger: str
+) -> dict[tuple[int, int], dict[str, float]]:
+    """The reader's rate with 1, 2 and 3 nsqds and ``numPartitions`` 1 and 2: ``count``
+    messages split over the nsqds, read by one ``availableNow`` query (median of
+    ``runs``); print the table and return it."""
+    table: dict[tuple[int, int], dict[str, float]] = {}
+    warm_up = {"maxMessagesPerTrigger": max_per_trigger}
+    read_once(spark, nsqds, "bench_ceiling_warm_up", min(count, 20_000), warm_up)
+    for k in range(1, len(nsqds) + 1):
+        for partitions in (1, 2):
+            options = {"maxMessagesPerTrigger": max_per_trigger, "numPartitions": str(partitions)}
+            results = [
+                read_once(spark, nsqds[:k], f"bench_ceiling_{k}_{partitions}", count, options)
+                for _ in range(runs)
+            ]
+            keys = {key for r in results for key in r}
+            table[k, partitions] = {
+                key: statistics.median(r.get(key, 0.0) for r in results) for key in keys
+            }
+    print(
+        f"\nREAD ceiling: {count:,} messages x {BODY_SIZE} B over the nsqds, one availableNow "
+        f"query, maxMessagesPerTrigger {max_per_trigger}, median of {runs}; msgs/s\n"
+        f"{'nsqds':>5}  {'numPartitions':>13}  {'end-to-end':>10}  {'sustained':>10}  "
+        f"{'batches':>7}  {'reader CPU us/msg':>17}",
+        flush=True,
+    )
+    for (k, partitions), r in sorted(table.items()):
+        print(
+            f"{k:>5}  {partitions:>13}  {r['e2e_drained']:>10,.0f}  {r['sustained']:>10,.0f}  "
+            f"{r['batches']:>7.0f}  {r['reader_cpu_us']:>17.2f}",
+            flush=True,
+        )
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -377,6 +428,12 @@ def main() -> None:
     parser.add_argument("--max-messages-per-trigger", default="50000")
     parser.add_argument(
         "--num-partitions", default="2", help="option numPartitions (2: one per core of local[2])"
+    )
+    parser.add_argument(
+        "--skip-ceiling", action="store_true", help="leave out the 1-3 nsqds x numPartitions table"
+    )
+    parser.add_argument(
+        "--ceiling-messages", type=int, default=300_000, help="messages per cell of that table"
     )
     args = parser.parse_args()
 
@@ -419,6 +476,15 @@ def main() -> None:
                 f"whole process (1M read, Spark's start-up of it included), {marginal:.2f} us "
                 "marginal (1M over 200k)",
                 flush=True,
+            )
+        if not args.skip_ceiling:
+            more = [group.nsqd(["--mem-queue-size=3000000"]) for _ in range(2)]
+            bench_ceiling(
+                spark,
+                [nsqd, *more],
+                args.ceiling_messages,
+                args.runs,
+                args.max_messages_per_trigger,
             )
         spark.stop()
     finally:

@@ -35,7 +35,7 @@ from zope.interface import implementer
 from tests.support.wire import identify_answer, msg_id
 from txnsq._wire.address import parse_address
 from txnsq._wire.frames import encode_error, encode_message, encode_response
-from txnsq._wire.identify import IdentifyOptions
+from txnsq._wire.retry import RetryPolicy
 from txnsq.consumer import Consumer, ConsumerOptions
 from txnsq.message import Message, MessageAlreadyAnswered
 
@@ -442,7 +442,7 @@ class OptionsTests(SynchronousTestCase):
             {"requeue_delay": -1},
             {"lookupd_poll_interval": 0},
             {"lookupd_poll_jitter": 1.5},
-            {"reconnect_delay": 2.0, "max_reconnect_delay": 1.0},
+            {"heartbeat_interval": 0.5},
         ):
             with self.subTest(bad=bad):
                 self.assertRaises(ValueError, ConsumerOptions, **bad)
@@ -505,13 +505,13 @@ class ConnectTests(SynchronousTestCase):
         self.assertEqual(stats["nsqd"][A]["connects"], 1)
 
     def test_identify_options_are_sent(self) -> None:
-        h = Harness(self, identify=IdentifyOptions(msg_timeout_ms=5000, client_id="c1"))
+        h = Harness(self, msg_timeout=5.0, client_id="c1")
         conn = h.accept(A)
         body = json.loads(conn.new_commands()[0][1])
         self.assertEqual((body["msg_timeout"], body["client_id"]), (5000, "c1"))
 
     def test_reconnects_after_the_connection_is_lost(self) -> None:
-        h = Harness(self, max_in_flight=4, reconnect_delay=1.0)
+        h = Harness(self, max_in_flight=4, reconnect_policy=RetryPolicy(initial=1.0))
         first = h.connect(A)
         first.message(1)
         first.close()
@@ -534,7 +534,7 @@ class ConnectTests(SynchronousTestCase):
         """ClientService.whenConnected() answers the current protocol until the service
         has processed a loss; a closed protocol handed to the consumer is ignored and the
         consumer waits for the next connection instead."""
-        h = Harness(self, reconnect_delay=1.0)
+        h = Harness(self, reconnect_policy=RetryPolicy(initial=1.0))
         first = h.connect(A)
         nsqd = h.consumer._nsqds[A]
         assert nsqd.session is not None
@@ -554,7 +554,7 @@ class ConnectTests(SynchronousTestCase):
         self.assertEqual(second.new_commands()[-1:], [(RDY, b"1")])
 
     def test_reconnect_delay_grows_while_refused(self) -> None:
-        h = Harness(self, reconnect_delay=1.0, max_reconnect_delay=8.0)
+        h = Harness(self, reconnect_policy=RetryPolicy(initial=1.0, max_delay=8.0))
         seen = []
         for _ in range(6):
             h.refuse(A)
@@ -573,7 +573,7 @@ class ConnectTests(SynchronousTestCase):
     def test_reconnect_delay_grows_after_handshake_failures(self) -> None:
         """TCP connects but the handshake fails: ClientService alone would retry at its
         first delay forever; the consumer makes the delay grow anyway."""
-        h = Harness(self, reconnect_delay=1.0, max_reconnect_delay=100.0)
+        h = Harness(self, reconnect_policy=RetryPolicy(initial=1.0, max_delay=100.0))
         delays = []
         # 1. IDENTIFY refused with a fatal error (nsqd then closes the connection).
         conn = h.accept(A)
@@ -1586,7 +1586,7 @@ class LookupdTests(SynchronousTestCase):
         self.assertEqual([x.rdy for x in (a, b, c, d)], [7, 7, 7, 7])
 
     def test_vanished_producer_keeps_its_connection_until_lost(self) -> None:
-        h = self.harness(reconnect_delay=1.0)
+        h = self.harness(reconnect_policy=RetryPolicy(initial=1.0))
         a, b, c = h.connect(A), h.connect(B), h.connect(C)
         self.agent.answers[L1] = [B]  # A is gone from every lookupd
         h.advance(60)
@@ -1603,7 +1603,7 @@ class LookupdTests(SynchronousTestCase):
     def test_lost_then_vanished_is_not_reconnected(self) -> None:
         """The connection goes first; the recheck that the loss brings (a second later)
         no longer lists the nsqd, so the pending reconnect is cancelled."""
-        h = self.harness(reconnect_delay=10.0)
+        h = self.harness(reconnect_policy=RetryPolicy(initial=10.0))
         h.connect(A)
         h.connect(B)
         h.connect(C)
@@ -1618,7 +1618,7 @@ class LookupdTests(SynchronousTestCase):
         self.assertEqual(h.retry_delays(), [])
 
     def test_lost_connection_triggers_a_prompt_recheck(self) -> None:
-        h = self.harness(reconnect_delay=1.0)
+        h = self.harness(reconnect_policy=RetryPolicy(initial=1.0))
         b = h.connect(B)
         h.connect(A)
         h.connect(C)
@@ -1636,7 +1636,10 @@ class LookupdTests(SynchronousTestCase):
     def test_static_and_lookupd_together(self) -> None:
         self.agent = FakeLookupd()
         self.agent.answers[L1] = [B]
-        h = Harness(self, nsqd=[A], lookupd=[L1], agent=self.agent, reconnect_delay=1.0)
+        h = Harness(
+            self, nsqd=[A], lookupd=[L1], agent=self.agent,
+            reconnect_policy=RetryPolicy(initial=1.0),
+        )
         self.assertEqual(sorted(h.dialled()), [A, B])
         a = h.connect(A)
         h.connect(B)

@@ -23,7 +23,7 @@ from twisted.trial.unittest import TestCase
 
 from tests.support.processes import NSQD, start_lookupd, start_nsqd, wait_for
 from tests.support.proxy import start_proxy
-from txnsq._wire.identify import IdentifyOptions
+from txnsq._wire.retry import RetryPolicy
 from txnsq.consumer import Consumer
 from txnsq.message import Message
 
@@ -173,8 +173,7 @@ class ConsumerIntegrationTests(TestCase):
             self.handled.append(message.body)
             return True
 
-        options.setdefault("reconnect_delay", 0.1)
-        options.setdefault("max_reconnect_delay", 0.5)
+        options.setdefault("reconnect_policy", RetryPolicy(initial=0.1, max_delay=0.5))
         consumer = Consumer(
             self.topic,
             CHANNEL,
@@ -345,7 +344,7 @@ class ConsumerIntegrationTests(TestCase):
             self.delayed(0.002),
             nsqd=[proxy.address],
             max_in_flight=50,
-            identify=IdentifyOptions(msg_timeout_ms=1000),
+            msg_timeout=1.0,
         )
         for cut_at in (600, 1500):
 

@@ -20,21 +20,19 @@ from twisted.internet.threads import deferToThread
 from twisted.trial.unittest import TestCase
 
 from tests.support.processes import NSQD, start_nsqd
-from txnsq._wire.identify import IdentifyOptions
 from txnsq.consumer import Consumer
 from txnsq.message import Message
 
 pytestmark = pytest.mark.integration
 
 CHANNEL = "threads"
-HEARTBEATS = IdentifyOptions(heartbeat_interval_ms=1000)
 
 
 class BlockingHandlerTests(TestCase):
     timeout = 180
 
     def consumer(self, nsqd: NSQD, topic: str, handler: Any, **options: Any) -> Consumer:
-        options.setdefault("identify", HEARTBEATS)
+        options.setdefault("heartbeat_interval", 1.0)
         consumer = Consumer(
             topic, CHANNEL, handler, nsqd_tcp_addresses=[nsqd.tcp_address], **options
         )
@@ -125,7 +123,7 @@ class BlockingHandlerTests(TestCase):
             nsqd,
             topic,
             handler,
-            identify=IdentifyOptions(heartbeat_interval_ms=1000, msg_timeout_ms=3000),
+            msg_timeout=3.0,
         )
         await self.wait(lambda: len(attempts) >= 2, "the redelivery", 30)
         self.assertEqual(attempts, [1, 2])
@@ -152,7 +150,7 @@ class BlockingHandlerTests(TestCase):
             handler_threads=2,
             max_in_flight=2,
             auto_touch=True,
-            identify=IdentifyOptions(heartbeat_interval_ms=1000, msg_timeout_ms=1500),
+            msg_timeout=1.5,
         )
         await self.wait(lambda: consumer.stats()["finished"] == 2, "2 messages", 20)
         await consumer.stopService()

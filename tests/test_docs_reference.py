@@ -248,17 +248,17 @@ class FieldDocsTests(TestCase):
 
         doc = ConsumerOptions.__doc__ or ""
         self.assertIn("Fields (default: meaning):", doc)
-        self.assertIn("- max_in_flight (1): messages in flight over all connections", doc)
-        self.assertIn("- lookupd_request_timeout (5.0): seconds one nsqlookupd request", doc)
+        self.assertIn("- max_in_flight (1): Messages in flight over all connections", doc)
+        self.assertIn("- lookupd_request_timeout (5.0): Seconds one nsqlookupd request", doc)
         # The class's own text stays first, dedented like the list.
-        self.assertTrue(doc.startswith("A consumer's settings"), doc[:80])
+        self.assertTrue(doc.startswith("A :class:`~txnsq.consumer.Consumer`'s settings"),
+                        doc[:80])
 
     def test_comments_span_lines_and_stop_at_other_statements(self) -> None:
         from txnsq._fielddocs import field_comments
         from txnsq.consumer import ConsumerOptions
 
         comments = field_comments(ConsumerOptions)
-        self.assertEqual(comments["max_requeue_delay"], "the longest REQ delay")
-        self.assertTrue(comments["reconnect_delay"].endswith("(each delay shortened by up to "
-                                                            "20% at random)"))
+        self.assertEqual(comments["max_requeue_delay"], "The longest requeue delay, in seconds.")
+        self.assertTrue(comments["rdy_settle_time"].endswith("; 0 trusts what has arrived."))
         self.assertNotIn("__post_init__", comments)

@@ -23,7 +23,7 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.logs import LogCapture
-from tests.support.wire import identify_answer, raw_frame
+from tests.support.wire import connection_options, identify_answer, raw_frame
 from txnsq._wire.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     FRAME_ERROR,
@@ -54,7 +54,7 @@ class MemoryConnection:
         self.errors: list[NSQServerError] = []
         self.closed: list[Failure] = []
         self.protocol = NSQProtocol(
-            OPTIONS,
+            connection_options(OPTIONS),
             clock=self.clock,
             on_message=self.messages.append,
             on_error=self.errors.append,
@@ -182,7 +182,7 @@ class GeneratedHostileInputTests(SynchronousTestCase):
         logs = LogCapture(self)
         clock = Clock()
         transport = StringTransport()
-        protocol = NSQProtocol(OPTIONS, clock=clock, handshake_timeout=5.0)
+        protocol = NSQProtocol(connection_options(OPTIONS, handshake_timeout=5.0), clock=clock)
         protocol.makeConnection(transport)
         outcome: list[Any] = []
         protocol.when_ready().addBoth(outcome.append)

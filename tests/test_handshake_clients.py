@@ -23,7 +23,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.support.wire import identify_answer
+from tests.support.wire import LEGACY_KEYWORDS, connection_options, identify_answer
 from txnsq._wire.frames import encode_response
 from txnsq._wire.identify import IdentifyOptions
 from txnsq.blocking import Connection
@@ -157,7 +157,10 @@ class TwistedClient:
     def __init__(self, options: IdentifyOptions = OPTIONS, **kwargs: Any) -> None:
         self.clock = Clock()
         self.transport = StringTransport()
-        self.protocol = NSQProtocol(options, clock=self.clock, **kwargs)
+        legacy = {k: kwargs.pop(k) for k in list(kwargs) if k in LEGACY_KEYWORDS}
+        self.protocol = NSQProtocol(
+            connection_options(options, **legacy), clock=self.clock, **kwargs
+        )
         self.protocol.makeConnection(self.transport)
         self.results: list[object] = []
         self.protocol.when_ready().addBoth(self.results.append)

@@ -24,7 +24,7 @@ from twisted.web.iweb import IResponse
 from zope.interface import implementer
 
 from tests.support.logs import LogCapture
-from tests.support.wire import FakeTransport, identify_answer
+from tests.support.wire import FakeTransport, connection_options, identify_answer
 from tests.test_consumer import B, C, FakeLookupd, Harness
 from tests.test_lookupd import A as LOOKUPD_A
 from tests.test_lookupd import B as LOOKUPD_B
@@ -35,8 +35,10 @@ from txnsq import _tap
 from txnsq._wire.frames import encode_error
 from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.liveness import read_timeout
+from txnsq._wire.retry import RetryPolicy
 from txnsq.consumer import ConsumerOptions
 from txnsq.errors import CommandTimeout, ConnectionClosed, ConnectionSilent
+from txnsq.options import ConnectionOptions
 from txnsq.protocol import NSQProtocol
 
 ONE_SECOND = IdentifyOptions(client_id="t", hostname="t", heartbeat_interval_ms=1000)
@@ -143,11 +145,10 @@ class SilenceTests(SynchronousTestCase):
         self.assertGreaterEqual(at, 8.0)
 
     def test_default_and_nsqd_chosen_heartbeats(self) -> None:
-        """IdentifyOptions' default 30 s heartbeats: dead after 60.5 s of silence; with
-        the interval left to nsqd (``None``), after the 60 s read timeout."""
-        for interval, bound in ((30_000, 60.5), (None, 60.0)):
-            identify = IdentifyOptions(client_id="t", hostname="t", heartbeat_interval_ms=interval)
-            server = ready(self, identify)
+        """The default 30 s heartbeats: dead after 60.5 s of silence; with heartbeats
+        off (``None``), after the 60 s read timeout."""
+        for interval, bound in ((30.0, 60.5), (None, 60.0)):
+            server = ready(self, ConnectionOptions(heartbeat_interval=interval))
             self.assertEqual(server.protocol.read_timeout, bound)
             server.clock.advance(bound - 0.1)
             self.assertTrue(server.protocol.is_ready)
@@ -194,7 +195,9 @@ class SilenceTests(SynchronousTestCase):
 
         clock = CountingClock()
         transport = FakeTransport()
-        protocol = NSQProtocol(ONE_SECOND, clock=clock, on_message=lambda m: None)
+        protocol = NSQProtocol(
+            connection_options(ONE_SECOND), clock=clock, on_message=lambda m: None
+        )
         protocol.makeConnection(transport)
         protocol.dataReceived(identify_answer())
         before = clock.reads
@@ -275,8 +278,8 @@ class AnswerTimeoutTests(SynchronousTestCase):
             {"heartbeats_missed": 0.5},
             {"read_timeout": 0},
         ):
-            self.assertRaises(ValueError, NSQProtocol, ONE_SECOND, clock=Clock(), **kwargs)
-        self.assertRaises(TypeError, NSQProtocol, ONE_SECOND, clock=Clock(), answer_timeout="1")
+            self.assertRaises(ValueError, connection_options, ONE_SECOND, **kwargs)
+        self.assertRaises(TypeError, connection_options, ONE_SECOND, answer_timeout="1")
 
 
 @implementer(ITCPTransport)
@@ -303,7 +306,7 @@ class TCPTransport(FakeTransport):
 class KeepAliveTests(SynchronousTestCase):
     def test_tcp_keepalive_on(self) -> None:
         transport = TCPTransport()
-        NSQProtocol(ONE_SECOND, clock=Clock()).makeConnection(transport)
+        NSQProtocol(connection_options(ONE_SECOND), clock=Clock()).makeConnection(transport)
         self.assertEqual(transport.options, {"nodelay": True, "keepalive": True})
 
 
@@ -315,7 +318,9 @@ class ProducerPublishTimeoutTests(ProducerTestCase):
         """A publish into a connection that answers nothing fails with CommandTimeout
         within the deadline (heartbeats keep arriving, so it is not silence); the
         connection is reconnected and the next publish succeeds on the new one."""
-        producer, nsqd = self.started(publish_timeout=5.0, retry_policy=lambda a: 1.0)
+        producer, nsqd = self.started(
+            command_timeout=5.0, reconnect_policy=RetryPolicy(initial=1.0, factor=1.0, jitter=0.0)
+        )
         d = producer.publish("t", b"lost")
         nsqd.new_commands()
         while not d.called:
@@ -339,8 +344,7 @@ class ProducerPublishTimeoutTests(ProducerTestCase):
         self.stop(producer)
 
     def test_silent_connection_fails_publishes_with_connection_silent(self) -> None:
-        identify = IdentifyOptions(client_id="t", hostname="t", heartbeat_interval_ms=1000)
-        producer, nsqd = self.started(identify=identify, publish_timeout=30.0)
+        producer, nsqd = self.started(heartbeat_interval=1.0, command_timeout=30.0)
         d = producer.publish("t", b"x")
         self.assertEqual(nsqd.new_commands(), [(b"PUB t", b"x")])
         self.reactor.advance(2.4)
@@ -353,7 +357,7 @@ class ProducerPublishTimeoutTests(ProducerTestCase):
         """CommandTimeout is a ConnectionClosed: with ``retry`` the publish goes again,
         on the other nsqd."""
         producer = self.make(
-            ["127.0.0.1:4150", "127.0.0.1:4151"], publish_timeout=2.0, retry=1
+            ["127.0.0.1:4150", "127.0.0.1:4151"], command_timeout=2.0, publish_retries=1
         )
         producer.startService()
         dead, alive = FakeNSQD(self.reactor, 0), FakeNSQD(self.reactor, 1)
@@ -376,7 +380,7 @@ class ProducerPublishTimeoutTests(ProducerTestCase):
         self.stop(producer)
 
     def test_no_publish_timeout(self) -> None:
-        producer, nsqd = self.started(publish_timeout=None)
+        producer, nsqd = self.started(command_timeout=None)
         d = producer.publish("t", b"x")
         for _ in range(100):
             self.reactor.advance(1.0)
@@ -387,8 +391,8 @@ class ProducerPublishTimeoutTests(ProducerTestCase):
         self.stop(producer)
 
     def test_bad_options(self) -> None:
-        self.assertRaises(ValueError, self.make, publish_timeout=0)
-        self.assertRaises(TypeError, self.make, publish_timeout="30")
+        self.assertRaises(ValueError, self.make, command_timeout=0)
+        self.assertRaises(TypeError, self.make, command_timeout="30")
         self.assertRaises(ValueError, self.make, heartbeats_missed=0)
         self.assertRaises(ValueError, self.make, read_timeout=-1)
 
@@ -405,9 +409,8 @@ class ConsumerSilentConnectionTests(SynchronousTestCase):
             nsqd=("10.0.0.1:4150", B, C),
             max_in_flight=30,
             heartbeats_missed=2,
-            identify=ONE_SECOND,
-            reconnect_delay=1.0,
-            max_reconnect_delay=1.0,
+            heartbeat_interval=1.0,
+            reconnect_policy=RetryPolicy(initial=1.0, max_delay=1.0),
         )
         a, b, c = h.connect("10.0.0.1:4150"), h.connect(B), h.connect(C)
         self.assertEqual([a.rdy, b.rdy, c.rdy], [10, 10, 10])
@@ -432,7 +435,7 @@ class ConsumerSilentConnectionTests(SynchronousTestCase):
         opts = ConsumerOptions(heartbeats_missed=3, read_timeout=5.0)
         self.assertEqual((opts.heartbeats_missed, opts.read_timeout), (3, 5.0))
         self.assertEqual(
-            read_timeout(opts.identify.heartbeat_interval_ms, heartbeats_missed=3), 90.5
+            read_timeout(opts.identify_options().heartbeat_interval_ms, heartbeats_missed=3), 90.5
         )
         self.assertRaises(ValueError, ConsumerOptions, heartbeats_missed=0.9)
         self.assertRaises(ValueError, ConsumerOptions, read_timeout=0)

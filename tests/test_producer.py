@@ -23,7 +23,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.wire import FakeTransport, mpub_bodies, parse_commands
 from txnsq._wire.frames import encode_error, encode_response
-from txnsq._wire.identify import IdentifyOptions
+from txnsq._wire.retry import RetryPolicy
 from txnsq.errors import (
     BadMessageError,
     ConnectionClosed,
@@ -83,13 +83,18 @@ def fixed_policy(attempt: int) -> float:
     return float(2**attempt)
 
 
+#: fixed_policy as a RetryPolicy.
+FIXED_POLICY = RetryPolicy(initial=2.0, factor=2.0, max_delay=2.0**60, jitter=0.0)
+
+
 class ProducerTestCase(SynchronousTestCase):
     def setUp(self) -> None:
         self.reactor = MemoryReactorClock()
 
     def make(self, addresses: Any = "127.0.0.1:4150", **kwargs: Any) -> Producer:
-        kwargs.setdefault("retry_policy", fixed_policy)
-        kwargs.setdefault("identify", IdentifyOptions(client_id="test", hostname="test"))
+        kwargs.setdefault("reconnect_policy", FIXED_POLICY)
+        kwargs.setdefault("client_id", "test")
+        kwargs.setdefault("hostname", "test")
         producer = Producer(addresses, reactor=self.reactor, **kwargs)
         return producer
 
@@ -213,19 +218,19 @@ class ValidationTests(ProducerTestCase):
 
     def test_constructor_validation(self) -> None:
         for exc, kwargs in [
-            (ValueError, {"addresses": []}),
-            (TypeError, {"addresses": 4150}),
-            (ValueError, {"addresses": "localhost:x"}),
-            (ValueError, {"addresses": "::1:4150"}),
-            (ValueError, {"addresses": "127.0.0.1:99999"}),
-            (ValueError, {"addresses": "[nothost]:4150"}),
-            (ValueError, {"timeout": 0}),
-            (TypeError, {"timeout": "1"}),
+            (ValueError, {"nsqd_tcp_addresses": []}),
+            (TypeError, {"nsqd_tcp_addresses": 4150}),
+            (ValueError, {"nsqd_tcp_addresses": "localhost:x"}),
+            (ValueError, {"nsqd_tcp_addresses": "::1:4150"}),
+            (ValueError, {"nsqd_tcp_addresses": "127.0.0.1:99999"}),
+            (ValueError, {"nsqd_tcp_addresses": "[nothost]:4150"}),
+            (ValueError, {"ready_timeout": 0}),
+            (TypeError, {"ready_timeout": "1"}),
             (ValueError, {"max_queued": -1}),
-            (TypeError, {"retry": 1.5}),
-            (TypeError, {"identify": {"snappy": True}}),
+            (TypeError, {"publish_retries": 1.5}),
+            (TypeError, {"tls": {"ca_certs": "x"}}),
         ]:
-            args = {"addresses": "127.0.0.1:4150", "reactor": self.reactor, **kwargs}
+            args = {"nsqd_tcp_addresses": "127.0.0.1:4150", "reactor": self.reactor, **kwargs}
             self.assertRaises(exc, Producer, **args)
 
     def test_address_forms(self) -> None:
@@ -304,7 +309,7 @@ class QueueTests(ProducerTestCase):
         self.stop(producer)
 
     def test_queued_publish_times_out(self) -> None:
-        producer = self.make(timeout=5)
+        producer = self.make(ready_timeout=5)
         producer.startService()
         d = producer.publish("t", b"x")
         self.reactor.advance(4.9)
@@ -358,7 +363,7 @@ class QueueTests(ProducerTestCase):
         self.stop(producer)
 
     def test_many_cancelled_or_expired_entries_do_not_pile_up(self) -> None:
-        producer = self.make(timeout=1)
+        producer = self.make(ready_timeout=1)
         producer.startService()
         for _ in range(1000):
             producer.publish("t", b"x").addErrback(lambda f: None)
@@ -470,7 +475,7 @@ class ConnectionLossTests(ProducerTestCase):
         self.stop(producer)
 
     def test_retry_is_opt_in(self) -> None:
-        producer, nsqd = self.started(retry=1)
+        producer, nsqd = self.started(publish_retries=1)
         d = producer.publish("t", b"1")
         nsqd.new_commands()
         nsqd.lose()
@@ -486,7 +491,7 @@ class ConnectionLossTests(ProducerTestCase):
         self.stop(producer)
 
     def test_retry_does_not_resend_server_errors(self) -> None:
-        producer, nsqd = self.started(retry=3)
+        producer, nsqd = self.started(publish_retries=3)
         d = producer.publish("t", b"1")
         nsqd.new_commands()
         nsqd.send(encode_error("E_BAD_MESSAGE", "too big"))
@@ -505,7 +510,7 @@ class ConnectionLossTests(ProducerTestCase):
         ):
             with self.subTest(code=code):
                 self.reactor = MemoryReactorClock()
-                producer, nsqd = self.started(retry=1)
+                producer, nsqd = self.started(publish_retries=1)
                 d = publish(producer)
                 sent = nsqd.new_commands()
                 nsqd.send(encode_error(code, "exiting"))
@@ -529,7 +534,7 @@ class ConnectionLossTests(ProducerTestCase):
                 self.stop(producer)
 
     def test_connection_refused_then_retried_with_backoff(self) -> None:
-        producer = self.make(timeout=60)
+        producer = self.make(ready_timeout=60)
         producer.startService()
         d = producer.publish("t", b"x")
         for attempt in (1, 2, 3):
@@ -544,7 +549,7 @@ class ConnectionLossTests(ProducerTestCase):
         self.assertNoResult(d)
         self.assertEqual(producer.in_flight, 1)
         stopped = producer.stopService()
-        self.reactor.advance(10)  # stop_timeout: nsqd never answers
+        self.reactor.advance(30)  # stop_timeout: nsqd never answers
         self.failureResultOf(d, ConnectionClosed)
         self.successResultOf(stopped)
 
@@ -649,7 +654,7 @@ class FailoverTests(ProducerTestCase):
         self.stop(producer)
 
     def test_retry_goes_to_the_other_connection(self) -> None:
-        producer = self.make(self.addresses, retry=1)
+        producer = self.make(self.addresses, publish_retries=1)
         producer.startService()
         first = FakeNSQD(self.reactor, 0)
         first.identify()

@@ -13,9 +13,8 @@ from typing import Any
 from twisted.internet.defer import CancelledError
 
 from tests.support.wire import mpub_bodies
-from tests.test_producer import FakeNSQD, ProducerTestCase, fixed_policy
+from tests.test_producer import FIXED_POLICY, FakeNSQD, ProducerTestCase
 from txnsq._wire.frames import encode_error
-from txnsq._wire.identify import IdentifyOptions
 from txnsq.errors import (
     BadMessageError,
     BadTopicError,
@@ -234,7 +233,7 @@ class TopicStateTests(BatchingTestCase):
         self.stop(producer)
 
     def test_topics_waiting_for_a_connection_are_kept(self) -> None:
-        producer = self.make(timeout=30.0)
+        producer = self.make(ready_timeout=30.0)
         producer.startService()
         before = topic_states()
         ds = []
@@ -315,7 +314,7 @@ class CancelAndTimeoutTests(BatchingTestCase):
         self.stop(producer)
 
     def test_queued_publishes_time_out_without_a_connection(self) -> None:
-        producer = self.make(timeout=3.0)
+        producer = self.make(ready_timeout=3.0)
         producer.startService()
         first = producer.publish("t", b"1")
         self.reactor.advance(2)
@@ -431,7 +430,7 @@ class ConnectionTests(BatchingTestCase):
         self.stop(producer)
 
     def test_retry_sends_the_batch_again(self) -> None:
-        producer, nsqd = self.started(retry=1)
+        producer, nsqd = self.started(publish_retries=1)
         ds = [producer.publish("t", b) for b in (b"a", b"b")]
         sent(nsqd)
         nsqd.lose()
@@ -494,8 +493,8 @@ class ArgumentTests(BatchingTestCase):
 
     def test_stats_without_batching(self) -> None:
         producer = Producer(
-            "127.0.0.1:4150", reactor=self.reactor, retry_policy=fixed_policy,
-            identify=IdentifyOptions(client_id="test", hostname="test"),
+            "127.0.0.1:4150", reactor=self.reactor, reconnect_policy=FIXED_POLICY,
+            client_id="test", hostname="test",
         )
         producer.startService()
         nsqd = FakeNSQD(self.reactor)

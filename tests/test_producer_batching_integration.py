@@ -17,7 +17,7 @@ from twisted.trial.unittest import TestCase
 from tests.support.processes import start_nsqd
 from tests.support.proxy import start_proxy
 from tests.test_producer_integration import make_channel, message_count, read_messages, settle
-from txnsq._wire.identify import IdentifyOptions
+from txnsq._wire.retry import RetryPolicy
 from txnsq.errors import BadMessageError, ConnectionClosed
 from txnsq.producer import Producer
 
@@ -30,7 +30,7 @@ class BatchingIntegrationTests(TestCase):
     timeout = 120
 
     def producer(self, addresses: Any, **kwargs: Any) -> Producer:
-        kwargs.setdefault("identify", IdentifyOptions(client_id="test", hostname="test"))
+        kwargs = {"client_id": "test", "hostname": "test", **kwargs}
         producer = Producer(addresses, batch=True, **kwargs)
         producer.startService()
         self.addCleanup(producer.stopService)
@@ -74,7 +74,7 @@ class BatchingIntegrationTests(TestCase):
         nsqd = start_nsqd(self, nsqd_tls_args(certs, required="false"))
         producer = self.producer(
             nsqd.tcp_address,
-            identify=IdentifyOptions(client_id="test", hostname="test", deflate=True),
+            client_id="test", hostname="test", compression="deflate",
             tls=TLSOptions(ca_certs=certs.ca_path),
             batch_linger=0.002,
         )
@@ -94,7 +94,9 @@ class BatchingIntegrationTests(TestCase):
         failed ones with ConnectionClosed, and every acknowledged message is in nsqd."""
         nsqd = start_nsqd(self)
         proxy = start_proxy(self, nsqd.tcp_address)
-        producer = self.producer(proxy.address, retry_policy=lambda attempt: 0.05)
+        producer = self.producer(
+            proxy.address, reconnect_policy=RetryPolicy(initial=0.05, factor=1.0, jitter=0.0)
+        )
         yield producer.when_ready()
         topic = "batched_cut"
         make_channel(nsqd, topic)

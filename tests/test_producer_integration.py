@@ -24,6 +24,7 @@ from txnsq._wire import commands
 from txnsq._wire.address import parse_address
 from txnsq._wire.frames import ErrorFrame, FrameParser, Heartbeat, MessageFrame, Response
 from txnsq._wire.identify import IdentifyOptions, identify_body
+from txnsq._wire.retry import RetryPolicy
 from txnsq.errors import BadMessageError, ConnectionClosed, NotReady, PubFailedError
 from txnsq.producer import Producer
 
@@ -89,7 +90,7 @@ class ProducerIntegrationTests(TestCase):
     timeout = 60
 
     def producer(self, addresses: Any, **kwargs: Any) -> Producer:
-        kwargs.setdefault("identify", IdentifyOptions(client_id="test", hostname="test"))
+        kwargs = {"client_id": "test", "hostname": "test", **kwargs}
         producer = Producer(addresses, **kwargs)
         producer.startService()
         self.addCleanup(producer.stopService)
@@ -139,7 +140,7 @@ class ProducerIntegrationTests(TestCase):
         with OK, ConnectionClosed or NotReady (or, from nsqd 1.2.0, which closes its
         topics before its connections, E_PUB_FAILED); none hangs; every OK was stored."""
         nsqd = start_nsqd(self)
-        producer = self.producer(nsqd.tcp_address, timeout=1.0)
+        producer = self.producer(nsqd.tcp_address, ready_timeout=1.0)
         yield producer.when_ready()
         topic = "producer_sigterm"
         # Publish until the first failure (or this many, if nsqd never went away).
@@ -195,7 +196,7 @@ class ProducerIntegrationTests(TestCase):
         is back, and every one ends in OK."""
         observer = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
         nsqd = start_nsqd(self)
-        producer = self.producer(nsqd.tcp_address, retry=5, timeout=30.0)
+        producer = self.producer(nsqd.tcp_address, publish_retries=5, ready_timeout=30.0)
         yield producer.when_ready()
         topic = "producer_retry_restart"
         total, window = 4000, 200
@@ -310,7 +311,7 @@ class ProducerIntegrationTests(TestCase):
         nsqd = start_nsqd(self, [*nsqd_tls_args(certs, required="false"), "--snappy=true"])
         producer = self.producer(
             nsqd.tcp_address,
-            identify=IdentifyOptions(client_id="test", hostname="test", snappy=True),
+            client_id="test", hostname="test", compression="snappy",
             tls=TLSOptions(ca_certs=certs.ca_path),
         )
         topic = "producer_tls"
@@ -337,8 +338,8 @@ class ProducerIntegrationTests(TestCase):
         producer = self.producer(
             nsqd.tcp_address,
             tls=TLSOptions(ca_certs=certs.untrusted_ca.cert_path),
-            timeout=1.5,
-            retry_policy=lambda attempt: 0.1 * 2**attempt,
+            ready_timeout=1.5,
+            reconnect_policy=RetryPolicy(initial=0.2, jitter=0.0),
         )
         yield self.assertFailure(producer.publish("producer_tls_bad", b"x"), NotReady)
         connection = producer._connections[0]
@@ -360,7 +361,7 @@ class ProducerIntegrationTests(TestCase):
         )
         producer = self.producer(
             nsqd.tcp_address,
-            identify=IdentifyOptions(client_id="test", hostname="test", deflate=True),
+            client_id="test", hostname="test", compression="deflate",
             tls=TLSOptions(ca_certs=certs.ca_path),
             auth_secret="s3cret",
         )

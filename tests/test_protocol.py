@@ -30,9 +30,11 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.logs import LogCapture
 from tests.support.wire import (
+    LEGACY_KEYWORDS,
     NSQD_DEFLATE_OK,
     SNAPPY_STREAM_ID,
     FakeTransport,
+    connection_options,
     identify_answer,
     mpub_bodies,
     msg_id,
@@ -60,6 +62,7 @@ from txnsq.errors import (
     UnauthorizedError,
 )
 from txnsq.message import Message, MessageAlreadyAnswered
+from txnsq.options import ConnectionOptions
 from txnsq.protocol import NSQProtocol, ProtocolState
 from txnsq.tls import TLSOptions
 
@@ -80,7 +83,7 @@ class Server:
     def __init__(
         self,
         testcase: SynchronousTestCase,
-        identify: IdentifyOptions | None = None,
+        identify: IdentifyOptions | ConnectionOptions | None = None,
         **kwargs: Any,
     ) -> None:
         self.testcase = testcase
@@ -94,7 +97,12 @@ class Server:
         kwargs.setdefault("on_close", self.closed.append)
         if identify is None:
             identify = IdentifyOptions(client_id="test", hostname="test.example")
-        self.protocol = NSQProtocol(identify, clock=self.clock, **kwargs)
+        legacy = {k: kwargs.pop(k) for k in list(kwargs) if k in LEGACY_KEYWORDS}
+        options = (
+            identify if isinstance(identify, ConnectionOptions)
+            else connection_options(identify, **legacy)
+        )
+        self.protocol = NSQProtocol(options, clock=self.clock, **kwargs)
         self._offset = 0
         self._inflate: Callable[[bytes], bytes] | None = None
         self._deflate: Callable[[bytes], bytes] | None = None
@@ -272,7 +280,9 @@ class ConnectionMadeTests(SynchronousTestCase):
 
     def test_auth_secret_checked(self) -> None:
         for bad, error in ((b"", ValueError), ("", ValueError), (5, TypeError)):
-            self.assertRaises(error, NSQProtocol, auth_secret=bad, clock=Clock())
+            self.assertRaises(
+                error, lambda b=bad: NSQProtocol(ConnectionOptions(auth_secret=b), clock=Clock())
+            )
 
     def test_invalid_arguments_checked_first(self) -> None:
         server = ready_server(self)
@@ -1375,7 +1385,7 @@ class MessageTests(SynchronousTestCase):
     def test_direct_fin_req_touch(self) -> None:
         server = ready_server(self)
         server.protocol.finish(msg_id(1))
-        server.protocol.requeue(msg_id(2), 100)
+        server.protocol.requeue(msg_id(2), delay=0.1)
         server.protocol.touch(msg_id(3))
         server.flush()
         self.assertEqual(
@@ -1611,7 +1621,7 @@ class StateTests(SynchronousTestCase):
     """ProtocolState: where the connection is, and what it accepts there."""
 
     def test_life_of_a_connection(self) -> None:
-        protocol = NSQProtocol(IdentifyOptions(client_id="a", hostname="b"), clock=Clock())
+        protocol = NSQProtocol(ConnectionOptions(client_id="a", hostname="b"), clock=Clock())
         self.assertIs(protocol.state, ProtocolState.CONNECTING)
         protocol.makeConnection(FakeTransport())
         self.assertIs(protocol.state, ProtocolState.HANDSHAKE)

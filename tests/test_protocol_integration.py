@@ -30,6 +30,7 @@ from tests.support.authserver import Grant, start_auth_server
 from tests.support.certs import CLIENT_COMMON_NAME, CertFiles, certs_for, nsqd_tls_args
 from tests.support.logs import LogCapture
 from tests.support.processes import NSQD, nsqd_version_text, start_nsqd
+from tests.support.wire import LEGACY_KEYWORDS, connection_options
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq.errors import (
     AuthFailedError,
@@ -65,8 +66,9 @@ class Client:
         identify = kwargs.pop(
             "identify", IdentifyOptions(client_id="txnsq-test", hostname="txnsq-test.local")
         )
+        legacy = {k: kwargs.pop(k) for k in list(kwargs) if k in LEGACY_KEYWORDS}
         self.protocol = NSQProtocol(
-            identify,
+            connection_options(identify, **legacy),
             on_message=self._on_message,
             on_error=self.errors.append,
             on_close=self._on_close,

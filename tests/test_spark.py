@@ -58,6 +58,10 @@ class SparkTestCase(TestCase):
         self.tmp = tempfile.mkdtemp(prefix="txnsq-spark-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
 
+    def source_runner_pids(self) -> list[int]:
+        """Pids of the stream-source Python processes of this test's Spark driver."""
+        return source_runner_pids(self.spark)
+
     def reader(self, nsqd: NSQD, topic: str, **options: Any) -> Any:
         r = self.spark.readStream.format("nsq").option("nsqdTcpAddresses", nsqd.tcp_address)
         r = r.option("topic", topic).option("channel", "spark")
@@ -344,14 +348,12 @@ class ClusterCases(_CasesBase):
         self.assertEqual((row.topic, row.nsqd_address, row.attempts), ("trip", nsqd.tcp_address, 1))
         self.assertLess(abs(row.timestamp.timestamp() - started), 120)
         # Batches of at most maxMessagesPerTrigger, with offsets counting messages.
-        data = [p for p in query.recentProgress if p["numInputRows"]]
+        data = [p for p in query.recentProgress if p.numInputRows]
         self.assertGreaterEqual(len(data), 4)
         for p in data:
             source = p["sources"][0]
-            self.assertEqual(
-                seq(source["endOffset"]) - seq(source["startOffset"]), p["numInputRows"]
-            )
-            self.assertLessEqual(p["numInputRows"], 5000)
+            self.assertEqual(seq(source["endOffset"]) - seq(source["startOffset"]), p.numInputRows)
+            self.assertLessEqual(p.numInputRows, 5000)
         # Every message FINished: nothing queued or in flight, nothing requeued.
         stats = self.drained(nsqd, "trip")
         self.assertEqual((stats["message_count"], stats["requeue_count"]), (n, 0))
@@ -380,11 +382,11 @@ class ClusterCases(_CasesBase):
 
         first = start(processingTime="300 milliseconds")
         wait_for(
-            lambda: sum(p["numInputRows"] for p in first.recentProgress) >= 200,
+            lambda: sum(p.numInputRows for p in first.recentProgress) >= 200,
             timeout=120,
             what="two batches",
         )
-        pids = source_runner_pids(self.spark)
+        pids = self.source_runner_pids()
         self.assertEqual(len(pids), 1, pids)
         os.kill(pids[0], signal.SIGKILL)
         try:
@@ -392,7 +394,7 @@ class ClusterCases(_CasesBase):
         except Exception:
             pass  # the query fails: its source process died
         first.stop()
-        committed_before = sum(p["numInputRows"] for p in first.recentProgress)
+        committed_before = sum(p.numInputRows for p in first.recentProgress)
         self.assertLess(committed_before, n)
         # What the dead process held comes back when its msg_timeout (2 s) expires.
         wait_for(
@@ -418,14 +420,14 @@ class ClusterCases(_CasesBase):
         previous_end = seq(first_source["startOffset"])
         if planned > committed:
             self.assertEqual(progress[0]["batchId"], planned)
-            self.assertEqual(progress[0]["numInputRows"], 0)
+            self.assertEqual(progress[0].numInputRows, 0)
             self.assertGreater(seq(first_source["endOffset"]), seq(first_source["startOffset"]))
             new_batches = progress[1:]
             previous_end = seq(first_source["endOffset"])
         for p in new_batches:
             source = p["sources"][0]
             seqs = seq(source["endOffset"]) - seq(source["startOffset"])
-            self.assertEqual(seqs, p["numInputRows"], p)
+            self.assertEqual(seqs, p.numInputRows, p)
             self.assertGreaterEqual(seq(source["startOffset"]), previous_end)
             previous_end = seq(source["endOffset"])
 

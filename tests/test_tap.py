@@ -25,8 +25,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.certs import shared_certs
 from txnsq import _tap
-from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
+from txnsq._wire.identify import DEFAULT_USER_AGENT
 from txnsq.consumer import Consumer, ConsumerOptions
+from txnsq.options import ConnectionOptions
 from txnsq.tls import TLSOptions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -184,7 +185,8 @@ class OptionTests(SynchronousTestCase):
         self.assertEqual(co.max_backoff_duration, 10)
         self.assertEqual(co.lookupd_poll_interval, 15)
         self.assertEqual(co.stop_timeout, 3)
-        self.assertEqual(co.identify.msg_timeout_ms, 45_000)
+        self.assertEqual(co.msg_timeout, 45)
+        self.assertEqual(co.identify_options().msg_timeout_ms, 45_000)
         self.assertEqual(options["stats_interval"], 10)
 
     def test_backoff_disabled_allows_zero_multiplier(self) -> None:
@@ -196,21 +198,20 @@ class OptionTests(SynchronousTestCase):
     def test_flags(self) -> None:
         co = parse(*BASE, "--auto-touch", "--snappy")["consumer_options"]
         self.assertTrue(co.auto_touch)
-        self.assertTrue(co.identify.snappy)
-        self.assertFalse(co.identify.deflate)
+        self.assertEqual(co.compression, "snappy")
 
     def test_deflate_and_level(self) -> None:
-        identify = parse(*BASE, "--deflate")["consumer_options"].identify
-        self.assertTrue(identify.deflate)
-        self.assertEqual(identify.deflate_level, IdentifyOptions().deflate_level)
-        identify = parse(*BASE, "--deflate", "--deflate-level", "9")["consumer_options"].identify
-        self.assertEqual(identify.deflate_level, 9)
+        co = parse(*BASE, "--deflate")["consumer_options"]
+        self.assertEqual(co.compression, "deflate")
+        self.assertEqual(co.deflate_level, ConnectionOptions().deflate_level)
+        co = parse(*BASE, "--deflate", "--deflate-level", "9")["consumer_options"]
+        self.assertEqual(co.deflate_level, 9)
 
     def test_client_id_and_user_agent(self) -> None:
-        identify = parse(
+        co = parse(
             *BASE, "--client-id", "worker-7", "--user-agent", "billing/2.0"
-        )["consumer_options"].identify
-        self.assertEqual((identify.client_id, identify.user_agent), ("worker-7", "billing/2.0"))
+        )["consumer_options"]
+        self.assertEqual((co.client_id, co.user_agent), ("worker-7", "billing/2.0"))
 
     def test_auth_secret(self) -> None:
         co = parse(*BASE, "--auth-secret", "s3cret")["consumer_options"]
@@ -537,8 +538,8 @@ class MakeServiceTests(SynchronousTestCase):
         self.assertEqual((consumer.topic, consumer.channel), ("events", "tail"))
         self.assertEqual(consumer.options.max_in_flight, 50)
         self.assertEqual(consumer.options.max_attempts, 3)
-        self.assertTrue(consumer.options.identify.snappy)
-        self.assertEqual(consumer.options.identify.client_id, "me")
+        self.assertEqual(consumer.options.compression, "snappy")
+        self.assertEqual(consumer.options.client_id, "me")
         self.assertEqual(consumer._static, ["127.0.0.1:4150"])
         self.assertIsNotNone(consumer._poller)
         self.assertIs(consumer._reactor, self.reactor)

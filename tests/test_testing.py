@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.logs import LogCapture
 from tests.support.wire import pack
-from txnsq import Consumer, IdentifyOptions, Message, NSQProtocol, Producer
+from txnsq import Consumer, Message, NSQProtocol, Producer
 from txnsq._wire.frames import ErrorFrame, FrameParser, Heartbeat, MessageFrame, Response
 from txnsq.errors import (
     AuthFailedError,
@@ -32,6 +32,7 @@ from txnsq.errors import (
     ProtocolError,
     PubFailedError,
 )
+from txnsq.options import ConnectionOptions
 from txnsq.testing import (
     MALFORMED_FRAME,
     FakeLookupd,
@@ -40,7 +41,8 @@ from txnsq.testing import (
     endpoint_factory_for,
 )
 
-IDENTIFY = IdentifyOptions(client_id="test", hostname="test.local")
+#: Who the clients of these tests say they are.
+NAMES = {"client_id": "test", "hostname": "test.local"}
 
 
 class RawClient(Protocol):
@@ -97,8 +99,10 @@ class FakeTestCase(SynchronousTestCase):
 
     def producer(self, nsqd: FakeNSQD | None = None, **kwargs: Any) -> Producer:
         nsqd = nsqd or self.nsqd
-        kwargs.setdefault("identify", IDENTIFY)
-        producer = Producer(nsqd.endpoint(), reactor=self.clock, **kwargs)
+        kwargs = {**NAMES, **kwargs}
+        producer = Producer(
+            nsqd.address, endpoint_factory=nsqd.endpoint_factory, reactor=self.clock, **kwargs
+        )
         producer.startService()
         self.addCleanup(self.stop, producer)
         nsqd.flush()
@@ -108,7 +112,7 @@ class FakeTestCase(SynchronousTestCase):
                  **kwargs: Any) -> Consumer:
         kwargs.setdefault("nsqd_tcp_addresses", [self.nsqd.address])
         kwargs.setdefault("endpoint_factory", self.nsqd.endpoint_factory)
-        kwargs.setdefault("identify", IDENTIFY)
+        kwargs = {**NAMES, **kwargs}
         consumer = Consumer(topic, channel, handler, reactor=self.clock, **kwargs)
         consumer.startService()
         self.addCleanup(self.stop, consumer)
@@ -124,8 +128,12 @@ class FakeTestCase(SynchronousTestCase):
     def protocol(self, nsqd: FakeNSQD | None = None, **kwargs: Any) -> NSQProtocol:
         nsqd = nsqd or self.nsqd
         kwargs.setdefault("clock", self.clock)
-        identify = kwargs.pop("identify", IDENTIFY)
-        d = nsqd.endpoint().connect(Factory.forProtocol(lambda: NSQProtocol(identify, **kwargs)))
+        settings = {**NAMES, "command_timeout": None}
+        for name in list(kwargs):
+            if name in ConnectionOptions.__dataclass_fields__:
+                settings[name] = kwargs.pop(name)
+        options = ConnectionOptions(**settings)
+        d = nsqd.endpoint().connect(Factory.forProtocol(lambda: NSQProtocol(options, **kwargs)))
         nsqd.flush()
         protocol = self.successResultOf(d)
         assert isinstance(protocol, NSQProtocol)
@@ -199,7 +207,7 @@ class ProducerTests(FakeTestCase):
 
     def test_refused_connections_then_accepted(self) -> None:
         self.nsqd.refuse_connections()
-        producer = self.producer(timeout=5.0)
+        producer = self.producer(ready_timeout=5.0)
         d = producer.publish("t", b"x")
         self.nsqd.advance(5)
         self.failureResultOf(d, NotReady)
@@ -228,19 +236,18 @@ class ProducerTests(FakeTestCase):
         self.assertEqual(self.nsqd.connection_count, 3)
 
     def test_snappy_and_deflate(self) -> None:
-        for options in (IdentifyOptions(snappy=True), IdentifyOptions(deflate=True)):
-            producer = self.producer(identify=options)
+        for compression in ("snappy", "deflate"):
+            producer = self.producer(compression=compression)
             d = producer.multi_publish("t", [b"a" * 1000, b"b"])
             self.nsqd.flush()
             self.assertEqual(self.successResultOf(d), b"OK")
-            compression = "snappy" if options.snappy else "deflate"
             self.assertEqual([c.compression for c in self.nsqd.clients()], [compression])
             self.stop(producer)
         self.assertEqual(self.nsqd.published("t"), [b"a" * 1000, b"b"] * 2)
 
     def test_fragmented_reads(self) -> None:
         self.nsqd = FakeNSQD(self.clock, chunk_size=1)
-        producer = self.producer(identify=IdentifyOptions(deflate=True))
+        producer = self.producer(compression="deflate")
         d = producer.publish("t", b"hello")
         self.nsqd.flush()
         self.assertEqual(self.successResultOf(d), b"OK")
@@ -337,7 +344,7 @@ class ConsumerTests(FakeTestCase):
             held.append(message)
 
         self.nsqd.publish("t", b"x")
-        self.consumer(handler, identify=IdentifyOptions(msg_timeout_ms=5000))
+        self.consumer(handler, msg_timeout=5.0)
         self.assertEqual(self.nsqd.clients()[0].msg_timeout, 5.0)
         self.nsqd.advance(4.9)
         self.assertEqual(len(held), 1)

@@ -22,9 +22,9 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 
 from tests.support.processes import NSQD, ProcessGroup, start_nsqd
-from tests.support.wire import pack
-from txnsq import Consumer, IdentifyOptions, Message, NSQProtocol, Producer
-from txnsq._wire.identify import Features
+from tests.support.wire import LEGACY_KEYWORDS, connection_options, pack
+from txnsq import Consumer, Message, NSQProtocol, Producer
+from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq.errors import ConnectionClosed, NSQServerError
 from txnsq.testing import FakeNSQD
 
@@ -32,6 +32,8 @@ pytestmark = pytest.mark.integration
 
 TIMEOUT = 10.0
 IDENTIFY = IdentifyOptions(client_id="vs", hostname="vs.local")
+#: IDENTIFY as client settings.
+NAMES = {"client_id": "vs", "hostname": "vs.local"}
 # Any well-formed id nsqd never handed out.
 UNKNOWN_ID = b"0123456789abcdef"
 
@@ -46,8 +48,9 @@ class Client:
         self.close_reason: Failure | None = None
         self.lost: defer.Deferred[None] = defer.Deferred()
         identify = kwargs.pop("identify", IDENTIFY)
+        legacy = {k: kwargs.pop(k) for k in list(kwargs) if k in LEGACY_KEYWORDS}
         self.protocol = NSQProtocol(
-            identify,
+            connection_options(identify, **legacy),
             on_message=self.messages.append,
             on_error=self.errors.append,
             on_close=self._closed,
@@ -166,12 +169,13 @@ class FakeEnv(Env):
         self.nsqd.multi_publish(topic, bodies)
 
     def producer(self, **kwargs: Any) -> Producer:
-        return Producer(self.nsqd.endpoint(), reactor=self.clock, identify=IDENTIFY, **kwargs)
+        return Producer(self.nsqd.address, endpoint_factory=self.nsqd.endpoint_factory,
+                        reactor=self.clock, **{**NAMES, **kwargs})
 
     def consumer(self, topic: str, channel: str, handler: Any, **kwargs: Any) -> Consumer:
         return Consumer(topic, channel, handler, nsqd_tcp_addresses=[self.nsqd.address],
                         endpoint_factory=self.nsqd.endpoint_factory, reactor=self.clock,
-                        identify=IDENTIFY, **kwargs)
+                        **{**NAMES, **kwargs})
 
 
 class RealEnv(Env):
@@ -203,11 +207,11 @@ class RealEnv(Env):
         self.nsqd.http_mpublish(topic, bodies)
 
     def producer(self, **kwargs: Any) -> Producer:
-        return Producer(self.nsqd.tcp_address, identify=IDENTIFY, **kwargs)
+        return Producer(self.nsqd.tcp_address, **{**NAMES, **kwargs})
 
     def consumer(self, topic: str, channel: str, handler: Any, **kwargs: Any) -> Consumer:
         return Consumer(topic, channel, handler, nsqd_tcp_addresses=[self.nsqd.tcp_address],
-                        identify=IDENTIFY, **kwargs)
+                        **{**NAMES, **kwargs})
 
 
 Scenario = Callable[[Env], Any]
@@ -266,7 +270,7 @@ class FakeVersusNSQDTests(Comparison):
             c = await env.connect()
             await c.subscribe("t", "c")
             c.protocol.finish(UNKNOWN_ID)
-            c.protocol.requeue(UNKNOWN_ID, 0)
+            c.protocol.requeue(UNKNOWN_ID, delay=0)
             c.protocol.touch(UNKNOWN_ID)
             await env.until(lambda: len(c.errors) == 3, "three errors")
             publish = await c.command(b"PUB t\n" + pack(b"still open"))
@@ -491,9 +495,9 @@ class TimedScenarioTests(Comparison):
             await c.subscribe("req", "c")
             c.protocol.rdy(1)
             await env.until(lambda: len(c.messages) == 1, "the message")
-            c.protocol.requeue(c.messages[0].id, 0)
+            c.protocol.requeue(c.messages[0].id, delay=0)
             await env.until(lambda: len(c.messages) == 2, "the redelivery")
-            c.protocol.requeue(c.messages[1].id, 500)
+            c.protocol.requeue(c.messages[1].id, delay=0.5)
             await env.pause(0.1)
             early = len(c.messages)
             await env.until(lambda: len(c.messages) == 3, "the delayed redelivery")

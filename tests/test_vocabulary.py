@@ -76,8 +76,8 @@ class NumberTests(SynchronousTestCase):
         cases: list[tuple[Callable[[], object], type, str]] = []
         for value in (-1, 0, float("nan"), float("inf")):
             cases += [
-                (lambda v=value: producer(timeout=v), ValueError,
-                 check_message(value, "timeout", positive=True)),
+                (lambda v=value: producer(ready_timeout=v), ValueError,
+                 check_message(value, "ready_timeout", positive=True)),
                 (lambda v=value: Connection("h:1", command_timeout=v), ValueError,
                  check_message(value, "command_timeout", positive=True)),
                 (lambda v=value: ConsumerOptions(handshake_timeout=v), ValueError,
@@ -85,8 +85,8 @@ class NumberTests(SynchronousTestCase):
             ]
         for value in ("1", True, None):
             cases += [
-                (lambda v=value: producer(timeout=v), TypeError,
-                 check_message(value, "timeout")),
+                (lambda v=value: producer(ready_timeout=v), TypeError,
+                 check_message(value, "ready_timeout")),
                 (lambda v=value: ConsumerOptions(stop_timeout=v), TypeError,
                  check_message(value, "stop_timeout")),
             ]
@@ -95,8 +95,8 @@ class NumberTests(SynchronousTestCase):
              check_message("1", "command_timeout")),
             (lambda: producer(max_queued=-1), ValueError,
              check_message(-1, "max_queued", integer=True, minimum=0)),
-            (lambda: producer(retry=1.5), TypeError,
-             check_message(1.5, "retry", integer=True)),
+            (lambda: producer(publish_retries=1.5), TypeError,
+             check_message(1.5, "publish_retries", integer=True)),
             (lambda: ConsumerOptions(max_in_flight=1.5), TypeError,
              check_message(1.5, "max_in_flight", integer=True)),
             (lambda: ConsumerOptions(max_attempts=70000), ValueError,

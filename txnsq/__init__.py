@@ -9,16 +9,19 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from txnsq._deprecate import warn_deprecated
 from txnsq._version import __version__
 
 if TYPE_CHECKING:
     from txnsq._tap import HandlerContext
     from txnsq._wire.deadletter import DeadLetter
-    from txnsq._wire.identify import Features, IdentifyOptions
-    from txnsq.consumer import Consumer, ConsumerOptions, Handler
+    from txnsq._wire.identify import Features
+    from txnsq._wire.retry import RetryPolicy
+    from txnsq.consumer import Consumer, Handler
     from txnsq.errors import ProducerStopped, PublishQueueFull
     from txnsq.message import Message, MessageAlreadyAnswered
     from txnsq.observers import ConsumerObserver, IConsumerObserver
+    from txnsq.options import ConnectionOptions, ConsumerOptions, ProducerOptions
     from txnsq.producer import Producer
     from txnsq.protocol import NSQProtocol
     from txnsq.tls_options import TLSOptions
@@ -26,23 +29,35 @@ if TYPE_CHECKING:
 _LAZY = {
     "Consumer": "txnsq.consumer",
     "ConsumerObserver": "txnsq.observers",
-    "ConsumerOptions": "txnsq.consumer",
+    "ConnectionOptions": "txnsq.options",
+    "ConsumerOptions": "txnsq.options",
     "DeadLetter": "txnsq._wire.deadletter",
     "Features": "txnsq._wire.identify",
     "Handler": "txnsq.consumer",
     "HandlerContext": "txnsq._tap",
     "IConsumerObserver": "txnsq.observers",
-    "IdentifyOptions": "txnsq._wire.identify",
     "Message": "txnsq.message",
     "MessageAlreadyAnswered": "txnsq.message",
     "NSQProtocol": "txnsq.protocol",
     "Producer": "txnsq.producer",
+    "ProducerOptions": "txnsq.options",
     "ProducerStopped": "txnsq.errors",
     "PublishQueueFull": "txnsq.errors",
+    "RetryPolicy": "txnsq._wire.retry",
     "TLSOptions": "txnsq.tls_options",
 }
 
+#: Deprecated names: still importable, with a DeprecationWarning naming the replacement.
+_DEPRECATED = {
+    "IdentifyOptions": (
+        "txnsq._wire.identify",
+        "the seconds fields of txnsq.ConnectionOptions (heartbeat_interval, msg_timeout, "
+        "compression, client_id, ...)",
+    ),
+}
+
 __all__ = [
+    "ConnectionOptions",
     "Consumer",
     "ConsumerObserver",
     "ConsumerOptions",
@@ -51,19 +66,24 @@ __all__ = [
     "Handler",
     "HandlerContext",
     "IConsumerObserver",
-    "IdentifyOptions",
     "Message",
     "MessageAlreadyAnswered",
     "NSQProtocol",
     "Producer",
+    "ProducerOptions",
     "ProducerStopped",
     "PublishQueueFull",
+    "RetryPolicy",
     "TLSOptions",
     "__version__",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        where, replacement = _DEPRECATED[name]
+        warn_deprecated(f"txnsq.{name}", replacement)
+        return getattr(import_module(where), name)  # not cached: each use warns
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'txnsq' has no attribute {name!r}")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar
@@ -20,6 +22,7 @@ __all__ = [
     "DEPRECATED_IN",
     "REMOVED_IN",
     "deprecation_message",
+    "outside_stacklevel",
     "suggest",
     "suggest_names",
     "unexpected_keyword",
@@ -64,6 +67,27 @@ def warn_deprecated(
         DeprecationWarning,
         stacklevel=stacklevel,
     )
+
+
+#: txnsq's own directory: frames in it are not the user's.
+_PACKAGE_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def outside_stacklevel() -> int:
+    """The ``stacklevel`` for :func:`warn_deprecated`, called by the caller of this
+    function, that names the first frame outside txnsq (and outside code Python
+    generates, such as a dataclass's ``__init__``): the user's line, however many of
+    txnsq's calls lie between (``Consumer(**settings)`` reaches ``ConsumerOptions`` by
+    another path than ``ConsumerOptions(...)``)."""
+    frame = sys._getframe(1)  # the caller, which calls warn_deprecated (level 1)
+    level = 2
+    while frame.f_back is not None and (
+        frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+        or (frame.f_code.co_filename == "<string>" and frame.f_code.co_name == "__init__")
+    ):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def suggest(name: str, valid: Iterable[str]) -> str:

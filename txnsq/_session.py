@@ -274,7 +274,7 @@ class Session:
         owner.requeued(backoff)
         if not self.closed:
             try:
-                self.protocol.requeue(msg_id, int(delay * 1000))
+                self.protocol.requeue(msg_id, delay=delay)
             except NotReady:
                 pass  # being dropped: nsqd redelivers the message after its timeout
         self._after_answer(updates)

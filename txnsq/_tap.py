@@ -73,7 +73,7 @@ from txnsq._wire.address import (
     parse_nsqd_address,
 )
 from txnsq._wire.deadletter import DeadLetter
-from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
+from txnsq._wire.identify import DEFAULT_USER_AGENT
 from txnsq._wire.lookup import lookup_url
 from txnsq._wire.numbers import parse_number
 from txnsq.consumer import Consumer, ConsumerOptions
@@ -565,7 +565,7 @@ class Options(usage.Options):
                 raise usage.UsageError(f"--lookupd-http-address: {e}") from None
 
         numbers = self._parse_numbers()
-        identify = self._identify_options(numbers)
+        connection = self._connection_settings(numbers)
         tls = self._tls_options()
         auth_secret = self._auth_secret()
         self._handler_options(threads=numbers["handler-threads"] > 0)
@@ -583,11 +583,11 @@ class Options(usage.Options):
                 auto_touch=bool(self["auto-touch"]),
                 stop_timeout=numbers["stop-timeout"],
                 handler_threads=numbers["handler-threads"],
-                identify=identify,
                 tls=tls,
                 auth_secret=auth_secret,
                 address_map=self._address_map(),
                 dead_letter=dead_letter,
+                **connection,
             )
         except (TypeError, ValueError) as e:
             raise usage.UsageError(f"invalid consumer options: {e}") from None
@@ -726,19 +726,20 @@ class Options(usage.Options):
         )
         return n
 
-    def _identify_options(self, numbers: dict[str, Any]) -> IdentifyOptions:
+    def _connection_settings(self, numbers: dict[str, Any]) -> dict[str, Any]:
+        """The :class:`~txnsq.options.ConnectionOptions` fields given by the compression,
+        ``--msg-timeout`` (seconds, as ``msg_timeout``), client id and user agent flags."""
         if self["snappy"] and self["deflate"]:
             raise usage.UsageError("--snappy and --deflate cannot be used together")
         if numbers["deflate-level"] is not None and not self["deflate"]:
             raise usage.UsageError("--deflate-level needs --deflate")
         kwargs: dict[str, Any] = {
-            "snappy": bool(self["snappy"]),
-            "deflate": bool(self["deflate"]),
+            "compression": "snappy" if self["snappy"] else "deflate" if self["deflate"] else None,
         }
         if numbers["deflate-level"] is not None:
             kwargs["deflate_level"] = numbers["deflate-level"]
         if numbers["msg-timeout"] is not None:
-            kwargs["msg_timeout_ms"] = round(numbers["msg-timeout"] * 1000)
+            kwargs["msg_timeout"] = numbers["msg-timeout"]
         if self["client-id"] is not None:
             if not self["client-id"]:
                 raise usage.UsageError("--client-id must not be empty")
@@ -747,10 +748,7 @@ class Options(usage.Options):
             if not self["user-agent"]:
                 raise usage.UsageError("--user-agent must not be empty")
             kwargs["user_agent"] = self["user-agent"]
-        try:
-            return IdentifyOptions(**kwargs)
-        except (TypeError, ValueError) as e:
-            raise usage.UsageError(f"invalid connection options: {e}") from None
+        return kwargs
 
     def _tls_options(self) -> TLSOptions | None:
         given = [

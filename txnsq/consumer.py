@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -33,27 +33,21 @@ from twisted.python.failure import Failure
 
 from txnsq._aio import asyncio_loop, run_as_task
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
-from txnsq._fielddocs import document_fields
 from txnsq._session import NSQDState, Session
 from txnsq._stats import ConsumerCounters
 from txnsq._threads import HandlerThreads
 from txnsq._wire import commands
-from txnsq._wire.address import AddressMap, check_address_map, map_address
+from txnsq._wire.address import map_address
 from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
 from txnsq._wire.deadletter import DeadLetter, dead_letter_body
-from txnsq._wire.identify import IdentifyOptions
-from txnsq._wire.liveness import DEFAULT_HEARTBEATS_MISSED, DEFAULT_READ_TIMEOUT
-from txnsq._wire.liveness import read_timeout as _read_timeout
-from txnsq._wire.numbers import check_number
 from txnsq._wire.ratelimit import OncePerInterval
 from txnsq._wire.rdy import RdyController, RdyUpdate
-from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.errors import NotReady, NSQError
 from txnsq.message import FRESH, Message
 from txnsq.observers import IConsumerObserver
+from txnsq.options import ConnectionOptions, ConsumerOptions, ProducerOptions, client_options
 from txnsq.producer import Producer
-from txnsq.protocol import NSQProtocol
-from txnsq.tls import TLSOptions
+from txnsq.protocol import NSQProtocol, connection_protocol
 
 __all__ = ["Consumer", "ConsumerOptions", "DeadLetter", "DeadLetterPublisher", "Handler"]
 
@@ -83,154 +77,6 @@ class DeadLetterPublisher(Protocol):
         ...
 
 
-@document_fields
-@dataclass(frozen=True, kw_only=True)
-class ConsumerOptions:
-    """A consumer's settings, validated at construction (``ValueError``/``TypeError``).
-
-    Times are in seconds. Defaults follow the reference clients (go-nsq, pynsq).
-    """
-
-    #: messages in flight over all connections; 0 pauses
-    max_in_flight: int = 1
-    #: deliveries a message may have: the one after the last is given up instead of
-    #: handled (with 3, the 4th delivery; see ``dead_letter``); 0 = no limit
-    max_attempts: int = 5
-    #: REQ delay per attempt when a handler fails (grows with attempts)
-    requeue_delay: float = 90.0
-    #: the longest REQ delay
-    max_requeue_delay: float = 900.0
-    #: backoff lasts ``backoff_multiplier * 2 ** level`` seconds...
-    backoff_multiplier: float = 1.0
-    #: ...at most this long; 0 disables backoff
-    max_backoff_duration: float = 120.0
-    #: seconds between two polls of nsqlookupd for the topic's nsqds
-    lookupd_poll_interval: float = 60.0
-    #: each poll interval is shortened by up to this fraction of it, at random
-    lookupd_poll_jitter: float = 0.3
-    #: seconds one nsqlookupd request may take
-    lookupd_request_timeout: float = 5.0
-    #: how often RDY is redistributed when connections outnumber ``max_in_flight``
-    rdy_redistribute_interval: float = 5.0
-    #: a connection idle this long gives its RDY to another (connections > max_in_flight)
-    low_rdy_idle_timeout: float = 10.0
-    #: a connection holding RDY this long gives it up (connections > max_in_flight)
-    low_rdy_timeout: float = 30.0
-    #: after lowering a connection's RDY, count the messages nsqd may have sent before it
-    #: saw the lowering for this long before giving the room to another connection (so
-    #: nsqd's own in-flight total stays within max_in_flight); 0 trusts what has arrived
-    rdy_settle_time: float = 1.0
-    #: first reconnect delay; it doubles per failed attempt or handshake up to
-    #: ``max_reconnect_delay`` (each delay shortened by up to 20% at random)
-    reconnect_delay: float = DEFAULT_RETRY.initial
-    #: the longest reconnect delay
-    max_reconnect_delay: float = DEFAULT_RETRY.max_delay
-    #: the whole reconnect policy (factor and jitter too); when given, it replaces
-    #: ``reconnect_delay`` and ``max_reconnect_delay`` (leave those at their defaults)
-    retry: RetryPolicy | None = None
-    #: seconds the IDENTIFY/TLS/compression/AUTH handshake and SUB may take
-    handshake_timeout: float = 10.0
-    #: a connection that has received nothing (no message, no heartbeat) for this many
-    #: heartbeat intervals (``identify.heartbeat_interval_ms``, 30 s by default) plus
-    #: 0.5 s is dead: it is closed and reconnected, its messages redelivered by nsqd
-    heartbeats_missed: float = DEFAULT_HEARTBEATS_MISSED
-    #: the same bound in seconds when heartbeats are off (``heartbeat_interval_ms=-1``)
-    #: or left to nsqd (``None``)
-    read_timeout: float = DEFAULT_READ_TIMEOUT
-    #: how an nsqd address given by nsqlookupd (its ``broadcast_address``) becomes one
-    #: this consumer can dial: a mapping (``{"nsqd-0:4150": "10.0.0.5:31500"}``, or a
-    #: host alone, ``{"nsqd-0": "127.0.0.1"}``, keeping the port) or a callable
-    #: ``announced -> address``. Only discovered addresses are mapped, not
-    #: ``nsqd_tcp_addresses`` (see :func:`txnsq._wire.address.map_address`); ``stats()``
-    #: and ``connections()`` name the address dialled
-    address_map: AddressMap | None = None
-    #: TOUCH messages whose handler has not answered yet, before nsqd's timeout runs out
-    auto_touch: bool = False
-    #: how long ``stopService`` waits for CLOSE_WAIT and in-flight handlers
-    stop_timeout: float = 30.0
-    #: run the handler (a blocking function) in a pool of at most this many threads of
-    #: the consumer's own; 0 runs it on the reactor thread
-    handler_threads: int = 0
-    #: what each connection asks nsqd for in IDENTIFY (heartbeat interval, message
-    #: timeout, compression, output buffering, client id...)
-    identify: IdentifyOptions = field(default_factory=IdentifyOptions)
-    #: TLS settings; when given, every connection upgrades to TLS
-    tls: TLSOptions | None = None
-    #: sent with AUTH when nsqd requires it; never shown in a ``repr``
-    auth_secret: str | bytes | None = field(default=None, repr=False)
-    #: where messages past ``max_attempts`` go: published there (by the consumer's
-    #: ``dead_letter_producer``, or a producer of its own to the nsqd the message came
-    #: from), then finished once nsqd acknowledged the publish; requeued if it fails,
-    #: never dropped. ``None``: finished and handed to ``giving_up``
-    dead_letter: DeadLetter | None = None
-
-    def __post_init__(self) -> None:
-        check_number(self.max_in_flight, "max_in_flight", integer=True, minimum=0)
-        check_number(self.max_attempts, "max_attempts", integer=True, minimum=0, maximum=65535)
-        check_number(self.handler_threads, "handler_threads", integer=True, minimum=0)
-        for name in (
-            "requeue_delay",
-            "max_requeue_delay",
-            "max_backoff_duration",
-            "stop_timeout",
-            "rdy_settle_time",
-        ):
-            check_number(getattr(self, name), name, minimum=0)
-        for name in (
-            "lookupd_poll_interval",
-            "lookupd_request_timeout",
-            "rdy_redistribute_interval",
-            "low_rdy_idle_timeout",
-            "low_rdy_timeout",
-            "reconnect_delay",
-            "max_reconnect_delay",
-            "handshake_timeout",
-        ):
-            check_number(getattr(self, name), name, positive=True)
-        check_number(self.lookupd_poll_jitter, "lookupd_poll_jitter", minimum=0, maximum=1)
-        # Only needed when backoff is on (max_backoff_duration > 0).
-        check_number(
-            self.backoff_multiplier,
-            "backoff_multiplier",
-            positive=self.max_backoff_duration > 0,
-            minimum=None if self.max_backoff_duration > 0 else 0,
-        )
-        if self.max_reconnect_delay < self.reconnect_delay:
-            raise ValueError("max_reconnect_delay must not be below reconnect_delay")
-        if self.retry is not None:
-            if not isinstance(self.retry, RetryPolicy):
-                raise TypeError("retry must be a RetryPolicy or None")
-            if (self.reconnect_delay, self.max_reconnect_delay) != (
-                DEFAULT_RETRY.initial,
-                DEFAULT_RETRY.max_delay,
-            ):
-                raise ValueError("give retry or reconnect_delay/max_reconnect_delay, not both")
-        if not isinstance(self.identify, IdentifyOptions):
-            raise TypeError("identify must be an IdentifyOptions")
-        if self.tls is not None and not isinstance(self.tls, TLSOptions):
-            raise TypeError("tls must be a TLSOptions or None")
-        if self.auth_secret is not None and not isinstance(self.auth_secret, str | bytes):
-            raise TypeError("auth_secret must be str or bytes")
-        _read_timeout(
-            self.identify.heartbeat_interval_ms,
-            heartbeats_missed=self.heartbeats_missed,
-            without_heartbeats=self.read_timeout,
-        )
-        check_address_map(self.address_map)
-        if self.dead_letter is not None and not isinstance(self.dead_letter, DeadLetter):
-            raise TypeError("dead_letter must be a DeadLetter or None")
-
-    @property
-    def reconnect_policy(self) -> RetryPolicy:
-        """The reconnect policy: ``retry``, or ``DEFAULT_RETRY`` with ``reconnect_delay``
-        and ``max_reconnect_delay``."""
-        if self.retry is not None:
-            return self.retry
-        return replace(
-            DEFAULT_RETRY, initial=self.reconnect_delay, max_delay=self.max_reconnect_delay
-        )
-
-
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
@@ -245,17 +91,7 @@ class _ConnectionFactory(Factory):
         self.host = host
 
     def buildProtocol(self, addr: Any) -> NSQProtocol:
-        opts = self.consumer.options
-        return NSQProtocol(
-            opts.identify,
-            tls=opts.tls,
-            tls_hostname=self.host,
-            auth_secret=opts.auth_secret,
-            handshake_timeout=opts.handshake_timeout,
-            heartbeats_missed=opts.heartbeats_missed,
-            read_timeout=opts.read_timeout,
-            clock=self.consumer._reactor,
-        )
+        return connection_protocol(self.consumer.options, self.host, self.consumer._reactor)
 
 
 class _SessionOwner:
@@ -336,8 +172,10 @@ class Consumer(Service):
         backoff for as long as the consumer runs. Each is named in :meth:`stats` and
         :meth:`connections` as ``"host:port"`` (or the endpoint string or endpoint).
     :param lookupd_http_addresses: nsqlookupds to poll for the topic's producers.
-    :param options: a :class:`ConsumerOptions`; keyword arguments override its fields
-        (``Consumer(..., max_in_flight=100)``).
+    :param options: a :class:`~txnsq.options.ConsumerOptions`, or a plain
+        :class:`~txnsq.options.ConnectionOptions` (the other fields take their
+        defaults); keyword arguments (``settings``) replace its fields
+        (``Consumer(..., max_in_flight=100)``). Available as :attr:`options`.
     :param giving_up: called with a message that exceeded ``max_attempts`` once it has
         been finished (with a dead-letter topic: once its dead letter was acknowledged);
         the default logs it.
@@ -354,10 +192,14 @@ class Consumer(Service):
         use those); by default ``TCP4ClientEndpoint``/``TCP6ClientEndpoint`` for an IP
         address, else ``HostnameEndpoint``. Lets tests and users plug in their own.
     :param agent: the ``IAgent`` used to poll nsqlookupd.
-    :raises ValueError, TypeError: on an invalid name, address or option.
+    :raises ValueError, TypeError: on an invalid name, address or option; a keyword
+        that is neither a parameter nor a :class:`~txnsq.options.ConsumerOptions`
+        field is a TypeError naming the nearest valid name.
     """
 
     _log: Final = Logger()
+    #: The consumer's settings (frozen).
+    options: ConsumerOptions
 
     def __init__(
         self,
@@ -367,7 +209,7 @@ class Consumer(Service):
         *,
         nsqd_tcp_addresses: Sequence[NSQDAddress] = (),
         lookupd_http_addresses: Sequence[str] = (),
-        options: ConsumerOptions | None = None,
+        options: ConsumerOptions | ConnectionOptions | None = None,
         giving_up: Callable[[Message], object] | None = None,
         observers: Sequence[IConsumerObserver] = (),
         dead_letter_producer: DeadLetterPublisher | None = None,
@@ -375,8 +217,12 @@ class Consumer(Service):
         endpoint_factory: EndpointFactory | None = None,
         agent: Any = None,
         rng: random.Random | None = None,
-        **overrides: Any,
+        **settings: Any,
     ) -> None:
+        # Unknown keywords first: a misspelt address keyword must be named as such.
+        self.options = client_options(
+            ConsumerOptions, Consumer, options, settings
+        )
         commands.validate_topic_name(topic)
         commands.validate_channel_name(channel)
         if not callable(handler):
@@ -393,9 +239,11 @@ class Consumer(Service):
         # The static nsqds, by label (duplicates dropped); lookupd's are read when listed.
         self._targets: dict[str, NSQDTarget] = {}
         for address in nsqd_tcp_addresses:
-            target = nsqd_target(address, reactor, endpoint_factory=endpoint_factory)
+            target = nsqd_target(
+                address, reactor, connect_timeout=self.options.connect_timeout,
+                endpoint_factory=endpoint_factory,
+            )
             self._targets.setdefault(target.label, target)
-        self.options = replace(options or ConsumerOptions(), **overrides)
         self.topic = topic
         self.channel = channel
         self._handler = handler
@@ -580,7 +428,8 @@ class Consumer(Service):
         if target is None:  # listed by nsqlookupd
             try:
                 target = nsqd_target(
-                    address, self._reactor, endpoint_factory=self._endpoint_factory
+                    address, self._reactor, connect_timeout=self.options.connect_timeout,
+                    endpoint_factory=self._endpoint_factory,
                 )
             except ValueError as e:
                 self._log.error("Ignoring nsqd {nsqd}: {error}", nsqd=address, error=e)
@@ -959,7 +808,8 @@ class Consumer(Service):
         producer = self._own_dead_letter_producers.get(nsqd.address)
         if producer is None:
             target = self._targets.get(nsqd.address) or nsqd_target(
-                nsqd.address, self._reactor, endpoint_factory=self._endpoint_factory
+                nsqd.address, self._reactor, connect_timeout=self.options.connect_timeout,
+                endpoint_factory=self._endpoint_factory,
             )
             opts = self.options
             tls = opts.tls
@@ -968,11 +818,7 @@ class Consumer(Service):
                 tls = replace(tls, hostname=target.tls_hostname)
             producer = Producer(
                 target.endpoint,
-                identify=opts.identify,
-                tls=tls,
-                auth_secret=opts.auth_secret,
-                handshake_timeout=opts.handshake_timeout,
-                retry_policy=opts.reconnect_policy,
+                options=ProducerOptions.from_options(opts.connection_options(), tls=tls),
                 reactor=self._reactor,
                 rng=self._rng,
             )

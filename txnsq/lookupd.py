@@ -61,12 +61,14 @@ __all__ = [
     "LookupdPoller",
 ]
 
-#: Seconds between two polling rounds (before jitter).
+#: Seconds between two polling rounds (before jitter): every client's
+#: ``lookupd_poll_interval`` default.
 DEFAULT_LOOKUPD_POLL_INTERVAL: Final = 60.0
 #: Each round's delay is shortened by up to this fraction of the interval, at random.
 DEFAULT_LOOKUPD_POLL_JITTER: Final = 0.3
-#: Seconds one ``/lookup`` request (connect, answer and body) may take.
-DEFAULT_LOOKUPD_REQUEST_TIMEOUT: Final = 10.0
+#: Seconds one ``/lookup`` request (connect, answer and body) may take (the default of
+#: every client's ``lookupd_request_timeout``).
+DEFAULT_LOOKUPD_REQUEST_TIMEOUT: Final = 5.0
 #: The shortest time between the starts of two rounds asked for by
 #: :meth:`LookupdPoller.poll_now`.
 DEFAULT_MIN_REPOLL_INTERVAL: Final = 5.0
@@ -175,7 +177,8 @@ class LookupdPoller:
     :param poll_jitter: 0 to 1; the delay before each round is drawn uniformly from
         ``[poll_interval * (1 - poll_jitter), poll_interval]``, so a newly published
         topic is never found later than ``poll_interval`` after the previous round.
-    :param request_timeout: seconds one request may take before it is cancelled.
+    :param request_timeout: seconds one request may take before it is cancelled (a
+        client's ``lookupd_request_timeout``, 5 s by default).
     :param min_repoll_interval: seconds; :meth:`poll_now` never starts a round sooner than
         this after the start of the previous one.
     :param stale_after: seconds a failing lookupd's last good answer keeps counting;

@@ -19,10 +19,17 @@ client it was given to. This module is pure: it imports no Twisted.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Final, TypeVar
 
-from txnsq._deprecate import suggest_names, warn_deprecated
+from txnsq._deprecate import (
+    outside_stacklevel,
+    suggest_names,
+    unexpected_keyword,
+    warn_deprecated,
+)
 from txnsq._fielddocs import document_fields
 from txnsq._wire.address import AddressMap, check_address_map
 from txnsq._wire.batching import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_COUNT
@@ -252,21 +259,47 @@ class ConnectionOptions:
             f"{where}(identify=IdentifyOptions(...))",
             f"{where}'s own fields (heartbeat_interval, msg_timeout, compression, ... "
             "in seconds)",
-            # Past _take_deprecated, __post_init__, __init__ and suggest_names' wrapper:
-            # the caller's line.
-            stacklevel=7,
+            stacklevel=outside_stacklevel(),
         )
         if not isinstance(identify, IdentifyOptions):
             raise TypeError(f"identify must be an IdentifyOptions, not {type(identify).__name__}")
+        defaults = _CONNECTION_DEFAULTS
         for name, value in identify_to_settings(identify).items():
             if name == "tls":
                 if value and self.tls is None:
                     object.__setattr__(self, "tls", TLSOptions())
-                continue
-            object.__setattr__(self, name, value)
+            elif getattr(self, name) == defaults[name]:  # a field given explicitly wins
+                object.__setattr__(self, name, value)
 
 
 _CONNECTION_FIELDS: Final = tuple(f.name for f in fields(ConnectionOptions))
+_CONNECTION_DEFAULTS: Final = {f.name: f.default for f in fields(ConnectionOptions)}
+
+
+def client_options(
+    cls: type[_O], client: Callable[..., object], options: ConnectionOptions | None,
+    settings: dict[str, Any],
+) -> _O:
+    """A client's options: ``options`` (of type ``cls``, a plain
+    :class:`ConnectionOptions`, or ``None``) with the keyword arguments ``settings``
+    the client was called with replacing fields.
+
+    :raises TypeError: for a keyword that is neither a parameter of ``client`` nor a
+        field of ``cls``, worded as Python words it for the call the user made
+        (``Consumer() got an unexpected keyword argument 'max_inflight'; did you mean
+        'max_in_flight'?``); for ``options`` of another type.
+    """
+    known = cls.__dataclass_fields__
+    for name in settings:
+        if name not in known:
+            parameters = [
+                p.name for p in inspect.signature(client).parameters.values()
+                if p.kind is not p.VAR_KEYWORD
+            ]
+            hidden = cls._deprecated_fields
+            valid = parameters + [f for f in known if f not in hidden]
+            raise unexpected_keyword(getattr(client, "__name__", str(client)), name, valid)
+    return cls.from_options(options, **settings)
 
 
 def identify_to_settings(identify: IdentifyOptions) -> dict[str, Any]:
@@ -343,6 +376,14 @@ class ProducerOptions(ConnectionOptions):
         check_number(self.batch_linger, "batch_linger", minimum=0)
         check_number(self.batch_max_count, "batch_max_count", integer=True, minimum=1)
         check_number(self.batch_max_bytes, "batch_max_bytes", integer=True, minimum=9)
+        if not self.batch:
+            for name, default in (
+                ("batch_linger", 0.0),
+                ("batch_max_count", DEFAULT_MAX_BATCH_COUNT),
+                ("batch_max_bytes", DEFAULT_MAX_BATCH_BYTES),
+            ):
+                if getattr(self, name) != default:
+                    raise ValueError(f"{name} is only used with batch=True")
 
 
 @document_fields
@@ -472,7 +513,7 @@ class ConsumerOptions(ConnectionOptions):
         if self.retry is not None:
             warn_deprecated(
                 "ConsumerOptions(retry=...)", "ConsumerOptions(reconnect_policy=...)",
-                stacklevel=6,
+                stacklevel=outside_stacklevel(),
             )
             if not isinstance(self.retry, RetryPolicy):
                 raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
@@ -484,7 +525,7 @@ class ConsumerOptions(ConnectionOptions):
             warn_deprecated(
                 "ConsumerOptions(reconnect_delay=..., max_reconnect_delay=...)",
                 "ConsumerOptions(reconnect_policy=RetryPolicy(initial=..., max_delay=...))",
-                stacklevel=6,
+                stacklevel=outside_stacklevel(),
             )
             initial = self.reconnect_delay
             max_delay = self.max_reconnect_delay

@@ -10,10 +10,10 @@ nsqd crash can still lose it (see "Delivery guarantees" in the documentation).
 Publishes are pipelined: many may be in flight on one connection at once.
 
 While no connection is ready (not started yet, nsqd down, reconnecting), publishes wait
-in a bounded queue for at most ``timeout`` seconds. A publish whose connection is lost
-before nsqd answered fails with :class:`~txnsq.errors.ConnectionClosed`: nsqd may or may
-not have stored it, so it is not sent again unless ``retry`` asks for that (and accepts
-duplicates).
+in a bounded queue for at most ``ready_timeout`` seconds. A publish whose connection is
+lost before nsqd answered fails with :class:`~txnsq.errors.ConnectionClosed`: nsqd may or
+may not have stored it, so it is not sent again unless ``publish_retries`` asks for that
+(and accepts duplicates). The settings are a :class:`~txnsq.options.ProducerOptions`.
 
 With ``batch=True``, :meth:`Producer.publish` calls to one topic are coalesced into MPUBs
 (each call keeps its own Deferred); the rule (when a batch goes, how it is cut, what a
@@ -34,7 +34,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from twisted.application.internet import ClientService
 from twisted.application.service import Service
@@ -49,13 +49,12 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from txnsq._endpoints import NSQDAddress, NSQDTarget, nsqd_target
+from txnsq._deprecate import warn_deprecated
+from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._stats import LatencyHistogram, ProducerNSQDStats, ProducerStats
 from txnsq._wire import commands
 from txnsq._wire.batching import (
     BATCH_SIZE_BOUNDS,
-    DEFAULT_MAX_BATCH_BYTES,
-    DEFAULT_MAX_BATCH_COUNT,
     BatchQueue,
     RefusalKind,
     batch_size_bucket,
@@ -63,9 +62,7 @@ from txnsq._wire.batching import (
     never_executed,
 )
 from txnsq._wire.identify import Features, IdentifyOptions
-from txnsq._wire.liveness import DEFAULT_HEARTBEATS_MISSED, DEFAULT_READ_TIMEOUT
-from txnsq._wire.liveness import read_timeout as _read_timeout
-from txnsq._wire.numbers import check_number, seconds_to_ms
+from txnsq._wire.numbers import seconds_to_ms
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.errors import (
     BadMessageError,
@@ -78,7 +75,13 @@ from txnsq.errors import (
     PubFailedError,
     PublishQueueFull,
 )
-from txnsq.protocol import NSQProtocol
+from txnsq.options import (
+    ConnectionOptions,
+    ProducerOptions,
+    client_options,
+    identify_to_settings,
+)
+from txnsq.protocol import NSQProtocol, connection_protocol
 from txnsq.tls import TLSOptions
 
 __all__ = ["Producer", "ProducerStopped", "PublishQueueFull", "default_retry_policy"]
@@ -549,15 +552,7 @@ class _Connection:
 
     def build_protocol(self) -> NSQProtocol:
         producer = self.producer
-        protocol = NSQProtocol(
-            producer._identify,
-            tls=producer._tls,
-            tls_hostname=self.tls_hostname,
-            auth_secret=producer._auth_secret,
-            handshake_timeout=producer._handshake_timeout,
-            clock=producer._reactor,
-            **producer._liveness_options,
-        )
+        protocol = connection_protocol(producer.options, self.tls_hostname, producer._reactor)
         protocol.on_commands_written = self.commands_written
         protocol.on_close = lambda reason: self.protocol_closed(protocol, reason)
         protocol.on_answer = self.answered
@@ -685,6 +680,63 @@ class _ProtocolFactory(Factory):
         return self._connection.build_protocol()
 
 
+#: Producer's keywords before txnsq 0.2.0 and the ProducerOptions field each became.
+_RENAMED: Final = {
+    "timeout": "ready_timeout",
+    "retry": "publish_retries",
+    "publish_timeout": "command_timeout",
+}
+
+
+def _take_deprecated(settings: dict[str, Any]) -> Callable[[int], float] | None:
+    """Translate Producer's deprecated keywords in ``settings`` (in place) into
+    :class:`~txnsq.options.ProducerOptions` fields, each with a DeprecationWarning.
+
+    :return: a reconnect policy given as a plain callable (``retry_policy=f``), which
+        no options field holds, or ``None``.
+    """
+    for old, new in _RENAMED.items():
+        if old in settings:
+            warn_deprecated(f"Producer({old}=...)", f"Producer({new}=...)", stacklevel=4)
+            if new in settings:
+                raise TypeError(f"give {new} or the deprecated {old}, not both")
+            settings[new] = settings.pop(old)
+    if "identify" in settings:
+        identify = settings.pop("identify")
+        warn_deprecated(
+            "Producer(identify=IdentifyOptions(...))",
+            "Producer's own fields (heartbeat_interval, msg_timeout, compression, ... "
+            "in seconds)",
+            stacklevel=4,
+        )
+        if identify is not None:
+            if not isinstance(identify, IdentifyOptions):
+                raise TypeError(
+                    f"identify must be an IdentifyOptions, not {type(identify).__name__}"
+                )
+            for name, value in identify_to_settings(identify).items():
+                if name == "tls":
+                    if value and settings.get("tls") is None:
+                        settings["tls"] = TLSOptions()
+                else:
+                    settings.setdefault(name, value)
+    if "retry_policy" not in settings:
+        return None
+    policy = settings.pop("retry_policy")
+    warn_deprecated("Producer(retry_policy=...)", "Producer(reconnect_policy=...)", stacklevel=4)
+    if "reconnect_policy" in settings:
+        raise TypeError("give reconnect_policy or the deprecated retry_policy, not both")
+    if policy is None or isinstance(policy, RetryPolicy):
+        if policy is not None:
+            settings["reconnect_policy"] = policy
+        return None
+    if not callable(policy):
+        raise TypeError(
+            f"retry_policy must be a RetryPolicy or callable, not {type(policy).__name__}"
+        )
+    return cast(Callable[[int], float], policy)
+
+
 def _is_pair(value: object) -> bool:
     """Whether ``value`` is one ``(host, port)`` pair rather than a sequence of nsqds (a
     port is never an nsqd, so the two cannot be confused)."""
@@ -700,146 +752,89 @@ def _is_pair(value: object) -> bool:
 class Producer(Service):
     """Publishes to one nsqd, or to several with failover.
 
-    :param addresses: an nsqd as ``"host:port"`` (``"[::1]:4150"`` for IPv6; a bare
-        host means port 4150) or a ``(host, port)`` pair, an endpoint string for
+    :param nsqd_tcp_addresses: an nsqd as ``"host:port"`` (``"[::1]:4150"`` for IPv6;
+        a bare host means port 4150) or a ``(host, port)`` pair, an endpoint string for
         :func:`~twisted.internet.endpoints.clientFromString` (for example
         ``"tcp:host=nsqd.example:port=4150"`` or ``"unix:/run/nsqd.sock"``), or any
         :class:`~twisted.internet.interfaces.IStreamClientEndpoint`; or a sequence of
         those (addresses are read as every txnsq client reads them, see
         :func:`txnsq.blocking.parse_address`). With several, a connection is kept to
         each and publishes go to the ready ones in turn; when one fails its new
-        publishes go to the others.
-    :param identify: IDENTIFY options (snappy/deflate compression, heartbeats, client id,
-        ...). ``tls_v1`` is set from ``tls``.
-    :param tls: TLS settings; when given, every connection upgrades to TLS and checks the
-        server's certificate against the host part of the address (or ``tls.hostname``).
-    :param auth_secret: sent with AUTH when nsqd requires it. Never logged.
-    :param timeout: seconds a publish may wait for a ready connection before it fails with
-        :class:`~txnsq.errors.NotReady`.
-    :param max_queued: how many publish calls may wait for a ready connection at once;
-        one more fails at once with :class:`PublishQueueFull`.
-    :param handshake_timeout: seconds a connection's handshake (IDENTIFY, TLS,
-        compression, AUTH) may take.
-    :param publish_timeout: seconds a sent publish may wait for nsqd's answer (detected
-        up to half as late again). Past it the connection, which can no longer be
-        trusted to answer in order, is closed and reconnected, and every publish still
-        waiting on it fails with :class:`~txnsq.errors.CommandTimeout` (nsqd may or may
-        not have stored them; ``retry`` sends them again). ``None``: only the read
-        timeout bounds the wait.
-    :param heartbeats_missed: a connection that has received nothing (no answer, no
-        heartbeat) for this many heartbeat intervals (``identify``'s
-        ``heartbeat_interval_ms``, 30 s by default) plus 0.5 s is dead: it is closed and
-        reconnected, and publishes waiting on it fail with
-        :class:`~txnsq.errors.ConnectionSilent`.
-    :param read_timeout: the same bound in seconds when heartbeats are off
-        (``heartbeat_interval_ms=-1``; an idle connection is then reconnected after it).
-    :param connect_timeout: seconds a TCP connect may take (for ``"host:port"``
-        addresses; an endpoint carries its own).
-    :param stop_timeout: seconds :meth:`stopService` waits for publishes in flight.
-    :param retry: how many times a publish whose connection was lost before nsqd
-        answered, or that nsqd could not store (``E_PUB_FAILED``, ``E_MPUB_FAILED``,
-        ``E_DPUB_FAILED``: e.g. its topic is exiting as nsqd stops), is sent again (on
-        another connection, or once reconnected). ``0`` (the default) never re-sends:
-        the Deferred fails with :class:`~txnsq.errors.ConnectionClosed` (or nsqd's
-        error). With ``retry``, a message may be stored
-        twice (nsqd stored it, but its ``OK`` was lost with the connection): consumers
-        must tolerate duplicates.
-    :param retry_policy: how long to wait before reconnecting after the ``attempt``-th
-        consecutive failure (failed handshakes count too): a
-        :class:`~txnsq._wire.retry.RetryPolicy` (the default, ``DEFAULT_RETRY``, waits
-        1 s, doubling up to 60 s, each delay shortened by up to 20% at random), or any
-        ``policy(attempt) -> seconds``.
-    :param rng: the random source of the ``RetryPolicy``'s jitter (a seeded
-        :class:`random.Random` gives the same delays as a Consumer with the same seed).
+        publishes go to the others. (Called ``addresses`` before txnsq 0.2.0.)
+    :param options: a :class:`~txnsq.options.ProducerOptions`, or a plain
+        :class:`~txnsq.options.ConnectionOptions` (the other fields take their
+        defaults); keyword arguments (``settings``) replace its fields
+        (``Producer(address, ready_timeout=2.0)``). What they mean: a publish waits at
+        most ``ready_timeout`` seconds for a ready connection (then
+        :class:`~txnsq.errors.NotReady`) and at most ``command_timeout`` for nsqd's
+        answer once sent (then the connection, which can no longer be trusted to
+        answer in order, is closed and its publishes fail with
+        :class:`~txnsq.errors.CommandTimeout`); a publish lost with its connection, or
+        refused with ``E_PUB_FAILED``/``E_MPUB_FAILED``/``E_DPUB_FAILED``, is sent
+        again up to ``publish_retries`` times (a message may then be stored twice);
+        ``stop_timeout`` bounds :meth:`stopService`'s wait; ``connect_timeout`` applies
+        to ``"host:port"`` addresses (an endpoint carries its own); reconnects follow
+        ``reconnect_policy``. Available as :attr:`options`. The keywords of txnsq 0.1
+        (``identify``, ``timeout``, ``retry``, ``retry_policy`` (a ``RetryPolicy`` or
+        any ``policy(attempt) -> seconds``), ``publish_timeout``, ``addresses``) still
+        work, with a :class:`DeprecationWarning`, until 0.4.0.
     :param reactor: provides ``IReactorTCP`` and ``IReactorTime`` (the global reactor
         when ``None``).
-    :param batch: coalesce :meth:`publish` calls to the same topic into MPUBs (off by
-        default). Each publish keeps its own Deferred, fired when nsqd has acknowledged its
-        message, or failed with the error that concerns it: a batch nsqd refuses because
-        of one message (too big) is sent again without it, so only that message fails.
-        What is published in one reactor turn goes out together at the end of the turn;
-        while 4 batches of a topic are unanswered, what is published meanwhile waits and
-        goes together as soon as one is answered. Nothing waits for a timer unless
-        ``batch_linger`` asks for it. Order per topic is kept. :meth:`multi_publish` and
-        :meth:`deferred_publish` are not batched.
-    :param batch_linger: with ``batch``, how long (**seconds**, a float, e.g. ``0.005``
-        for 5 ms) a publish may wait for others to join its batch (default ``0``: no
-        waiting). A full batch goes at once.
-    :param batch_max_count: with ``batch``, at most this many messages per MPUB (default
-        1000).
-    :param batch_max_bytes: with ``batch``, at most this many bytes of MPUB body per
-        batch (default 1 MiB; nsqd's ``--max-body-size`` is 5 MiB by default). A message
-        bigger than that goes alone, as a PUB.
+    :param endpoint_factory: ``(reactor, host, port) -> IStreamClientEndpoint`` to
+        connect to a ``host:port`` address with, as the
+        :class:`~txnsq.consumer.Consumer`'s (``Producer(nsqd.address,
+        endpoint_factory=nsqd.endpoint_factory)`` for a :class:`~txnsq.testing.FakeNSQD`).
+    :param rng: the random source of the reconnect policy's jitter (a seeded
+        :class:`random.Random` gives the same delays as a Consumer with the same seed).
+    With ``batch=True``, :meth:`publish` calls to the same topic are coalesced into
+    MPUBs: each publish keeps its own Deferred, fired when nsqd has acknowledged
+    its message, or failed with the error that concerns it: a batch nsqd refuses because
+    of one message (too big) is sent again without it, so only that message fails.
+    What is published in one reactor turn goes out together at the end of the turn;
+    while 4 batches of a topic are unanswered, what is published meanwhile waits and
+    goes together as soon as one is answered. Nothing waits for a timer unless
+    ``batch_linger`` (seconds) asks for it. Order per topic is kept.
+    :meth:`multi_publish` and :meth:`deferred_publish` are not batched.
     :raises TypeError, ValueError: for invalid arguments (nothing is connected).
     """
 
+    #: The producer's settings (frozen).
+    options: ProducerOptions
+
     def __init__(
         self,
-        addresses: Address | Sequence[Address],
+        nsqd_tcp_addresses: Address | Sequence[Address] | None = None,
         *,
-        identify: IdentifyOptions | None = None,
-        tls: TLSOptions | None = None,
-        auth_secret: bytes | str | None = None,
-        timeout: float = 10.0,
-        max_queued: int = 10_000,
-        handshake_timeout: float = 10.0,
-        publish_timeout: float | None = 30.0,
-        heartbeats_missed: float = DEFAULT_HEARTBEATS_MISSED,
-        read_timeout: float = DEFAULT_READ_TIMEOUT,
-        connect_timeout: float = 30.0,
-        stop_timeout: float = 10.0,
-        retry: int = 0,
-        retry_policy: RetryPolicy | Callable[[int], float] | None = None,
+        options: ProducerOptions | ConnectionOptions | None = None,
         reactor: Any = None,
+        endpoint_factory: EndpointFactory | None = None,
         rng: random.Random | None = None,
-        batch: bool = False,
-        batch_linger: float | None = None,
-        batch_max_count: int | None = None,
-        batch_max_bytes: int | None = None,
+        **settings: Any,
     ) -> None:
+        policy = _take_deprecated(settings)
+        if "addresses" in settings:
+            warn_deprecated("Producer(addresses=...)", "Producer(nsqd_tcp_addresses=...)")
+            if nsqd_tcp_addresses is not None:
+                raise TypeError("Producer() got multiple values for 'nsqd_tcp_addresses'")
+            nsqd_tcp_addresses = settings.pop("addresses")
+        self.options = opts = client_options(ProducerOptions, Producer, options, settings)
+        if nsqd_tcp_addresses is None:
+            raise TypeError("Producer() missing its nsqd address: Producer('127.0.0.1:4150')")
         if reactor is None:
             from twisted.internet import reactor as global_reactor
 
             reactor = global_reactor
         self._reactor = reactor
         self._seconds: Callable[[], float] = reactor.seconds
-        if identify is not None and not isinstance(identify, IdentifyOptions):
-            raise TypeError(f"identify must be IdentifyOptions, not {type(identify).__name__}")
-        if tls is not None and not isinstance(tls, TLSOptions):
-            raise TypeError(f"tls must be TLSOptions, not {type(tls).__name__}")
-        if auth_secret is not None and not isinstance(auth_secret, bytes | str):
-            raise TypeError(f"auth_secret must be bytes or str, not {type(auth_secret).__name__}")
-        self._identify = identify
-        self._tls = tls
-        self._auth_secret = auth_secret
-        self._timeout = float(check_number(timeout, "timeout", positive=True))
-        self._handshake_timeout = float(
-            check_number(handshake_timeout, "handshake_timeout", positive=True)
-        )
-        self._stop_timeout = float(check_number(stop_timeout, "stop_timeout", minimum=0))
-        _read_timeout(
-            (identify or IdentifyOptions()).heartbeat_interval_ms,
-            heartbeats_missed=heartbeats_missed,
-            without_heartbeats=read_timeout,
-        )
-        self._liveness_options: dict[str, Any] = {
-            "answer_timeout": check_number(
-                publish_timeout, "publish_timeout", positive=True, allow_none=True
-            ),
-            "heartbeats_missed": heartbeats_missed,
-            "read_timeout": read_timeout,
-        }
-        connect_timeout = float(check_number(connect_timeout, "connect_timeout", positive=True))
-        self._max_queued = int(check_number(max_queued, "max_queued", integer=True, minimum=0))
-        self._retry = int(check_number(retry, "retry", integer=True, minimum=0))
-        self._init_batching(batch, batch_linger, batch_max_count, batch_max_bytes)
-        if retry_policy is None or isinstance(retry_policy, RetryPolicy):
-            self._retry_policy = (retry_policy or DEFAULT_RETRY).policy(rng)
-        elif callable(retry_policy):
-            self._retry_policy = retry_policy
-        else:
-            raise TypeError("retry_policy must be a RetryPolicy or callable")
+        # The hot path reads these attributes, not the options.
+        self._timeout = float(opts.ready_timeout)
+        self._stop_timeout = float(opts.stop_timeout)
+        self._max_queued = opts.max_queued
+        self._retry = opts.publish_retries
+        self._init_batching(opts)
+        self._retry_policy = policy if policy is not None else opts.reconnect_policy.policy(rng)
 
+        addresses = nsqd_tcp_addresses
         if (
             isinstance(addresses, str)
             or IStreamClientEndpoint.providedBy(addresses)
@@ -856,7 +851,11 @@ class Producer(Service):
         if not address_list:
             raise ValueError("at least one nsqd address is needed")
         self._addresses: list[NSQDTarget] = [
-            nsqd_target(a, reactor, connect_timeout=connect_timeout) for a in address_list
+            nsqd_target(
+                a, reactor, connect_timeout=opts.connect_timeout,
+                endpoint_factory=endpoint_factory,
+            )
+            for a in address_list
         ]
 
         self._counters: dict[str, _Counters] = {
@@ -874,38 +873,11 @@ class Producer(Service):
         self._stopped = False
         self._stopping: Deferred[None] | None = None
 
-    def _init_batching(
-        self,
-        batch: bool,
-        linger: float | None,
-        max_count: int | None,
-        max_bytes: int | None,
-    ) -> None:
-        if not isinstance(batch, bool):
-            raise TypeError(f"batch must be True or False, not {type(batch).__name__}")
-        if not batch:
-            for name, value in (
-                ("batch_linger", linger),
-                ("batch_max_count", max_count),
-                ("batch_max_bytes", max_bytes),
-            ):
-                if value is not None:
-                    raise ValueError(f"{name} is only used with batch=True")
-        self._batch_linger = float(
-            check_number(0.0 if linger is None else linger, "batch_linger", minimum=0)
-        )
-        self._batch_max_count = int(
-            check_number(
-                DEFAULT_MAX_BATCH_COUNT if max_count is None else max_count,
-                "batch_max_count", integer=True, minimum=1,
-            )
-        )
-        self._batch_max_bytes = int(
-            check_number(
-                DEFAULT_MAX_BATCH_BYTES if max_bytes is None else max_bytes,
-                "batch_max_bytes", integer=True, minimum=9,
-            )
-        )
+    def _init_batching(self, opts: ProducerOptions) -> None:
+        batch = opts.batch
+        self._batch_linger = opts.batch_linger
+        self._batch_max_count = opts.batch_max_count
+        self._batch_max_bytes = opts.batch_max_bytes
         #: Topic -> its batcher, when batching is on.
         self._batchers: dict[str, _Batcher] | None = {} if batch else None
         self._batch_queued = 0  # publishes waiting in batchers
@@ -1017,9 +989,9 @@ class Producer(Service):
             :class:`~txnsq.errors.ConnectionClosed` if the connection was lost before
             nsqd answered (the message may or may not have been stored),
             :class:`~txnsq.errors.NotReady` if no connection was ready within
-            ``timeout`` (:class:`PublishQueueFull` when the wait queue was full),
+            ``ready_timeout`` (:class:`PublishQueueFull` when the wait queue was full),
             :class:`~txnsq.errors.CommandTimeout` if nsqd did not answer within
-            ``publish_timeout`` (:class:`~txnsq.errors.ConnectionSilent` if the
+            ``command_timeout`` (:class:`~txnsq.errors.ConnectionSilent` if the
             connection went silent first), :class:`ProducerStopped` once the producer is
             stopping, or ``CancelledError`` when cancelled. Cancelling a publish that is
             still waiting for a connection means it is never sent; one already written

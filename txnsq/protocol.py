@@ -35,12 +35,14 @@ read, nothing per message); the handshake has its own bound, ``handshake_timeout
 from __future__ import annotations
 
 import enum
+import inspect
 import socket
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from twisted.internet import defer
 from twisted.internet.address import UNIXAddress
@@ -55,6 +57,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from txnsq._deprecate import unexpected_keyword, warn_deprecated
 from txnsq._unix import unix_tls_needs_hostname
 from txnsq._wire import commands
 from txnsq._wire.address import format_address
@@ -80,13 +83,11 @@ from txnsq._wire.handshake import (
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.liveness import (
     ALIVE,
-    DEFAULT_HEARTBEATS_MISSED,
-    DEFAULT_READ_TIMEOUT,
     SILENT,
     Liveness,
 )
 from txnsq._wire.liveness import read_timeout as _read_timeout
-from txnsq._wire.numbers import check_number
+from txnsq._wire.numbers import seconds_to_ms
 from txnsq.errors import (
     CommandTimeout,
     ConnectionClosed,
@@ -98,6 +99,7 @@ from txnsq.errors import (
     ProtocolError,
 )
 from txnsq.message import Message, MessageOwner
+from txnsq.options import ConnectionOptions
 from txnsq.tls import TLSOptions, client_connection_creator, describe_tls_failure
 
 __all__ = ["NSQProtocol", "ProtocolState"]
@@ -146,31 +148,94 @@ def _default_hostname() -> str:
     return socket.gethostname()
 
 
+#: NSQProtocol's keywords before txnsq 0.2.0, and the ConnectionOptions field each became.
+_LEGACY_KEYWORDS: Final = {
+    "identify": "heartbeat_interval, msg_timeout, compression, ...",
+    "tls": "tls",
+    "auth_secret": "auth_secret",
+    "handshake_timeout": "handshake_timeout",
+    "heartbeats_missed": "heartbeats_missed",
+    "read_timeout": "read_timeout",
+    "answer_timeout": "command_timeout",
+}
+
+
+def _legacy_options(
+    identify: object, keywords: dict[str, Any]
+) -> tuple[ConnectionOptions, IdentifyOptions, float]:
+    """NSQProtocol's deprecated keywords (and a first argument that is an
+    :class:`~txnsq._wire.identify.IdentifyOptions`), each warned about: the options they
+    stand for, the IDENTIFY sent as given, and the silence bound. Options given with
+    them are the base the keywords replace fields of."""
+    base: ConnectionOptions | None = None
+    if isinstance(identify, ConnectionOptions):
+        base, identify = identify, None
+    for name in keywords:
+        if name not in _LEGACY_KEYWORDS:
+            valid = [p for p in inspect.signature(NSQProtocol).parameters if p != "deprecated"]
+            raise unexpected_keyword("NSQProtocol", name, valid)
+    if "identify" in keywords:
+        if identify is not None or base is not None:
+            raise TypeError("NSQProtocol() got multiple values for argument 'options'")
+        identify = keywords.pop("identify")
+    if identify is not None:
+        warn_deprecated(
+            "NSQProtocol(IdentifyOptions(...))",
+            "NSQProtocol(ConnectionOptions(...)) with its seconds fields",
+            stacklevel=4,
+        )
+        if not isinstance(identify, IdentifyOptions):
+            raise TypeError(f"identify must be an IdentifyOptions, not {type(identify).__name__}")
+    # No command bound of its own, as before (unless options were given).
+    settings: dict[str, Any] = {"command_timeout": None} if base is None else {}
+    for name, value in keywords.items():
+        new = _LEGACY_KEYWORDS[name]
+        warn_deprecated(f"NSQProtocol({name}=...)", f"NSQProtocol(ConnectionOptions({new}=...))",
+                        stacklevel=4)
+        settings[new] = value
+    options = ConnectionOptions(**settings) if base is None else replace(base, **settings)
+    if identify is None:
+        identify = IdentifyOptions() if base is None else options.identify_options()
+    silence = _read_timeout(
+        identify.heartbeat_interval_ms,
+        heartbeats_missed=options.heartbeats_missed,
+        without_heartbeats=options.read_timeout,
+    )
+    return options, identify, silence
+
+
+def connection_protocol(
+    options: ConnectionOptions, tls_hostname: str | None, clock: IReactorTime
+) -> NSQProtocol:
+    """The protocol of one client connection to nsqd with ``options`` (the one
+    construction :class:`~txnsq.producer.Producer` and :class:`~txnsq.consumer.Consumer`
+    share): ``tls_hostname`` is the host the certificate must name."""
+    return NSQProtocol(options, tls_hostname=tls_hostname, clock=clock)
+
+
 @implementer(IHandshakeListener)
 class NSQProtocol(Protocol):
     """A connection to one nsqd.
 
-    :param identify: what to ask for in IDENTIFY (``tls_v1`` is set from ``tls``;
-        ``client_id`` and ``hostname`` default to this machine's names).
-    :param tls: TLS options; when given, the connection upgrades to TLS and verifies the
-        server's certificate (see :class:`~txnsq.tls.TLSOptions`). When ``identify``
-        asks for TLS without them, the defaults (system CAs) are used.
-    :param tls_hostname: the name the certificate must match when ``tls`` has no
-        hostname override (normally the host part of the address dialled).
-    :param auth_secret: sent with AUTH when nsqd requires it; never logged.
-    :param handshake_timeout: seconds the whole handshake (TCP connected to ready:
-        IDENTIFY, TLS, compression, AUTH) may take before the connection is dropped and
-        :meth:`when_ready` fails with :class:`~txnsq.errors.HandshakeError`.
-    :param heartbeats_missed: once ready, the connection is dead when nothing at all
-        (no frame, no heartbeat) has been received for this many heartbeat intervals (as
-        asked for in IDENTIFY), plus half a second; it is then dropped and its pending
-        commands fail with :class:`~txnsq.errors.ConnectionSilent`.
-    :param read_timeout: the same bound, in seconds, when heartbeats are disabled
-        (``heartbeat_interval_ms=-1``) or left to nsqd (``None``).
-    :param answer_timeout: seconds commands may wait with no answer from nsqd at all;
-        past it the connection is dropped and its pending commands fail with
-        :class:`~txnsq.errors.CommandTimeout`. ``None``: no bound beyond the read
-        timeout.
+    :param options: the connection's settings (a
+        :class:`~txnsq.options.ConnectionOptions`, or a client's options, which extend
+        it): what IDENTIFY asks for (``client_id`` and ``hostname`` default to this
+        machine's names), TLS (given: the connection upgrades to TLS and verifies the
+        server's certificate), the AUTH secret, ``handshake_timeout`` (the whole
+        handshake, TCP connected to ready, after which the connection is dropped and
+        :meth:`when_ready` fails with :class:`~txnsq.errors.HandshakeError`), the
+        silence bound (``heartbeats_missed`` heartbeat intervals plus half a second, or
+        ``read_timeout`` without heartbeats: the connection is then dropped and its
+        commands fail with :class:`~txnsq.errors.ConnectionSilent`) and
+        ``command_timeout`` (commands waiting that long with no answer at all: the
+        connection is dropped and they fail with :class:`~txnsq.errors.CommandTimeout`).
+        ``None``: ``ConnectionOptions()``. The keywords of txnsq 0.1 (an
+        ``IdentifyOptions`` first, ``tls``, ``auth_secret``, ``handshake_timeout``,
+        ``heartbeats_missed``, ``read_timeout``, ``answer_timeout``) still work, with a
+        :class:`DeprecationWarning`, until 0.4.0.
+    :param tls_hostname: the name the certificate must match when ``options.tls`` has
+        no hostname override (normally the host part of the address dialled).
+    :param max_frame_size: the largest frame accepted from nsqd, in bytes.
     :param on_message: called with each :class:`~txnsq.message.Message`.
     :param on_messages: when set, called instead of ``on_message`` with lists of
         messages: every run of consecutive messages within one read, in order.
@@ -188,9 +253,8 @@ class NSQProtocol(Protocol):
         :class:`~txnsq.errors.ConnectionClosed`). A producer counts its publishes with
         it instead of one more callback on every Deferred.
     :param clock: the reactor's time interface (the global reactor by default).
-    :raises TypeError, ValueError: for an ``auth_secret`` that is not bytes or str, or
-        is empty, or a timeout that is not a positive number (``heartbeats_missed``
-        below 1).
+    :raises TypeError, ValueError: for options of another type, or an empty
+        ``auth_secret``.
     """
 
     _log = Logger()
@@ -202,15 +266,9 @@ class NSQProtocol(Protocol):
 
     def __init__(
         self,
-        identify: IdentifyOptions | None = None,
+        options: ConnectionOptions | None = None,
         *,
-        tls: TLSOptions | None = None,
         tls_hostname: str | None = None,
-        auth_secret: bytes | str | None = None,
-        handshake_timeout: float = 10.0,
-        heartbeats_missed: float = DEFAULT_HEARTBEATS_MISSED,
-        read_timeout: float = DEFAULT_READ_TIMEOUT,
-        answer_timeout: float | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         on_message: Callable[[Message], object] | None = None,
         on_messages: Callable[[list[Message]], object] | None = None,
@@ -218,6 +276,7 @@ class NSQProtocol(Protocol):
         on_close: Callable[[Failure], object] | None = None,
         on_commands_written: Callable[[int], object] | None = None,
         clock: IReactorTime | None = None,
+        **deprecated: Any,
     ) -> None:
         if clock is None:
             from twisted.internet import reactor
@@ -225,30 +284,33 @@ class NSQProtocol(Protocol):
             clock = reactor
         assert clock is not None
         self._clock = clock
+        if isinstance(options, IdentifyOptions) or deprecated:
+            options, identify, silence = _legacy_options(options, deprecated)
+        else:
+            if options is None:
+                options = ConnectionOptions()
+            elif not isinstance(options, ConnectionOptions):
+                raise TypeError(
+                    f"options must be a ConnectionOptions, not {type(options).__name__}"
+                )
+            identify, silence = options.identify_options(), options.silence_timeout
+        tls = options.tls
         self._handshake = Handshake(
-            identify if identify is not None else IdentifyOptions(),
+            identify,
             hostname=_default_hostname(),
             tls=tls is not None,
-            auth_secret=auth_secret,
+            auth_secret=options.auth_secret,
             max_frame_size=max_frame_size,
         )
         #: The options IDENTIFY is sent with (defaults filled in).
         self.identify_options = self._handshake.options
         self._tls = tls
         self._tls_hostname = tls_hostname
-        self._handshake_timeout = handshake_timeout
+        self._handshake_timeout = options.handshake_timeout
         # Liveness: reads and answers are only counted; a timer looks at the counts once
         # the handshake is done. (nsqd agrees to the heartbeat interval IDENTIFY asks
         # for, or fails the handshake.)
-        self._liveness = Liveness(
-            _read_timeout(
-                self.identify_options.heartbeat_interval_ms,
-                heartbeats_missed=heartbeats_missed,
-                without_heartbeats=read_timeout,
-            ),
-            clock.seconds(),
-            answer_timeout,
-        )
+        self._liveness = Liveness(silence, clock.seconds(), options.command_timeout)
         self._liveness_timer: IDelayedCall | None = None
         self._reads = 0
         self._answers = 0
@@ -395,8 +457,7 @@ class NSQProtocol(Protocol):
         :raises ValueError: if ``delay`` is negative or not finite (nothing is sent).
         :raises NotReady: if the handshake has not completed.
         """
-        delay_ms = round(check_number(delay, "delay", minimum=0) * 1000)
-        return self._command(commands.dpub(topic, delay_ms, body))
+        return self._command(commands.dpub(topic, seconds_to_ms(delay, "delay"), body))
 
     def send_command(self, data: bytes) -> defer.Deferred[bytes]:
         """Write an already-encoded command that nsqd answers with one response.
@@ -448,9 +509,29 @@ class NSQProtocol(Protocol):
         if data:
             self._write(data)
 
-    def requeue(self, message_id: bytes, delay_ms: int = 0) -> None:
-        """Send ``REQ`` with a delay in milliseconds."""
-        self._write_ready(commands.req(message_id, delay_ms))
+    def requeue(
+        self, message_id: bytes, delay_ms: int | None = None, *, delay: float | None = None
+    ) -> None:
+        """Send ``REQ``: nsqd delivers the message again after ``delay`` **seconds** (a
+        float, sent in whole milliseconds, half a millisecond rounded up; ``None``: at
+        once).
+
+        ``delay_ms`` (milliseconds) is deprecated since txnsq 0.2.0: give ``delay``.
+
+        :raises TypeError, ValueError: for an invalid id or delay (nothing is sent).
+        :raises NotReady: if the connection is not ready.
+        """
+        if delay_ms is not None:
+            warn_deprecated(
+                "NSQProtocol.requeue(message_id, delay_ms)",
+                "NSQProtocol.requeue(message_id, delay=seconds)",
+            )
+            if delay is not None:
+                raise TypeError("give delay (seconds) or delay_ms, not both")
+            ms = delay_ms
+        else:
+            ms = 0 if delay is None else seconds_to_ms(delay, "delay")
+        self._write_ready(commands.req(message_id, ms))
 
     def touch(self, message_id: bytes) -> None:
         """Send ``TOUCH``."""
@@ -486,7 +567,7 @@ class NSQProtocol(Protocol):
     def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
         """A :class:`~txnsq.message.Message` delivered on this connection was requeued: send
         REQ with ``delay`` seconds (``None``: no delay) (as :meth:`requeue`)."""
-        self.requeue(message.id, int((delay or 0) * 1000))
+        self.requeue(message.id, delay=delay)
 
     def message_touched(self, message: Message) -> None:
         """A :class:`~txnsq.message.Message` delivered on this connection was touched: send

@@ -45,7 +45,7 @@ def spark_session(master: str = LOCAL) -> Any:
                 return _session
             _session.stop()
             _session = None
-        _check_requirements()
+        check_spark_requirements()
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -71,7 +71,9 @@ def spark_session(master: str = LOCAL) -> Any:
         return spark
 
 
-def _check_requirements() -> None:
+def check_spark_requirements() -> None:
+    """Skip the calling test (fail it under ``CI=true``) when pyspark, pyarrow or Java
+    is missing."""
     problem = None
     try:
         import pyarrow  # noqa: F401
@@ -88,10 +90,17 @@ def _check_requirements() -> None:
         raise SkipTest(problem)
 
 
-@atexit.register
-def _stop() -> None:
-    if _session is not None:
-        _session.stop()
+def stop_spark_session() -> None:
+    """Stop the tests' SparkSession if one runs (the next :func:`spark_session` starts
+    another): for a test whose driver is another process and needs the cluster's cores."""
+    global _session
+    with _lock:
+        if _session is not None:
+            _session.stop()
+            _session = None
+
+
+atexit.register(stop_spark_session)
 
 
 # -- nsqd helpers ---------------------------------------------------------------------
@@ -161,9 +170,11 @@ def last_batch(directory: str) -> int:
     return max(ids, default=-1)
 
 
-def source_runner_pids(spark: Any) -> list[int]:
-    """Pids of the stream-source Python processes our Spark driver JVM started."""
-    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+def source_runner_pids(spark: Any, jvm_pid: int | None = None) -> list[int]:
+    """Pids of the stream-source Python processes our Spark driver JVM started (or the
+    JVM ``jvm_pid``, e.g. a Spark Connect server's)."""
+    if jvm_pid is None:
+        jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     pids = []
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:

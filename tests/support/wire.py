@@ -17,6 +17,9 @@ from twisted.python.failure import Failure
 
 from txnsq._wire.commands import MAGIC_V2
 from txnsq._wire.frames import encode_response
+from txnsq._wire.identify import IdentifyOptions
+from txnsq.options import ConnectionOptions, identify_to_settings
+from txnsq.tls_options import TLSOptions
 
 #: What nsqd 1.3.0 answers IDENTIFY with (feature negotiation on, nothing enabled).
 NSQD_IDENTIFY_ANSWER: dict[str, Any] = {
@@ -43,6 +46,28 @@ SNAPPY_STREAM_ID = bytes.fromhex("ff060000734e61507059")
 
 #: Commands that carry a size-prefixed body after their line.
 BODY_COMMANDS = frozenset((b"IDENTIFY", b"AUTH", b"PUB", b"DPUB", b"MPUB"))
+
+
+#: NSQProtocol's keywords before txnsq 0.2.0 that :func:`connection_options` takes.
+LEGACY_KEYWORDS = (
+    "tls", "auth_secret", "handshake_timeout", "heartbeats_missed", "read_timeout",
+    "answer_timeout",
+)
+
+
+def connection_options(
+    identify: IdentifyOptions | None = None, **settings: Any
+) -> ConnectionOptions:
+    """The :class:`~txnsq.options.ConnectionOptions` an ``IdentifyOptions`` (ms fields)
+    and NSQProtocol's keywords stand for, without deprecation warnings: for tests that
+    describe IDENTIFY field by field. ``answer_timeout`` is ``command_timeout``; the
+    command timeout is off unless given, as NSQProtocol's was."""
+    values: dict[str, Any] = {"command_timeout": settings.pop("answer_timeout", None)}
+    if identify is not None:
+        values.update(identify_to_settings(identify))
+        values["tls"] = TLSOptions() if values["tls"] else None
+    values.update(settings)
+    return ConnectionOptions(**values)
 
 
 def identify_answer(**fields: Any) -> bytes:

@@ -2,8 +2,8 @@
 
 Install with the ``spark`` extra (``pip install 'txnsq[spark]'``), then::
 
-    from txnsq.spark import NSQDataSource
-    spark.dataSource.register(NSQDataSource)
+    import txnsq.spark
+    txnsq.spark.register(spark)  # from any thread: see txnsq.spark.register
 
     # batch write: one message per row, from a binary or string column "value" (or "body")
     df.write.format("nsq").option("nsqdTcpAddresses", "127.0.0.1:4150") \\
@@ -157,7 +157,37 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from txnsq.spark.datasource import NSQDataSource
 
-__all__ = ["NSQDataSource"]
+__all__ = ["NSQDataSource", "register"]
+
+
+def register(spark: Any) -> Any:
+    """Make ``format("nsq")`` usable from the calling thread of ``spark``; return ``spark``.
+
+    Registers :class:`NSQDataSource` on ``spark`` and, for a classic (py4j) session, makes
+    ``spark`` the active session of the JVM thread that serves the calling Python thread.
+    Call it in every thread that writes or reads with ``format("nsq")`` (a web handler, a
+    scheduler's worker): calling it again is cheap and harmless.
+
+    Why: Spark looks a Python data source up in the JVM's *active* session
+    (``DataSource.lookupDataSource`` asks ``SparkSession.getActiveSession``, a thread-local),
+    and PySpark gives each Python thread its own JVM thread (py4j's pinned threads), which
+    starts with no active session. So ``df.write.format("nsq").save()`` from a
+    ``threading.Thread`` fails with ``DATA_SOURCE_NOT_FOUND`` even though the source is
+    registered on the session, unless that thread set its active session. For a Spark
+    Connect session the lookup happens on the server, in the session's own thread: only
+    the registration is done.
+
+    :raises ImportError: when pyspark or pyarrow is missing.
+    """
+    from txnsq.spark.datasource import NSQDataSource
+
+    spark.dataSource.register(NSQDataSource)
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return spark
+    # What PySpark's own SparkSession.createDataFrame does for its calling thread.
+    session_class = getattr(spark._jvm, "org.apache.spark.sql.classic.SparkSession")
+    session_class.setActiveSession(spark._jsparkSession)
+    return spark
 
 
 def __getattr__(name: str) -> Any:

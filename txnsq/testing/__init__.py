@@ -106,8 +106,11 @@ class FakeNSQD:
         :class:`~twisted.internet.testing.MemoryReactorClock`).
     :param address: the ``"host:port"`` it pretends to listen on (read as every client
         reads an nsqd address: ``"[::1]:4150"`` for IPv6, a bare host means port 4150);
-        give :attr:`address` to a Consumer as ``nsqd_tcp_addresses=[fake.address]``
-        (connections to other addresses through :meth:`endpoint_factory` are refused).
+        give :attr:`address` and :meth:`endpoint_factory` to a Producer or a Consumer,
+        ``Producer(fake.address, endpoint_factory=fake.endpoint_factory)``,
+        ``Consumer(..., nsqd_tcp_addresses=[fake.address],
+        endpoint_factory=fake.endpoint_factory)`` (connections to other addresses
+        through :meth:`endpoint_factory` are refused).
     :param config: settings (:class:`NSQDConfig`, nsqd's defaults); keyword arguments
         override its fields, e.g. ``FakeNSQD(clock, msg_timeout=5.0, max_rdy_count=10)``,
         ``snappy=False``, ``heartbeats=False``, ``auth_secret=b"s3cret"``,
@@ -155,7 +158,8 @@ class FakeNSQD:
         return MemoryEndpoint(self._connect, self.host, self.port)
 
     def endpoint_factory(self, reactor: object, host: str, port: int) -> IStreamClientEndpoint:
-        """``Consumer(endpoint_factory=fake.endpoint_factory)``: an endpoint for
+        """``Producer(fake.address, endpoint_factory=fake.endpoint_factory)`` or
+        ``Consumer(..., endpoint_factory=fake.endpoint_factory)``: an endpoint for
         ``host:port``; connecting to any address but :attr:`address` is refused."""
         return MemoryEndpoint(self._connect, host, port)
 
