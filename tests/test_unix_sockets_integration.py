@@ -30,11 +30,11 @@ from tests.support.processes import NSQD, start_nsqd
 from tests.test_spark import SparkTestCase
 from tests.test_tap_integration import TwistdTestCase, bodies
 from txnsq import http as twisted_http
-from txnsq._wire.identify import IdentifyOptions
 from txnsq.blocking import Connection, NSQDHTTPClient, Subscriber, SubscriberOptions
 from txnsq.consumer import Consumer
 from txnsq.errors import ConnectionClosed, HandshakeError, HTTPConnectionError
 from txnsq.message import Message
+from txnsq.options import ConnectionOptions
 from txnsq.producer import Producer
 from txnsq.protocol import NSQProtocol
 from txnsq.tls_options import TLSOptions
@@ -93,11 +93,13 @@ class TwistedClientTests(TestCase):
         each named by the nsqd it came from, and nothing stays in flight."""
         on_socket = start_nsqd(self, unix_sockets=True)
         on_tcp = start_nsqd(self)
-        topic, count = new_topic(), 200
+        topic, count = new_topic(), 500
         for nsqd in (on_socket, on_tcp):
             make_channel(nsqd, topic)
         to_socket = self.producer(on_socket.tcp_address)
         to_tcp = self.producer(on_tcp.tcp_address)
+        for producer in (to_socket, to_tcp):  # connected before the timing
+            await producer.publish(topic + "-warm", b"warm")
         started = time.perf_counter()
         for i in range(count):
             await to_socket.publish(topic, b"socket-%d" % i)
@@ -148,8 +150,7 @@ class TwistedClientTests(TestCase):
         topic = new_topic()
         make_channel(nsqd, topic)
         tls = TLSOptions(ca_certs=certs.ca_path, hostname="localhost")
-        # (The Producer's compression keyword is another helper's work: TLS only here.)
-        producer = self.producer(nsqd.tcp_address, tls=tls)
+        producer = self.producer(nsqd.tcp_address, tls=tls, compression="snappy")
         sent = [b"tls-snappy-%d" % i for i in range(20)]
         await producer.multi_publish(topic, sent[:10])
         for body in sent[10:]:
@@ -157,8 +158,7 @@ class TwistedClientTests(TestCase):
         seen: list[bytes] = []
         consumer = self.consumer(
             topic, lambda m: seen.append(m.body), [nsqd.tcp_address],
-            # (compression="snappy" once the Consumer takes ConnectionOptions' fields)
-            tls=tls, identify=IdentifyOptions(snappy=True), max_in_flight=5,
+            tls=tls, compression="snappy", max_in_flight=5,
         )
         await self.eventually(lambda: len(seen) >= len(sent), what="every message")
         self.assertEqual(sorted(seen), sorted(sent))
@@ -173,7 +173,7 @@ class TwistedClientTests(TestCase):
         handshake fails saying TLSOptions.hostname is needed."""
         certs = shared_certs()
         nsqd = start_nsqd(self, nsqd_tls_args(certs), unix_sockets=True)
-        protocol = NSQProtocol(tls=TLSOptions(ca_certs=certs.ca_path))
+        protocol = NSQProtocol(ConnectionOptions(tls=TLSOptions(ca_certs=certs.ca_path)))
         await connectProtocol(UNIXClientEndpoint(reactor, socket_path(nsqd)), protocol)
         self.addCleanup(protocol.transport.loseConnection)  # type: ignore[union-attr]
         with self.assertRaises(HandshakeError) as caught:
