@@ -18,7 +18,6 @@ from twisted.internet.endpoints import (
     HostnameEndpoint,
     TCP4ClientEndpoint,
     TCP6ClientEndpoint,
-    UNIXClientEndpoint,
 )
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.task import Clock
@@ -28,6 +27,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
 from txnsq import Consumer, Message, Producer
+from txnsq._endpoints import UnixSocketEndpoint
 from txnsq._tap import Options
 from txnsq._wire.address import format_address, parse_address
 from txnsq.blocking import Connection
@@ -293,7 +293,7 @@ class EndpointTests(SynchronousTestCase):
                 TCP6ClientEndpoint,
                 HostnameEndpoint,
                 TCP4ClientEndpoint,
-                UNIXClientEndpoint,
+                UnixSocketEndpoint,  # "unix:/path": the address rule's (issue 24)
                 TCP4ClientEndpoint,
             ],
         )
@@ -304,7 +304,7 @@ class EndpointTests(SynchronousTestCase):
         )
         self.assertEqual(
             [type(t.endpoint.wrapped) for t in from_consumer[3:]],
-            [TCP4ClientEndpoint, UNIXClientEndpoint, TCP4ClientEndpoint],
+            [TCP4ClientEndpoint, UnixSocketEndpoint, TCP4ClientEndpoint],
         )
         self.assertIs(from_consumer[-1].endpoint.wrapped, mine)
 

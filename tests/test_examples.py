@@ -91,6 +91,17 @@ class ExamplesTests(TestCase):
         self.assertIn("handled 3 messages", out)
         self.assert_consumed(nsqd, "events", "archive", 3)
 
+    def test_unix_sockets(self) -> None:
+        on_socket = start_nsqd(self, unix_sockets=True)  # skipped before nsqd v1.3.0
+        on_tcp = start_nsqd(self)
+        assert on_socket.tcp_socket is not None and on_socket.http_socket is not None
+        code = example("unix_sockets.py").replace("127.0.0.1:4150", on_tcp.tcp_address)
+        code = code.replace("/run/nsqd/nsqd.sock", on_socket.tcp_socket)
+        code = code.replace("/run/nsqd/http.sock", on_socket.http_socket)
+        out = run_python(code)
+        self.assertIn(f"from ['{on_socket.tcp_address}'] left 0", out)
+        self.assert_consumed(on_socket, "orders", "billing", 3)
+
     def test_threaded_handler(self) -> None:
         nsqd = start_nsqd(self)
         for i in range(3):

@@ -3,14 +3,19 @@
 The Twisted side of :mod:`txnsq._wire.address`, shared by both clients so that they read
 an nsqd the same way. An nsqd is one of:
 
-- an address read by :func:`~txnsq._wire.address.parse_address`: ``"host:port"``,
+- an address read by :func:`~txnsq._wire.address.parse_nsqd_address`: ``"host:port"``,
   ``"[v6addr]:port"``, a bare host (nsqd's default port 4150) or a ``(host, port)``
   pair. An IPv4 or IPv6 literal is dialled with ``TCP4ClientEndpoint`` or
   ``TCP6ClientEndpoint``, a name with ``HostnameEndpoint`` (or with what an
   ``endpoint_factory`` returns);
+- a unix socket, ``"unix:/run/nsqd.sock"`` or ``"/run/nsqd.sock"`` (read by the same
+  rule), dialled with ``UNIXClientEndpoint``; a failed connect names the path and
+  whether it is missing, not a socket, or a socket nobody listens on. TLS over it needs
+  :attr:`TLSOptions.hostname <txnsq.tls_options.TLSOptions.hostname>` (there is no host to check
+  the certificate against);
 - an endpoint string for :func:`~twisted.internet.endpoints.clientFromString`, such as
-  ``"tcp:host=nsqd.example:port=4150"`` or ``"unix:/run/nsqd.sock"``: a string that is
-  not an address and whose first field names an endpoint type Twisted knows (anything
+  ``"tcp:host=nsqd.example:port=4150"`` or ``"unix:path=nsqd.sock:timeout=5"``: a
+  string that is not an address and whose first field names an endpoint type Twisted knows (anything
   else gets the address parser's error, so ``"h:x"`` or ``"::1:4151"`` are refused with
   the same message by every client);
 - any :class:`~twisted.internet.interfaces.IStreamClientEndpoint`, used as it is.
@@ -30,7 +35,7 @@ import functools
 import ipaddress
 import re
 from collections.abc import Callable
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from twisted.internet import error
 from twisted.internet.defer import CancelledError, Deferred
@@ -51,7 +56,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from txnsq._wire.address import format_address, parse_address
+from txnsq._unix import UnixSocketUnreachable, unix_tls_needs_hostname, unreachable
+from txnsq._wire.address import UnixSocket, format_address, parse_nsqd_address
+
+if TYPE_CHECKING:
+    from txnsq.tls_options import TLSOptions
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -59,6 +68,7 @@ __all__ = [
     "LabelledEndpoint",
     "NSQDAddress",
     "NSQDTarget",
+    "UnixSocketEndpoint",
     "connect_failure_reason",
     "endpoint_label",
     "nsqd_target",
@@ -85,13 +95,15 @@ _BUILTIN_TYPES: Final = frozenset({"tcp", "ssl", "unix"})
 class NSQDTarget(NamedTuple):
     """One nsqd, ready to dial."""
 
-    #: ``"host:port"`` (IPv6 in brackets) for an address, the endpoint string as given
+    #: ``"host:port"`` (IPv6 in brackets) for an address, ``"unix:/path"`` for a unix
+    #: socket, the endpoint string as given
     #: (stripped), or :func:`endpoint_label` of an endpoint object: the name used in
     #: logs and stats.
     label: str
     #: what to dial: a :class:`LabelledEndpoint` (its ``wrapped`` is the endpoint).
     endpoint: IStreamClientEndpoint
-    #: the host a TLS certificate is checked against (``None`` for an endpoint object).
+    #: the host a TLS certificate is checked against (``None`` for an endpoint object
+    #: or a unix socket).
     tls_hostname: str | None
 
 
@@ -118,15 +130,21 @@ def nsqd_target(
     *,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     endpoint_factory: EndpointFactory | None = None,
+    tls: TLSOptions | None = None,
 ) -> NSQDTarget:
     """Read one nsqd (see the module docstring for the forms).
 
-    :param connect_timeout: for the endpoints built here for ``host:port`` addresses.
+    :param connect_timeout: for the endpoints built here for ``host:port`` addresses and
+        unix sockets.
     :param endpoint_factory: builds the endpoint of a ``host:port`` address instead.
+    :param tls: the client's TLS settings, if any: a unix socket with TLS but without
+        :attr:`~txnsq.tls_options.TLSOptions.hostname` is refused here, before anything
+        is dialled (without ``tls`` it is the handshake that fails).
     :raises TypeError: for a value that is not a str, a ``(host, port)`` pair or an
         endpoint.
     :raises ValueError: for a malformed address (the message of
-        :func:`~txnsq._wire.address.parse_address`) or a bad endpoint string.
+        :func:`~txnsq._wire.address.parse_nsqd_address`), a bad endpoint string, or a
+        unix socket with ``tls`` that has no ``hostname``.
     """
     if IStreamClientEndpoint.providedBy(address):
         return _target(endpoint_label(address), address, None)
@@ -136,11 +154,17 @@ def nsqd_target(
             f"IStreamClientEndpoint, not {type(address).__name__}"
         )
     try:
-        host, port = parse_address(address)
+        parsed = parse_nsqd_address(address)
     except ValueError:
-        if isinstance(address, str) and _names_endpoint_type(address):
+        if isinstance(address, str) and _is_endpoint_string(address):
             return _from_endpoint_string(address.strip(), reactor)
         raise
+    if isinstance(parsed, UnixSocket):
+        if tls is not None and tls.hostname is None:
+            raise ValueError(unix_tls_needs_hostname(parsed.label))
+        unix = UnixSocketEndpoint(reactor, parsed.path, connect_timeout)
+        return _target(parsed.label, unix, None)
+    host, port = parsed
     if endpoint_factory is not None:
         endpoint = endpoint_factory(reactor, host, port)
     else:
@@ -152,6 +176,18 @@ def _target(label: str, endpoint: IStreamClientEndpoint, tls_hostname: str | Non
     if not isinstance(endpoint, LabelledEndpoint):
         endpoint = LabelledEndpoint(endpoint, label)
     return NSQDTarget(label, endpoint, tls_hostname)
+
+
+def _is_endpoint_string(text: str) -> bool:
+    """Whether ``text``, refused by the address rule, is a Twisted endpoint string.
+
+    A ``unix:`` string is one only when it is not the rule's own form (``"unix:"``,
+    ``"unix:/..."``): a relative path or ``path=...`` arguments are Twisted's.
+    """
+    stripped = text.strip().lower()
+    if stripped == "unix:" or stripped.startswith("unix:/"):
+        return False
+    return _names_endpoint_type(text)
 
 
 def _names_endpoint_type(text: str) -> bool:
@@ -199,6 +235,8 @@ def endpoint_label(endpoint: object) -> str:
         host, port = getattr(endpoint, "_host", None), getattr(endpoint, "_port", None)
     elif isinstance(endpoint, HostnameEndpoint):
         host, port = getattr(endpoint, "_hostText", None), getattr(endpoint, "_port", None)
+    elif isinstance(endpoint, UnixSocketEndpoint):
+        return f"unix:{endpoint.path}"
     elif isinstance(endpoint, UNIXClientEndpoint):
         path = getattr(endpoint, "_path", None)
         return f"unix:{path}" if isinstance(path, str) else repr(endpoint)
@@ -209,10 +247,44 @@ def endpoint_label(endpoint: object) -> str:
     return repr(endpoint)
 
 
+@implementer(IStreamClientEndpoint)
+class UnixSocketEndpoint:
+    """``UNIXClientEndpoint`` whose failed connects fail with
+    :class:`~txnsq._unix.UnixSocketUnreachable`, naming the path and what is wrong."""
+
+    def __init__(self, reactor: Any, path: str, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
+        #: the socket's path.
+        self.path = path
+        self._endpoint = UNIXClientEndpoint(  # type: ignore[no-untyped-call]
+            reactor, path, timeout=timeout
+        )
+
+    def connect(self, protocolFactory: IProtocolFactory) -> Deferred[IProtocol]:
+        """Connect; a failure other than a cancellation becomes
+        :class:`~txnsq._unix.UnixSocketUnreachable`."""
+        d: Deferred[IProtocol] = self._endpoint.connect(  # type: ignore[no-untyped-call]
+            protocolFactory
+        )
+        d.addErrback(self._failed)
+        return d
+
+    def _failed(self, failure: Failure) -> Failure:
+        if failure.check(CancelledError, UnixSocketUnreachable):  # type: ignore[no-untyped-call]
+            return failure
+        value = failure.value
+        reason = None if isinstance(value, error.ConnectionRefusedError) else value
+        return Failure(unreachable(self.path, reason))  # type: ignore[no-untyped-call]
+
+    def __repr__(self) -> str:
+        return f"unix:{self.path}"
+
+
 def connect_failure_reason(reason: BaseException) -> str:
     """A failed connection attempt's reason in a few words: ``"connection refused"``,
-    ``"connect timed out"``, ``"host name lookup failed"``, ``"no route to host"``, else
-    the exception's class and text."""
+    ``"connect timed out"``, ``"host name lookup failed"``, ``"no route to host"``, a
+    unix socket's problem naming its path, else the exception's class and text."""
+    if isinstance(reason, UnixSocketUnreachable):
+        return str(reason)
     if isinstance(reason, error.ConnectionRefusedError | ConnectionRefusedError):
         return "connection refused"
     if isinstance(reason, error.TimeoutError | error.TCPTimedOutError | TimeoutError):

@@ -54,7 +54,11 @@ from txnsq._tap_service import (
     stats_service,
 )
 from txnsq._wire import commands
-from txnsq._wire.address import check_address_map, format_address, parse_address
+from txnsq._wire.address import (
+    check_address_map,
+    format_address,
+    parse_nsqd_address,
+)
 from txnsq._wire.deadletter import DeadLetter
 from txnsq._wire.identify import DEFAULT_USER_AGENT
 from txnsq._wire.lookup import lookup_url
@@ -127,12 +131,12 @@ def _number(
 
 def _nsqd_address(text: str) -> str:
     """``--nsqd-tcp-address``, read as every client reads an nsqd address, as
-    ``"host:port"`` (IPv6 in brackets).
+    ``"host:port"`` (IPv6 in brackets) or ``"unix:/path"``.
 
     :raises usage.UsageError: naming the option.
     """
     try:
-        return format_address(*parse_address(text))
+        return parse_nsqd_address(text).label
     except ValueError as e:
         raise usage.UsageError(f"--nsqd-tcp-address: {e}") from None
 
@@ -252,7 +256,8 @@ class Options(usage.Options):
 
     def opt_nsqd_tcp_address(self, address: str) -> None:
         """An nsqd TCP address, HOST:PORT ([V6ADDR]:PORT for IPv6; a bare HOST means
-        port 4150), to connect to directly (repeatable)."""
+        port 4150), or its unix socket, unix:/PATH, to connect to directly
+        (repeatable)."""
         self["nsqd_tcp_addresses"].append(address)
 
     def opt_lookupd_http_address(self, address: str) -> None:

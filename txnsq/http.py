@@ -48,6 +48,7 @@ from twisted.internet.interfaces import (
     IConsumer,
     IOpenSSLClientConnectionCreator,
     IReactorTime,
+    IStreamClientEndpoint,
 )
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.python.failure import Failure
@@ -58,9 +59,17 @@ from twisted.web.client import (
     ResponseFailed,
 )
 from twisted.web.http import PotentialDataLoss
-from twisted.web.iweb import IAgent, IBodyProducer, IPolicyForHTTPS, IResponse
+from twisted.web.iweb import (
+    IAgent,
+    IAgentEndpointFactory,
+    IBodyProducer,
+    IPolicyForHTTPS,
+    IResponse,
+)
 from zope.interface import implementer
 
+from txnsq._endpoints import UnixSocketEndpoint
+from txnsq._unix import UnixSocketUnreachable
 from txnsq._wire import admin
 from txnsq._wire.address import NSQD_HTTP_PORT, NSQLOOKUPD_HTTP_PORT
 from txnsq._wire.admin import (
@@ -203,6 +212,18 @@ class _BodyReader(Protocol):
             stop()
 
 
+@implementer(IAgentEndpointFactory)
+class _UnixEndpointFactory:
+    """What an ``Agent`` dials for any URL: nsqd's unix socket."""
+
+    def __init__(self, reactor: Any, path: str, timeout: float) -> None:
+        self._endpoint = UnixSocketEndpoint(reactor, path, timeout)
+
+    def endpointForURI(self, uri: object) -> IStreamClientEndpoint:
+        """The socket's endpoint, whatever ``uri`` names."""
+        return self._endpoint
+
+
 def https_policy(tls: TLSOptions) -> IPolicyForHTTPS:
     """Return what Twisted's ``Agent`` takes as ``contextFactory`` to speak HTTPS with
     the settings of ``tls`` (CA, client certificate, ``hostname``, insecure mode), as
@@ -251,17 +272,27 @@ class _AdminClient:
             options: dict[str, Any] = {}
             if self._config.tls is not None:
                 options["contextFactory"] = https_policy(self._config.tls)
-            agent = Agent(  # type: ignore[no-untyped-call]
-                reactor, pool=self._pool, connectTimeout=self._config.timeout, **options
-            )
+            socket_path = self._config.base.socket_path
+            if socket_path is not None:
+                # Every request goes through nsqd's unix socket, whatever its URL names.
+                agent = Agent.usingEndpointFactory(  # type: ignore[no-untyped-call]
+                    reactor,
+                    _UnixEndpointFactory(reactor, socket_path, self._config.timeout),
+                    pool=self._pool,
+                )
+            else:
+                agent = Agent(  # type: ignore[no-untyped-call]
+                    reactor, pool=self._pool, connectTimeout=self._config.timeout, **options
+                )
         from treq.client import HTTPClient
 
         self._http: HTTPClient = HTTPClient(agent)
 
     @property
     def base_url(self) -> str:
-        """Where requests go: ``"http(s)://host:port"`` and any path prefix."""
-        return self._config.base.url("")
+        """Where requests go: ``"http(s)://host:port"`` and any path prefix, or
+        ``"unix:/path"`` for nsqd's unix socket."""
+        return self._config.base.label
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.base_url!r})"
@@ -286,6 +317,7 @@ class _AdminClient:
 
     def _call(self, request: AdminRequest[T]) -> Deferred[T]:
         url = request.url(self._config.base)
+        where = self._config.base.where(request.path, request.query)
         headers: dict[bytes | str, bytes | str] = dict(request.headers)
         d: Deferred[Any] = self._http.request(
             request.method,
@@ -299,9 +331,9 @@ class _AdminClient:
         d.addTimeout(
             self._config.timeout,
             self._reactor,
-            onTimeoutCancel=self._timed_out(request.method, url),
+            onTimeoutCancel=self._timed_out(request.method, where),
         )
-        d.addErrback(self._translate, request.method, url)
+        d.addErrback(self._translate, request.method, where)
         return d
 
     def _read(self, response: IResponse, request: AdminRequest[T]) -> Deferred[T]:
@@ -357,6 +389,8 @@ def _describe(failure: Failure) -> str:
         error = reasons[0]
     if isinstance(error, _TLS_FAILURES):
         return describe_tls_failure(error)
+    if isinstance(error, UnixSocketUnreachable):
+        return str(error)
     if isinstance(error, _error.ConnectionDone | _error.ConnectionLost):
         return "the connection closed before a complete answer"
     text = str(error).strip()

@@ -74,9 +74,10 @@ class Message:
     @property
     def nsqd_address(self) -> str | None:
         """The nsqd that delivered the message, as the consumer names it in
-        :meth:`~txnsq.consumer.Consumer.stats` (``"host:port"``, IPv6 in brackets, or the
-        endpoint string given), or the connection's peer for a bare
-        :class:`~txnsq.protocol.NSQProtocol`; ``None`` when unknown.
+        :meth:`~txnsq.consumer.Consumer.stats` (``"host:port"``, IPv6 in brackets,
+        ``"unix:/path"`` for a unix socket, or the endpoint string given), or the
+        connection's peer for a bare :class:`~txnsq.protocol.NSQProtocol`; ``None`` when
+        unknown.
 
         Read from the connection the message came on: nothing is stored per message.
         """

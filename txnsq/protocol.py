@@ -45,6 +45,7 @@ from functools import partial
 from typing import Any, Final, cast
 
 from twisted.internet import defer
+from twisted.internet.address import UNIXAddress
 from twisted.internet.interfaces import (
     IDelayedCall,
     IHandshakeListener,
@@ -57,6 +58,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from txnsq._deprecate import unexpected_keyword, warn_deprecated
+from txnsq._unix import unix_tls_needs_hostname
 from txnsq._wire import commands
 from txnsq._wire.address import format_address
 from txnsq._wire.compression import Compressor, Decompressor
@@ -375,13 +377,15 @@ class NSQProtocol(Protocol):
         except Exception:
             return "<unknown>"
         host, port = getattr(addr, "host", None), getattr(addr, "port", None)
+        if host is None and _unix_label(addr) is not None:
+            return str(_unix_label(addr))
         return f"{host}:{port}" if host is not None else str(addr)
 
     @property
     def nsqd_address(self) -> str | None:
-        """The peer's address, ``"host:port"`` (IPv6 in brackets), for the messages this
-        connection owns (:attr:`txnsq.message.Message.nsqd_address`); ``None`` when not
-        connected or not an IP address."""
+        """The peer's address, ``"host:port"`` (IPv6 in brackets) or ``"unix:/path"``,
+        for the messages this connection owns (:attr:`txnsq.message.Message.nsqd_address`);
+        ``None`` when not connected or neither an IP address nor a unix socket."""
         transport = self.transport
         if transport is None:
             return None
@@ -391,7 +395,7 @@ class NSQProtocol(Protocol):
             return None
         host, port = getattr(addr, "host", None), getattr(addr, "port", None)
         if not isinstance(host, str) or not isinstance(port, int):
-            return None
+            return _unix_label(addr)
         return format_address(host, port)
 
     def when_ready(self) -> defer.Deferred[Features]:
@@ -929,6 +933,14 @@ class NSQProtocol(Protocol):
 
     def _start_tls(self) -> None:
         host = self._tls_hostname or self.peer.rsplit(":", 1)[0]
+        if self._tls_hostname is None and self.peer.startswith("unix:"):
+            tls = self._tls or TLSOptions()
+            if tls.hostname is None:
+                self._handshake_error(HandshakeError(
+                    f"cannot start TLS with nsqd {self.peer}: "
+                    f"{unix_tls_needs_hostname(self.peer)}"
+                ))
+                return
         try:
             creator = client_connection_creator(self._tls or TLSOptions(), host)
             self.transport.startTLS(creator)  # type: ignore[union-attr]
@@ -1034,3 +1046,11 @@ class NSQProtocol(Protocol):
         timer, self._handshake_timer = self._handshake_timer, None
         if timer is not None and timer.active():
             timer.cancel()
+
+
+def _unix_label(addr: object) -> str | None:
+    """``"unix:/path"`` for a unix socket's address (Twisted's ``UNIXAddress``)."""
+    if not isinstance(addr, UNIXAddress) or not addr.name:
+        return None
+    name = addr.name
+    return f"unix:{name.decode('utf-8', 'surrogateescape') if isinstance(name, bytes) else name}"

@@ -9,13 +9,15 @@ The suite runs against several nsqd versions (``scripts/test``: v1.3.0, v1.2.1, 
 A test that depends on what a version does asks :func:`nsqd_version` (``nsqd --version``,
 run once per session) and expects what that version does.
 
-Every process listens on free ports of 127.0.0.1 only, keeps its data in a temporary
-directory, and is stopped (by pid) in the test's cleanup.
+Every process listens on free ports of 127.0.0.1 only (or, for an nsqd started with
+``unix_sockets=True``, on unix sockets in its temporary directory: nsqd v1.3.0 and later),
+keeps its data in a temporary directory, and is stopped (by pid) in the test's cleanup.
 """
 
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import os
 import re
@@ -100,8 +102,65 @@ def http_post(url: str, body: bytes = b"", timeout: float = 5.0) -> bytes:
         return bytes(response.read())
 
 
+#: The first nsqd version that listens on unix sockets (nsq #1434).
+UNIX_SOCKETS_SINCE = (1, 3, 0)
+
+
+def require_unix_sockets() -> None:
+    """Skip unless the nsqd under test listens on unix sockets (v1.3.0 and later).
+
+    Only an older nsqd is a reason to skip (``scripts/test`` runs the suite against
+    v1.2.x too); a missing nsqd is :func:`nsq_binary`'s (a failure under ``CI=true``).
+    """
+    version = nsqd_version()
+    if version < UNIX_SOCKETS_SINCE:
+        raise SkipTest(
+            f"nsqd {'.'.join(map(str, version))} has no unix-socket listeners (nsqd "
+            f"{'.'.join(map(str, UNIX_SOCKETS_SINCE))} added them)"
+        )
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def unix_http(
+    path: str, method: str, target: str, body: bytes | None = None, timeout: float = 5.0
+) -> bytes:
+    """``method target`` over the HTTP server on the unix socket ``path``; the body of a
+    2xx answer (else :class:`urllib.error.HTTPError`, as :func:`http_get` raises)."""
+    conn = _UnixHTTPConnection(path, timeout)
+    try:
+        conn.request(method, target, body=body)
+        response = conn.getresponse()
+        data = response.read()
+        if not 200 <= response.status < 300:
+            raise urllib.error.HTTPError(
+                f"unix:{path}{target}", response.status, response.reason, response.msg, None
+            )
+        return data
+    finally:
+        conn.close()
+
+
 class _Process:
     """A long-running nsq process with an HTTP API answering ``/ping``."""
+
+    #: nsqd's unix sockets (``--tcp-address`` and ``--http-address``), else ``None``.
+    tcp_socket: str | None = None
+    http_socket: str | None = None
 
     name = ""
 
@@ -135,16 +194,40 @@ class _Process:
 
     @property
     def tcp_address(self) -> str:
-        """``"127.0.0.1:<port>"``: what txnsq's clients (nsqd) or nsqd (nsqlookupd) dial."""
+        """``"127.0.0.1:<port>"``: what txnsq's clients (nsqd) or nsqd (nsqlookupd) dial;
+        ``"unix:/path/nsqd.sock"`` for an nsqd on unix sockets."""
+        if self.tcp_socket is not None:
+            return f"unix:{self.tcp_socket}"
         return f"{LOOPBACK}:{self.tcp_port}"
 
     @property
     def http_address(self) -> str:
+        """``"127.0.0.1:<port>"``, or ``"unix:/path/http.sock"``."""
+        if self.http_socket is not None:
+            return f"unix:{self.http_socket}"
         return f"{LOOPBACK}:{self.http_port}"
 
     @property
     def http_url(self) -> str:
+        if self.http_socket is not None:
+            raise AttributeError(f"{self.name} serves HTTP on unix socket {self.http_socket}")
         return f"http://{self.http_address}"
+
+    def _listen_args(self) -> list[str]:
+        """``--tcp-address`` and ``--http-address``: ports of 127.0.0.1, or the sockets."""
+        tcp = self.tcp_socket or f"{LOOPBACK}:{self.tcp_port}"
+        http = self.http_socket or f"{LOOPBACK}:{self.http_port}"
+        return [f"--tcp-address={tcp}", f"--http-address={http}"]
+
+    def http_request(
+        self, method: str, target: str, body: bytes | None = None, timeout: float = 5.0
+    ) -> bytes:
+        """``method target`` (path and query) on the HTTP API, TCP or unix socket."""
+        if self.http_socket is not None:
+            return unix_http(self.http_socket, method, target, body, timeout)
+        if method == "GET":
+            return http_get(self.http_url + target, timeout)
+        return http_post(self.http_url + target, body or b"", timeout)
 
     def start(self, timeout: float = 10.0) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -173,7 +256,7 @@ class _Process:
                     f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}"
                 )
             try:
-                if http_get(self.http_url + "/ping", timeout=1.0).strip() == b"OK":
+                if self.http_request("GET", "/ping", timeout=1.0).strip() == b"OK":
                     return
             except (OSError, urllib.error.URLError):
                 pass
@@ -225,12 +308,7 @@ class NSQLookupd(_Process):
         self.extra_args = list(extra_args or [])
 
     def args(self) -> list[str]:
-        return [
-            f"--tcp-address={self.tcp_address}",
-            f"--http-address={self.http_address}",
-            f"--broadcast-address={LOOPBACK}",
-            *self.extra_args,
-        ]
+        return [*self._listen_args(), f"--broadcast-address={LOOPBACK}", *self.extra_args]
 
     def lookup(self, topic: str) -> dict[str, Any]:
         url = f"{self.http_url}/lookup?" + urllib.parse.urlencode({"topic": topic})
@@ -250,8 +328,13 @@ class NSQD(_Process):
         workdir: str,
         extra_args: list[str] | None = None,
         lookupds: list[NSQLookupd] | None = None,
+        *,
+        unix_sockets: bool = False,
     ) -> None:
         super().__init__(workdir)
+        if unix_sockets:
+            self.tcp_socket = os.path.join(workdir, "nsqd.sock")
+            self.http_socket = os.path.join(workdir, "http.sock")
         self.https_port = free_port()
         self.data_path = os.path.join(workdir, "data")
         os.makedirs(self.data_path, exist_ok=True)
@@ -264,8 +347,7 @@ class NSQD(_Process):
 
     def args(self) -> list[str]:
         return [
-            f"--tcp-address={self.tcp_address}",
-            f"--http-address={self.http_address}",
+            *self._listen_args(),
             f"--https-address={LOOPBACK}:{self.https_port}",
             f"--broadcast-address={LOOPBACK}",
             f"--data-path={self.data_path}",
@@ -281,7 +363,7 @@ class NSQD(_Process):
             query["topic"] = topic
         if channel:
             query["channel"] = channel
-        return dict(json.loads(http_get(f"{self.http_url}/stats?" + urllib.parse.urlencode(query))))
+        return dict(json.loads(self.http_request("GET", "/stats?" + urllib.parse.urlencode(query))))
 
     def topic_stats(self, topic: str) -> dict[str, Any] | None:
         for t in self.stats(topic=topic).get("topics") or []:
@@ -297,14 +379,14 @@ class NSQD(_Process):
         return None
 
     def create_topic(self, topic: str) -> None:
-        http_post(f"{self.http_url}/topic/create?" + urllib.parse.urlencode({"topic": topic}))
+        self.http_request("POST", "/topic/create?" + urllib.parse.urlencode({"topic": topic}))
 
     def create_channel(self, topic: str, channel: str) -> None:
         q = urllib.parse.urlencode({"topic": topic, "channel": channel})
-        http_post(f"{self.http_url}/channel/create?{q}")
+        self.http_request("POST", f"/channel/create?{q}")
 
     def http_publish(self, topic: str, body: bytes) -> None:
-        http_post(f"{self.http_url}/pub?" + urllib.parse.urlencode({"topic": topic}), body)
+        self.http_request("POST", "/pub?" + urllib.parse.urlencode({"topic": topic}), body)
 
     def http_mpublish(self, topic: str, bodies: list[bytes]) -> None:
         """Publish with ``/mpub?binary=true`` (bodies may contain newlines)."""
@@ -314,7 +396,7 @@ class NSQD(_Process):
             struct.pack(">l", len(b)) + b for b in bodies
         )
         q = urllib.parse.urlencode({"topic": topic, "binary": "true"})
-        http_post(f"{self.http_url}/mpub?{q}", payload)
+        self.http_request("POST", f"/mpub?{q}", payload)
 
 
 class ProcessGroup:
@@ -331,9 +413,18 @@ class ProcessGroup:
         return p
 
     def nsqd(
-        self, extra_args: list[str] | None = None, lookupds: list[NSQLookupd] | None = None
+        self,
+        extra_args: list[str] | None = None,
+        lookupds: list[NSQLookupd] | None = None,
+        *,
+        unix_sockets: bool = False,
     ) -> NSQD:
-        p = NSQD(self._subdir("nsqd"), extra_args, lookupds)
+        """Start an nsqd; with ``unix_sockets`` it listens on ``nsqd.sock`` and
+        ``http.sock`` in its directory (HTTPS stays on a port), or the test is skipped
+        for an nsqd older than v1.3.0 (:func:`require_unix_sockets`)."""
+        if unix_sockets:
+            require_unix_sockets()
+        p = NSQD(self._subdir("nsqd"), extra_args, lookupds, unix_sockets=unix_sockets)
         self.processes.append(p)
         p.start_on_free_ports()
         return p
@@ -354,11 +445,16 @@ def start_nsqd(
     testcase: Any,
     extra_args: list[str] | None = None,
     lookupds: list[NSQLookupd] | None = None,
+    *,
+    unix_sockets: bool = False,
 ) -> NSQD:
-    """Start an nsqd for ``testcase`` (a trial/unittest TestCase) and stop it in cleanup."""
+    """Start an nsqd for ``testcase`` (a trial/unittest TestCase) and stop it in cleanup
+    (``unix_sockets``: see :meth:`ProcessGroup.nsqd`)."""
+    if unix_sockets:
+        require_unix_sockets()  # before a temporary directory is made
     group = ProcessGroup()
     testcase.addCleanup(group.stop_all)
-    return group.nsqd(extra_args, lookupds)
+    return group.nsqd(extra_args, lookupds, unix_sockets=unix_sockets)
 
 
 def start_lookupd(testcase: Any, extra_args: list[str] | None = None) -> NSQLookupd:

@@ -1,15 +1,23 @@
 """The one parser of nsqd and nsqlookupd addresses.
 
-Every client (Producer, Consumer, the blocking Connection and Subscriber, ``twistd
-nsq-consumer``, ``txnsq.testing`` and the Spark options) reads addresses with
-:func:`parse_address`, so ``"::1:4151"`` means the same (an error) everywhere.
+Every client (Producer, Consumer, the blocking Connection and Subscriber, the HTTP admin
+clients, ``twistd nsq-consumer``, ``txnsq.testing`` and the Spark options) reads nsqd
+addresses with :func:`parse_nsqd_address` (which adds unix sockets) and every other
+address with :func:`parse_address`, so ``"::1:4151"`` means the same (an error)
+everywhere.
 
 Accepted forms:
 
 - ``"host:port"`` (a name or an IPv4 address);
 - ``"[v6addr]:port"`` (an IPv6 address must be bracketed when a port follows);
 - ``"host"``, ``"v6addr"`` or ``"[v6addr]"`` alone: the default port;
-- a ``(host, port)`` pair.
+- a ``(host, port)`` pair;
+- a unix-domain socket (nsqd v1.3.0 and later listen on one when ``--tcp-address`` or
+  ``--http-address`` is a path): ``"unix:/run/nsqd.sock"`` or the absolute path alone,
+  ``"/run/nsqd.sock"``. Everything after ``unix:`` is the path, which must be absolute.
+  Only :func:`parse_nsqd_address` (nsqd's TCP and HTTP addresses) reads these; where a
+  ``host:port`` is required (nsqlookupd, an address map) :func:`parse_address` refuses
+  them by name.
 
 Anything else raises :class:`ValueError` (or :class:`TypeError` for a value that is
 not a string or a pair), with the same wording whichever client was given it. In
@@ -27,7 +35,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -35,13 +43,18 @@ __all__ = [
     "NSQD_TCP_PORT",
     "NSQLOOKUPD_HTTP_PORT",
     "NSQLOOKUPD_TCP_PORT",
+    "UNIX_PATH_MAX",
     "AddressMap",
+    "HostPort",
+    "NSQDDialAddress",
+    "UnixSocket",
     "check_address_map",
     "check_http_scheme",
     "format_address",
     "map_address",
     "map_http_address",
     "parse_address",
+    "parse_nsqd_address",
     "port_hint",
     "refuse_several",
 ]
@@ -69,9 +82,107 @@ _KINDS: Final = {
     NSQLOOKUPD_HTTP_PORT: "an nsqlookupd HTTP address",
 }
 _SEPARATORS: Final = re.compile(r"[\s,;]+")
+_LIST_SEPARATORS: Final = re.compile(r"\s*[,;]\s*")
 _PORTS: Final = re.compile(r":(\d+)(?!\d)")
 
 _HOST_FORBIDDEN: Final = frozenset(" \t\r\n/[]@?#")
+
+#: The longest unix socket path, in bytes, that ``connect()`` takes (Linux's
+#: ``sun_path`` holds 108 bytes with the terminating NUL; macOS's fewer, 104).
+UNIX_PATH_MAX: Final = 107
+
+_UNIX_PREFIX: Final = "unix:"
+
+
+class HostPort(NamedTuple):
+    """A TCP address: what :func:`parse_nsqd_address` returns for ``"host:port"``."""
+
+    #: a host name or an IP address (an IPv6 one without brackets).
+    host: str
+    #: 1..65535.
+    port: int
+
+    @property
+    def label(self) -> str:
+        """``"host:port"`` (IPv6 in brackets): the address's name in logs and stats."""
+        return format_address(self.host, self.port)
+
+
+class UnixSocket(NamedTuple):
+    """A unix-domain socket: what :func:`parse_nsqd_address` returns for
+    ``"unix:/path"`` or ``"/path"``."""
+
+    #: the socket's absolute path.
+    path: str
+
+    @property
+    def label(self) -> str:
+        """``"unix:/path"``: the socket's name in logs and stats."""
+        return f"{_UNIX_PREFIX}{self.path}"
+
+
+#: What a client dials for one nsqd: a TCP address or a unix socket.
+NSQDDialAddress = HostPort | UnixSocket
+
+
+def parse_nsqd_address(
+    address: str | tuple[str, int], default_port: int | None = NSQD_TCP_PORT
+) -> HostPort | UnixSocket:
+    """Return what to dial for one of nsqd's addresses, TCP (``default_port`` 4150) or
+    HTTP (4151): a :class:`UnixSocket` for ``"unix:/path"`` or ``"/path"``, else the
+    :class:`HostPort` of :func:`parse_address`. Either's ``label`` is the normalised
+    text (``"host:port"``, ``"unix:/path"``) that this function reads back alike.
+
+    Whether the socket exists is only known when it is dialled (a client's connect
+    error names the path).
+
+    :raises TypeError, ValueError: as :func:`parse_address`, and ValueError for a unix
+        socket path that is relative, empty, holds a NUL byte or is longer than
+        :data:`UNIX_PATH_MAX` bytes, or for ``"unix://..."``.
+    """
+    if isinstance(address, str):
+        refuse_several(address, default_port)
+    path = _unix_path(address)
+    if path is not None:
+        return UnixSocket(path)
+    host, port = parse_address(address, default_port)
+    return HostPort(host, port)
+
+
+def _unix_path(address: object) -> str | None:
+    """The path of ``address`` written as a unix socket, ``None`` if it is not one.
+
+    :raises ValueError: for a malformed one.
+    """
+    if not isinstance(address, str):
+        return None
+    text = address.strip()
+    if text[: len(_UNIX_PREFIX)].lower() == _UNIX_PREFIX:
+        path = text[len(_UNIX_PREFIX) :]
+        if path.startswith("//"):
+            raise ValueError(
+                f"invalid address {address!r}: a unix socket is written 'unix:/path', "
+                "e.g. 'unix:/run/nsqd.sock' (one slash after 'unix:')"
+            )
+        if not path.startswith("/"):
+            what = "is empty" if not path else "must be absolute"
+            raise ValueError(
+                f"invalid address {address!r}: a unix socket path {what}, "
+                "e.g. 'unix:/run/nsqd.sock'"
+            )
+    elif text.startswith("/"):
+        path = text
+    else:
+        return None
+    if "\0" in path:
+        raise ValueError(f"invalid address {address!r}: a NUL byte in the socket path")
+    size = len(path.encode("utf-8", "surrogateescape"))
+    if size > UNIX_PATH_MAX:
+        raise ValueError(
+            f"invalid address {address!r}: the socket path is {size} bytes long; a unix "
+            f"socket path may have at most {UNIX_PATH_MAX}"
+        )
+    return path
 
 
 def parse_address(
@@ -89,6 +200,13 @@ def parse_address(
         URL, or several addresses in one string.
     """
     if isinstance(address, str):
+        refuse_several(address, default_port)
+        if _unix_path(address) is not None:
+            kind = _KINDS.get(default_port or 0, "an address here")
+            raise ValueError(
+                f"{address!r} is a unix socket; {kind} must be host:port here"
+                f"{port_hint(address, default_port)}"
+            )
         try:
             return _parse_text(address, default_port)
         except ValueError as e:
@@ -119,13 +237,17 @@ def refuse_several(address: str, default_port: int | None = NSQD_TCP_PORT) -> No
 
 
 def _several_error(address: str, default_port: int | None) -> ValueError | None:
-    pieces = [p for p in _SEPARATORS.split(address.strip()) if p]
+    text = address.strip()
+    # A socket path may hold spaces: after one, only commas and semicolons separate.
+    separators = _LIST_SEPARATORS if text.lower().startswith(("/", _UNIX_PREFIX)) else _SEPARATORS
+    pieces = [p for p in separators.split(text) if p]
     if len(pieces) < 2:
         return None
     for piece in pieces:
         if "://" not in piece:
             try:
-                _parse_text(piece, default_port, alone=True)
+                if _unix_path(piece) is None:
+                    _parse_text(piece, default_port, alone=True)
             except ValueError:
                 return None  # not a list of addresses: the parser's own error says more
     return ValueError(f"{address!r} holds several addresses; give a list: {pieces!r}")

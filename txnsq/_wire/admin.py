@@ -35,9 +35,11 @@ from txnsq._wire import commands
 from txnsq._wire.address import (
     NSQD_HTTP_PORT,
     NSQLOOKUPD_HTTP_PORT,
+    UnixSocket,
     check_http_scheme,
     format_address,
     parse_address,
+    parse_nsqd_address,
     refuse_several,
 )
 from txnsq._wire.numbers import check_number, seconds_to_ms
@@ -109,16 +111,36 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class HTTPBase:
-    """Where a client sends its requests: ``scheme://host:port`` and a path prefix.
+    """Where a client sends its requests: ``scheme://host:port`` and a path prefix, or
+    nsqd's unix socket.
 
     :ivar prefix: a path every request path is appended to (a reverse proxy's), ``""``
         or starting with ``/`` and without a trailing one.
+    :ivar socket_path: the unix socket requests go through (nsqd's
+        ``--http-address=/path``), else ``None``. With one, :meth:`url` names
+        ``http://localhost`` (the ``Host`` header) and the client dials the socket.
     """
 
     scheme: Literal["http", "https"]
     host: str
     port: int
     prefix: str = ""
+    socket_path: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Where requests go, for messages: ``"http(s)://host:port/prefix"`` or
+        ``"unix:/path"``."""
+        if self.socket_path is not None:
+            return f"unix:{self.socket_path}{self.prefix}"
+        return self.url("")
+
+    def where(self, path: str, query: Sequence[tuple[str, str]] = ()) -> str:
+        """``path`` (starting with ``/``) and ``query`` under :attr:`label`, for
+        messages: the URL, or ``"unix:/path/http.sock /stats?format=json"``."""
+        if self.socket_path is not None:
+            return f"{self.label} {self.prefix}{_with_query(path, query)}"
+        return self.url(path, query)
 
     @property
     def netloc(self) -> str:
@@ -138,17 +160,29 @@ def parse_http_address(
     Accepted: ``"host:port"``, ``"[v6addr]:port"``, ``"host"`` (``default_port``), a
     ``(host, port)`` pair (all read by :func:`~txnsq._wire.address.parse_address`; HTTPS
     when ``tls``), or a URL ``"http://host:port/prefix"`` / ``"https://..."``. A URL
-    without a port gets the scheme's (80 or 443), as any URL does.
+    without a port gets the scheme's (80 or 443), as any URL does. For nsqd
+    (``default_port`` 4151) also its unix socket, ``"unix:/path/http.sock"`` or the
+    path alone (:func:`~txnsq._wire.address.parse_nsqd_address`): plain HTTP, as nsqd
+    serves HTTPS on TCP only.
 
     :param tls: TLS options were given: a bare address means HTTPS, and an ``http://``
         URL is a contradiction.
     :raises TypeError: for an address that is neither a str nor a pair.
     :raises ValueError: for a malformed address, another scheme, credentials, a query or
-        fragment in the URL, an ``http://`` URL with ``tls``, or several addresses in one
-        string.
+        fragment in the URL, an ``http://`` URL with ``tls``, several addresses in one
+        string, or a unix socket with ``tls`` or for nsqlookupd.
     """
     if isinstance(address, str):
         refuse_several(address, default_port)
+    if default_port == NSQD_HTTP_PORT and isinstance(address, str) and "://" not in address:
+        target = parse_nsqd_address(address, default_port)
+        if isinstance(target, UnixSocket):
+            if tls:
+                raise ValueError(
+                    f"invalid address {address!r}: nsqd serves HTTPS on TCP only "
+                    "(--https-address); TLS options were given for a unix socket"
+                )
+            return HTTPBase("http", "localhost", 80, socket_path=target.path)
     if isinstance(address, str) and "://" in address:
         parts = urlsplit(address.strip())
         scheme = parts.scheme.lower()

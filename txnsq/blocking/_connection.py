@@ -13,8 +13,9 @@ from types import TracebackType
 from typing import Any, Final
 
 from txnsq._deprecate import unexpected_keyword, warn_deprecated
+from txnsq._unix import unix_tls_needs_hostname, unreachable
 from txnsq._wire import commands
-from txnsq._wire.address import NSQD_TCP_PORT, format_address, parse_address
+from txnsq._wire.address import NSQD_TCP_PORT, UnixSocket, parse_address, parse_nsqd_address
 from txnsq._wire.compression import Compressor, Decompressor
 from txnsq._wire.frames import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -93,7 +94,11 @@ class Connection:
     answer asks for.
 
     :param address: ``"host:port"`` (``"[::1]:4150"`` for IPv6; a bare host means port
-        4150) or ``(host, port)`` of nsqd's TCP interface, read by :func:`parse_address`.
+        4150) or ``(host, port)`` of nsqd's TCP interface, or its unix socket
+        (``"unix:/run/nsqd.sock"`` or the absolute path alone), read by
+        :func:`~txnsq._wire.address.parse_nsqd_address`. TLS over a unix socket needs
+        :attr:`TLSOptions.hostname <txnsq.tls_options.TLSOptions.hostname>` (the name the
+        certificate must carry): without it the constructor raises ``ValueError``.
     :param options: what every connection to nsqd needs
         (:class:`~txnsq.options.ConnectionOptions`: TLS, AUTH secret, compression, what
         IDENTIFY asks for, the timeouts); a client's own options type
@@ -146,8 +151,15 @@ class Connection:
         on_nonfatal_error: Callable[[NSQServerError], None] | None = None,
         **settings: Any,
     ) -> None:
-        self.host, self.port = parse_address(address)
+        target = parse_nsqd_address(address)
+        #: The unix socket's path for a ``unix:`` address, else ``None``.
+        self.unix_path: str | None = target.path if isinstance(target, UnixSocket) else None
+        #: The host and port dialled (``"localhost"`` and 0 for a unix socket).
+        self.host, self.port = ("localhost", 0) if isinstance(target, UnixSocket) else target
+        self._label = target.label
         opts = connection_options("Connection", options, settings, _CONNECTION_PARAMETERS)
+        if self.unix_path is not None and opts.tls is not None and opts.tls.hostname is None:
+            raise ValueError(unix_tls_needs_hostname(self._label))
         #: The settings of this connection.
         self.options: ConnectionOptions = opts
         self._handshake = Handshake(
@@ -224,8 +236,9 @@ class Connection:
 
     @property
     def address(self) -> str:
-        """``"host:port"`` of the nsqd this connection is for (IPv6 in brackets)."""
-        return format_address(self.host, self.port)
+        """``"host:port"`` of the nsqd this connection is for (IPv6 in brackets), or
+        ``"unix:/path"`` for a unix socket."""
+        return self._label
 
     @property
     def features(self) -> Features:
@@ -284,7 +297,7 @@ class Connection:
         if self._sock is not None or self._error is not None:
             raise NSQError("Connection.connect() may only be called once")
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+            sock = _dial(self.host, self.port, self.unix_path, self.connect_timeout)
         except OSError as e:
             err = (
                 NSQTimeoutError(f"connecting to {self.address} timed out", reason=e)
@@ -1074,3 +1087,33 @@ def _as_list(message_ids: Iterable[bytes]) -> Sequence[bytes]:
     if isinstance(message_ids, bytes | str):
         raise TypeError(f"message_ids must be an iterable of ids, not {type(message_ids).__name__}")
     return list(message_ids)
+
+
+def _dial(host: str, port: int, unix_path: str | None, timeout: float | None) -> socket.socket:
+    """A connected socket: TCP to ``host:port``, or to the unix socket ``unix_path``.
+
+    :raises OSError: :class:`~txnsq._unix.UnixSocketUnreachable` naming the path for a
+        unix socket that cannot be reached, else the TCP connect's error.
+    """
+    if unix_path is None:
+        return socket.create_connection((host, port), timeout=timeout)
+    return unix_connect(unix_path, timeout)
+
+
+def unix_connect(path: str, timeout: float | None) -> socket.socket:
+    """A ``SOCK_STREAM`` socket connected to the unix socket at ``path``.
+
+    :raises TimeoutError: if the connect takes longer than ``timeout`` seconds.
+    :raises UnixSocketUnreachable: for any other failure (the path and its problem).
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+    except TimeoutError:
+        sock.close()
+        raise
+    except OSError as e:
+        sock.close()
+        raise unreachable(path, e) from e
+    return sock

@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any, ClassVar, Self, TypeVar
 
+from txnsq._unix import UnixSocketUnreachable
 from txnsq._wire import admin
 from txnsq._wire.address import NSQD_HTTP_PORT, NSQLOOKUPD_HTTP_PORT
 from txnsq._wire.admin import (
@@ -35,6 +36,7 @@ from txnsq._wire.admin import (
     NSQDStats,
     Producer,
 )
+from txnsq.blocking._connection import unix_connect
 from txnsq.blocking._tls import describe_ssl_error
 from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError
 from txnsq.tls_options import TLSOptions
@@ -73,6 +75,27 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
         return self.do_open(connection, req, context=self._tls_context)
 
 
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection through a unix socket (nsqd's ``--http-address=/path``)."""
+
+    def __init__(self, host: str, *, socket_path: str, **kwargs: Any) -> None:
+        super().__init__(host, **kwargs)
+        self._socket_path = socket_path
+
+    def connect(self) -> None:
+        self.sock = unix_connect(self._socket_path, self.timeout)
+
+
+class _UnixHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, socket_path: str) -> None:
+        super().__init__()
+        self._socket_path = socket_path
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        connection = functools.partial(_UnixHTTPConnection, socket_path=self._socket_path)
+        return self.do_open(connection, req)
+
+
 class _AdminClient:
     """What both clients share: settings, the opener, one request and its answer."""
 
@@ -96,7 +119,11 @@ class _AdminClient:
         # Only these handlers: no proxy from the environment, no redirects, and error
         # statuses come back as answers (parsed by the request) rather than raised.
         opener = urllib.request.OpenerDirector()
-        opener.add_handler(urllib.request.HTTPHandler())
+        socket_path = self._config.base.socket_path
+        if socket_path is not None:
+            opener.add_handler(_UnixHTTPHandler(socket_path))
+        else:
+            opener.add_handler(urllib.request.HTTPHandler())
         options = self._config.tls
         #: The name the server's certificate is checked against (with TLS).
         self._tls_name: str | None = None
@@ -107,8 +134,9 @@ class _AdminClient:
 
     @property
     def base_url(self) -> str:
-        """Where requests go: ``"http(s)://host:port"`` and any path prefix."""
-        return self._config.base.url("")
+        """Where requests go: ``"http(s)://host:port"`` and any path prefix, or
+        ``"unix:/path"`` for nsqd's unix socket."""
+        return self._config.base.label
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.base_url!r})"
@@ -133,6 +161,7 @@ class _AdminClient:
 
     def _call(self, request: AdminRequest[T]) -> T:
         url = request.url(self._config.base)
+        where = self._config.base.where(request.path, request.query)
         timeout = self._config.timeout
         deadline = time.monotonic() + timeout
         http_request = urllib.request.Request(
@@ -146,20 +175,20 @@ class _AdminClient:
             raise
         except TimeoutError as e:
             raise HTTPTimeoutError(
-                f"{request.method} {url}: no complete answer within {timeout:g} s", e
+                f"{request.method} {where}: no complete answer within {timeout:g} s", e
             ) from e
         except urllib.error.URLError as e:
             reason = e.reason
             if isinstance(reason, TimeoutError):
                 raise HTTPTimeoutError(
-                    f"{request.method} {url}: no complete answer within {timeout:g} s", reason
+                    f"{request.method} {where}: no complete answer within {timeout:g} s", reason
                 ) from e
             raise HTTPConnectionError(
-                f"{request.method} {url}: {_describe(reason, self._tls_name)}", reason
+                f"{request.method} {where}: {_describe(reason, self._tls_name)}", reason
             ) from e
         except (OSError, http.client.HTTPException) as e:
             raise HTTPConnectionError(
-                f"{request.method} {url}: {_describe(e, self._tls_name)}", e
+                f"{request.method} {where}: {_describe(e, self._tls_name)}", e
             ) from e
         return request.response(status, body)
 
@@ -184,6 +213,8 @@ class _AdminClient:
 def _describe(reason: object, tls_name: str | None) -> str:
     if isinstance(reason, ssl.SSLError):
         return describe_ssl_error(reason, tls_name)
+    if isinstance(reason, UnixSocketUnreachable):
+        return str(reason)
     if isinstance(reason, http.client.RemoteDisconnected | ConnectionResetError):
         return "the connection closed before a complete answer"
     text = str(reason).strip()

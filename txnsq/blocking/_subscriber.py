@@ -47,9 +47,8 @@ from txnsq._fielddocs import document_fields
 from txnsq._wire.address import (
     AddressMap,
     check_address_map,
-    format_address,
     map_address,
-    parse_address,
+    parse_nsqd_address,
 )
 from txnsq._wire.admin import LookupResult, check_response_size, lookupd_lookup
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
@@ -194,7 +193,7 @@ class SubscriberOptions(ConnectionOptions):
             if isinstance(value, str | bytes) or not isinstance(value, Iterable):
                 raise TypeError(f"{name} must be a sequence of addresses, not one address")
         nsqd = tuple(
-            dict.fromkeys(format_address(*parse_address(a)) for a in self.nsqd_tcp_addresses)
+            dict.fromkeys(parse_nsqd_address(a).label for a in self.nsqd_tcp_addresses)
         )
         lookupd = tuple(dict.fromkeys(self.lookupd_http_addresses))
         for address in lookupd:

@@ -84,7 +84,8 @@ Durations are seconds (``"2.5"``) or a number with a unit (``"500ms"``, ``"30s"`
 
 Both directions::
 
-  ``nsqdTcpAddresses``      ``host:port[,host:port...]`` (required for writes)
+  ``nsqdTcpAddresses``      ``host:port[,host:port...]`` (required for writes); an nsqd on a
+                            unix socket is ``unix:/path`` (nsqd >= 1.3.0)
   ``topic``                 topic name (required for reads; for writes unless a ``topic`` column)
   ``tls``                   ``true`` to use TLS (implied by the other ``tls*`` options)
   ``tlsCaCerts``            PEM bundle of the CAs to trust instead of the system's
@@ -138,7 +139,8 @@ Reads::
                             ``nsqd-0.nsqd:4150=10.0.0.5:4150,nsqd-1=10.0.0.6``
   ``reportLag``             ``false``: no nsqd statistics in the progress (default true)
   ``nsqdHttp``              ``tcp=http`` address pairs (``h:4150=h:4151,...``; the HTTP
-                            side may be an ``https://`` URL) for the lag statistics
+                            side may be an ``https://`` URL) for the lag statistics; for
+                            sockets ``unix:/a/nsqd.sock=unix:/a/http.sock``
 
 Deprecated spellings (they work, with a DeprecationWarning; removed in 0.4.0)::
 

@@ -23,10 +23,11 @@ from typing import Any, Final
 
 from txnsq._wire.address import (
     NSQD_HTTP_PORT,
+    UnixSocket,
     format_address,
     map_address,
     map_http_address,
-    parse_address,
+    parse_nsqd_address,
 )
 from txnsq._wire.deadletter import dead_letter_body, should_give_up
 from txnsq.blocking import Chunk, Connection, LookupdHTTPClient, NSQDHTTPClient, Subscriber
@@ -51,8 +52,18 @@ _attempts = operator.attrgetter("attempts")
 
 def http_address_guess(tcp_address: str) -> str:
     """The HTTP address of the nsqd at ``tcp_address`` when nothing else says: the same
-    host, the TCP port + 1 (nsqd's defaults are 4150 and 4151)."""
-    host, port = parse_address(tcp_address)
+    host, the TCP port + 1 (nsqd's defaults are 4150 and 4151).
+
+    :raises ValueError: for a unix socket (its HTTP socket cannot be guessed: option
+        ``nsqdHttp`` gives it, ``unix:/path/nsqd.sock=unix:/path/http.sock``).
+    """
+    target = parse_nsqd_address(tcp_address)
+    if isinstance(target, UnixSocket):
+        raise ValueError(
+            f"the HTTP address of the nsqd at {tcp_address} cannot be guessed: give it "
+            "with option nsqdHttp ('unix:/path/nsqd.sock=unix:/path/http.sock')"
+        )
+    host, port = target
     return format_address(host, port + 1 if port < 65535 else NSQD_HTTP_PORT)
 
 

@@ -29,8 +29,7 @@ from txnsq._deprecate import suggest, warn_deprecated
 from txnsq._wire.address import (
     NSQD_HTTP_PORT,
     check_address_map,
-    format_address,
-    parse_address,
+    parse_nsqd_address,
 )
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.deadletter import DeadLetter
@@ -130,7 +129,7 @@ class OptionError(ValueError):
 class ConnectionSettings:
     """How to reach and talk to nsqd: what both the reader and the writer need.
 
-    :ivar nsqd_tcp_addresses: option ``nsqdTcpAddresses``, as ``"host:port"``.
+    :ivar nsqd_tcp_addresses: option ``nsqdTcpAddresses``, as ``"host:port"`` or ``"unix:/path"``.
     :ivar options: the :class:`~txnsq.options.ConnectionOptions` the other options
         parse into (its ``auth_secret`` is never shown in a ``repr``).
     """
@@ -605,8 +604,8 @@ def _address_pairs(opts: Mapping[str, str], key: str, name: str) -> tuple[tuple[
             if http.lower().startswith(("http://", "https://")):
                 NSQDHTTPClient(http).close()  # checks the URL
             else:
-                http = format_address(*parse_address(http, NSQD_HTTP_PORT))
-            pairs.append((format_address(*parse_address(tcp.strip())), http))
+                http = parse_nsqd_address(http, NSQD_HTTP_PORT).label
+            pairs.append((parse_nsqd_address(tcp.strip()).label, http))
         except (TypeError, ValueError) as e:
             raise OptionError(f"option '{name}': {item!r}: {e}") from None
     return tuple(pairs)
@@ -632,10 +631,8 @@ def _connection(opts: dict[str, str], settings: dict[str, Any]) -> ConnectionSet
     """
     name = _renamed(opts, "nsqdTcpAddresses", "nsqd", move=True)
     try:
-        # Read as every client reads an nsqd address; kept as "host:port".
-        nsqd = tuple(
-            format_address(*parse_address(a)) for a in _split(opts.get("nsqdtcpaddresses", ""))
-        )
+        # Read as every client reads an nsqd address; kept as "host:port" or "unix:/path".
+        nsqd = tuple(parse_nsqd_address(a).label for a in _split(opts.get("nsqdtcpaddresses", "")))
     except ValueError as e:
         raise OptionError(f"option '{name}': {e}") from None
     tls_keys = ("tlscacerts", "tlsclientcert", "tlsclientkey", "tlshostname")
