@@ -51,7 +51,7 @@ nitpick_ignore_regex = [
 
 autodoc_default_options = {
     "members": True,
-    "undoc-members": True,  # tests/test_docs_reference.py checks every docstring
+    "undoc-members": True,  # tests/unit/test_docs_reference.py checks every docstring
     "show-inheritance": True,
     "member-order": "bysource",
 }

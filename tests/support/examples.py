@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from tests.support.processes import REPO
+from tests.support.env import REPO
 from tests.support.reactors import on_test_reactor
 
 __all__ = ["EXAMPLES", "README", "block_containing", "example", "readme_blocks", "run_python"]

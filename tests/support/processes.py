@@ -34,16 +34,15 @@ from pathlib import Path
 from typing import Any
 from unittest import SkipTest
 
-REPO = Path(__file__).resolve().parents[2]
-LOOPBACK = "127.0.0.1"
+# Re-exported: the integration tests import them from here.
+from tests.support.env import LOOPBACK as LOOPBACK
+from tests.support.env import REPO as REPO
+from tests.support.env import free_port as free_port
+from tests.support.env import in_ci as in_ci
 
 #: Set by ``tests/conftest.py`` for each test pytest runs: whether it is marked
 #: ``integration`` (``None`` outside pytest: anything goes).
 marked_integration: bool | None = None
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def nsq_binary(name: str) -> str:
@@ -82,13 +81,6 @@ def nsqd_version() -> tuple[int, int, int]:
 def nsqd_version_text() -> str:
     """:func:`nsqd_version` as nsqd writes it in IDENTIFY and ``/info``: ``"1.2.1"``."""
     return ".".join(str(part) for part in nsqd_version())
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
 
 
 def http_get(url: str, timeout: float = 5.0) -> bytes:

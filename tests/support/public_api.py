@@ -1,6 +1,6 @@
 """txnsq's public surface as text, read by griffe from the source (nothing is imported).
 
-``tests/public_api.txt`` holds it; ``tests/test_public_api.py`` fails when the code's
+``tests/public_api.txt`` holds it; ``tests/unit/test_public_api.py`` fails when the code's
 surface differs, showing the difference, so a change to a public name or signature is
 always a deliberate, reviewed diff. After such a change (with its deprecation and
 changelog entry), write the file again::

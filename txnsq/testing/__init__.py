@@ -37,7 +37,7 @@ every exchange that is due now, and :meth:`FakeNSQD.advance` moves time forward 
 scheduled event at a time (message timeouts, REQ delays, DPUB, heartbeats, reconnects),
 so each happens at its own moment.
 
-What the fake does as nsqd v1.3 does (``tests/test_testing_vs_nsqd.py`` runs the same
+What the fake does as nsqd v1.3 does (``tests/integration/test_testing.py`` runs the same
 scenarios against both and compares what the client sees): the handshake (IDENTIFY
 feature negotiation, snappy and deflate, AUTH), every command and the state it is
 allowed in, the error codes and texts and which errors close the connection, RDY as a

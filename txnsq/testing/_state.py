@@ -4,7 +4,7 @@ and the records tests inspect. The protocol a client connection speaks is in
 and this module imports nothing from that one.
 
 Everything here follows what nsqd v1.3 does, checked against the real one by
-``tests/test_testing_vs_nsqd.py``: the same commands are accepted in the same states, the
+``tests/integration/test_testing.py``: the same commands are accepted in the same states, the
 same error codes and texts come back, fatal errors close the connection after the error
 frame, and message bookkeeping (attempts, in-flight timeouts, REQ, TOUCH, deferred
 messages) works as in nsqd's channels. Time is a :class:`~twisted.internet.task.Clock`.

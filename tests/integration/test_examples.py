@@ -1,0 +1,269 @@
+"""Every script in examples/ (which the documentation includes) runs, against real nsqd
+and nsqlookupd processes where it needs them.
+
+Addresses in them (127.0.0.1:4150 for nsqd, 127.0.0.1:4161 for nsqlookupd, ca.pem) are
+replaced by the test processes' own. The Spark examples run in tests/integration/test_spark.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest as pyunit
+from pathlib import Path
+
+import pytest
+from twisted.trial.unittest import TestCase
+
+from tests.support.certs import certs_for, nsqd_tls_args
+from tests.support.examples import EXAMPLES, example, run_python
+from tests.support.processes import NSQD, free_port, start_lookupd, start_nsqd, wait_for
+from tests.support.reactors import twistd_reactor_args
+
+pytestmark = pytest.mark.integration
+
+# Run by tests/integration/test_spark.py (SparkReadmeTests), on its Spark session.
+SPARK_EXAMPLES = {"spark_stream.py", "spark_dedupe.py"}
+
+
+class ExamplesTests(TestCase):
+    """Each example script, run as a user would run it."""
+
+    def test_every_example_is_covered(self) -> None:
+        # If an example is added, a test must run it here (or in tests/integration/test_spark.py).
+        source = Path(__file__).read_text(encoding="utf-8")
+        for path in EXAMPLES.iterdir():
+            if path.suffix in (".py", ".sh") and path.name not in SPARK_EXAMPLES:
+                self.assertIn(f'"{path.name}"', source, f"no test runs examples/{path.name}")
+
+    def test_quickstart(self) -> None:
+        nsqd = start_nsqd(self)
+        out = run_python(example("quickstart.py").replace("127.0.0.1:4150", nsqd.tcp_address))
+        self.assertIn("received ['message 0', 'message 1', 'message 2']", out)
+        self.assert_consumed(nsqd, "hello", "tutorial", 3)
+
+    def test_blocking_consume(self) -> None:
+        nsqd = start_nsqd(self)
+        code = example("blocking_consume.py").replace("127.0.0.1:4150", nsqd.tcp_address)
+        out = run_python(code)
+        self.assertIn("received ['report 1', 'report 2', 'report 3']", out)
+
+    def test_blocking_subscriber(self) -> None:
+        nsqd = start_nsqd(self)
+        code = example("blocking_subscriber.py").replace("127.0.0.1:4150", nsqd.tcp_address)
+        self.assertIn("archived 5 events", run_python(code))
+        self.assert_consumed(nsqd, "audit", "archive", 5)
+
+    def test_publish(self) -> None:
+        nsqd = start_nsqd(self)
+        code = example("publish.py")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        self.assertIn("published 1004 messages", out)
+        topic = nsqd.topic_stats("events")
+        assert topic is not None
+        self.assertEqual(topic["message_count"], 1004)
+
+    def test_batch_publish(self) -> None:
+        nsqd = start_nsqd(self)
+        code = example("batch_publish.py")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        match = re.search(r"published (\d+) messages in (\d+) batches", out)
+        assert match is not None, out
+        self.assertEqual(int(match.group(1)), 10_000)
+        self.assertLess(int(match.group(2)), 100)
+        topic = nsqd.topic_stats("clicks")
+        assert topic is not None
+        self.assertEqual(topic["message_count"], 10_000)
+
+    def test_consume(self) -> None:
+        lookupd = start_lookupd(self)
+        nsqd = start_nsqd(self, lookupds=[lookupd])
+        for i in range(3):
+            nsqd.http_publish("events", b"event %d" % i)
+        wait_for(lambda: lookupd.lookup("events")["producers"], what="lookupd registration")
+        code = example("consume.py")
+        out = run_python(code.replace("127.0.0.1:4161", lookupd.http_address))
+        self.assertIn("handled 3 messages", out)
+        self.assert_consumed(nsqd, "events", "archive", 3)
+
+    def test_unix_sockets(self) -> None:
+        on_socket = start_nsqd(self, unix_sockets=True)  # skipped before nsqd v1.3.0
+        on_tcp = start_nsqd(self)
+        assert on_socket.tcp_socket is not None and on_socket.http_socket is not None
+        code = example("unix_sockets.py").replace("127.0.0.1:4150", on_tcp.tcp_address)
+        code = code.replace("/run/nsqd/nsqd.sock", on_socket.tcp_socket)
+        code = code.replace("/run/nsqd/http.sock", on_socket.http_socket)
+        out = run_python(code)
+        self.assertIn(f"from ['{on_socket.tcp_address}'] left 0", out)
+        self.assert_consumed(on_socket, "orders", "billing", 3)
+
+    def test_threaded_handler(self) -> None:
+        nsqd = start_nsqd(self)
+        for i in range(3):
+            nsqd.http_publish("invoices", b"invoice %d" % i)
+        code = example("threaded_handler.py")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        self.assertIn("rendered 3 invoices", out)
+        self.assert_consumed(nsqd, "invoices", "pdf", 3)
+
+    def test_asyncio_consume(self) -> None:
+        nsqd = start_nsqd(self)
+        code = example("asyncio_consume.py")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        self.assertIn("counted 3 clicks", out)
+        self.assert_consumed(nsqd, "clicks", "stats", 3)
+
+    def assert_drained(self, nsqd: NSQD, topic: str, channel_name: str) -> None:
+        """Nothing is left in the channel: not queued, not in flight."""
+        channel = nsqd.channel_stats(topic, channel_name)
+        assert channel is not None
+        self.assertEqual((channel["depth"], channel["in_flight_count"]), (0, 0))
+
+    def assert_consumed(self, nsqd: NSQD, topic: str, channel_name: str, count: int) -> None:
+        """``count`` messages went through the channel, and none is left."""
+        self.assert_drained(nsqd, topic, channel_name)
+        channel = nsqd.channel_stats(topic, channel_name)
+        assert channel is not None
+        self.assertEqual(channel["message_count"], count)
+
+    def test_tls_publish(self) -> None:
+        certs = certs_for(self)
+        nsqd = start_nsqd(self, nsqd_tls_args(certs))
+        code = example("tls_publish.py")
+        code = code.replace("127.0.0.1:4150", nsqd.tcp_address)
+        code = code.replace('"ca.pem"', repr(str(certs.ca.cert_path)))
+        out = run_python(code)
+        self.assertIn("published over TLS", out)
+        topic = nsqd.topic_stats("secure-events")
+        assert topic is not None
+        self.assertEqual(topic["message_count"], 1)
+
+    def test_http_admin(self) -> None:
+        lookupd = start_lookupd(self)
+        nsqd = start_nsqd(self, lookupds=[lookupd])
+        nsqd.create_topic("orders")  # so that nsqlookupd lists it when the example asks
+        wait_for(lambda: lookupd.lookup("orders")["producers"], what="lookupd registration")
+
+        def run(marker: str) -> str:
+            code = example(marker)
+            code = code.replace("127.0.0.1:4151", nsqd.http_address)
+            return run_python(code.replace("127.0.0.1:4161", lookupd.http_address))
+
+        out = run("http_admin.py")
+        self.assertIn("billing: depth 2 paused True", out)
+        self.assertIn(f"orders is on {nsqd.tcp_address}", out)
+        self.assertEqual(run("blocking_http_admin.py"), "billing: depth 2 paused False\n")
+        channel = nsqd.channel_stats("orders", "billing")
+        assert channel is not None
+        self.assertEqual((channel["depth"], channel["paused"]), (2, False))
+
+    def test_address_map(self) -> None:
+        lookupd = start_lookupd(self)
+        # nsqd announces a name this machine cannot resolve (the last flag wins).
+        nsqd = start_nsqd(self, ["--broadcast-address=nsqd-0"], lookupds=[lookupd])
+        nsqd.http_publish("events", b"a message")
+        [producer] = wait_for(
+            lambda: lookupd.lookup("events")["producers"], what="lookupd registration"
+        )
+        self.assertEqual(producer["broadcast_address"], "nsqd-0")
+        code = example("address_map.py")
+        out = run_python(code.replace("127.0.0.1:4161", lookupd.http_address))
+        self.assertIn("received a message from nsqd-0 through 127.0.0.1", out)
+        self.assert_drained(nsqd, "events", "from-the-host")
+
+    def test_metrics(self) -> None:
+        nsqd = start_nsqd(self)
+        code = example("metrics.py")
+        code = code.replace("PORT = 9150", f"PORT = {free_port()}")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        labels = f'channel="workers",nsqd="{nsqd.tcp_address}",topic="jobs"'
+        self.assertIn(f"txnsq_consumer_messages_finished_total{{{labels}}} 10.0", out)
+        self.assertIn(f'txnsq_producer_publishes_total{{nsqd="{nsqd.tcp_address}"}} 10.0', out)
+
+    def test_dead_letters(self) -> None:
+        nsqd = start_nsqd(self)
+        nsqd.create_topic("payments_dead")
+        nsqd.create_channel("payments_dead", "check")
+        code = example("dead_letters.py")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        self.assertIn(f"subscribed on {nsqd.tcp_address}", out)
+        self.assertIn(f"gave up on b'payment-1' from {nsqd.tcp_address}", out)
+        self.assertIn("dead-lettered 2 messages", out)
+        dead = nsqd.channel_stats("payments_dead", "check")
+        source = nsqd.channel_stats("payments", "ledger")
+        assert dead is not None and source is not None
+        self.assertEqual(dead["message_count"], 2)
+        self.assertEqual((source["depth"], source["in_flight_count"], source["deferred_count"]),
+                         (0, 0, 0))
+
+    def test_fake_nsqd_test(self) -> None:
+        namespace: dict[str, object] = {"__name__": "fake_nsqd_test"}
+        exec(example("fake_nsqd_test.py"), namespace)
+        case = namespace["OrdersTests"]
+        suite = pyunit.TestLoader().loadTestsFromTestCase(case)  # type: ignore[arg-type]
+        result = pyunit.TestResult()
+        suite.run(result)
+        self.assertEqual(result.testsRun, 1)
+        self.assertTrue(result.wasSuccessful(), result.errors + result.failures)
+
+    def test_nsq_consumer(self) -> None:
+        lookupd = start_lookupd(self)
+        nsqd = start_nsqd(self, lookupds=[lookupd])
+        nsqd.http_publish("events", b"first body")
+        nsqd.http_publish("events", b"second body")
+        wait_for(lambda: lookupd.lookup("events")["producers"], what="lookupd registration")
+        output = self.run_twistd(
+            "nsq_consumer.sh", {"127.0.0.1:4161": lookupd.http_address}, "second body"
+        )
+        self.assertIn("first body", output)
+        self.assert_drained(nsqd, "events", "tail")
+
+    def test_nsq_consumer_handler(self) -> None:
+        """examples/nsq_consumer_handler.sh runs examples/handlers.py ("handlers.py")."""
+        nsqd = start_nsqd(self)
+        nsqd.http_publish("orders", b'{"id": 7}')
+        output = self.run_twistd(
+            "nsq_consumer_handler.sh", {"127.0.0.1:4150": nsqd.tcp_address}, "stored order 7"
+        )
+        self.assertNotIn("Traceback", output)
+        self.assert_consumed(nsqd, "orders", "store", 1)
+
+    def run_twistd(self, script: str, replacements: dict[str, str], expected: str) -> str:
+        """Run the twistd command of examples/``script`` (in the examples folder, with
+        the addresses replaced) until its output shows ``expected``, then stop it with
+        SIGTERM; return its output."""
+        command = example(script).replace("\\\n", " ")
+        for old, new in replacements.items():
+            command = command.replace(old, new)
+        argv = shlex.split(command, comments=True)
+        env = dict(os.environ)
+        while "=" in argv[0]:  # VAR=value before the command
+            name, _, value = argv.pop(0).partition("=")
+            env[name] = str(EXAMPLES / value) if value == "." else value
+        self.assertEqual(argv[0], "twistd")
+        argv[0] = str(Path(sys.executable).with_name("twistd"))
+        argv[1:1] = twistd_reactor_args()
+        workdir = tempfile.mkdtemp(prefix="txnsq-example-")
+        out_path = os.path.join(workdir, "out")
+        with open(out_path, "wb") as out:
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, env=env
+            )
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+
+        def output() -> str:
+            return Path(out_path).read_bytes().decode("utf-8", "replace")
+
+        try:
+            wait_for(lambda: expected in output(), timeout=30, what="twistd output")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        # twistd re-raises the signal after a clean shutdown.
+        self.assertIn(proc.returncode, (0, -signal.SIGTERM), output())
+        return output()

@@ -1,0 +1,264 @@
+"""Every public name of every public module has a docstring and an entry in the built
+reference (docs/, Sphinx), and the options types' fields are documented where help()
+and the reference show them.
+
+A public module is one under ``txnsq`` with no component starting with an underscore; its
+public names are its ``__all__``. The reference's entries are read from the inventory
+(``objects.inv``) of a build: ``scripts/test`` builds the docs first and points
+``$TXNSQ_DOCS_HTML`` at them; otherwise this test builds them into a temporary folder
+(about 15 s of CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import os
+import pkgutil
+import posixpath
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any
+
+from twisted.trial.unittest import SkipTest, TestCase
+
+import txnsq
+from tests.support.env import REPO, in_ci
+
+# Modules that need an extra that may be missing (only then are they left out).
+_OPTIONAL_DEPENDENCIES = {"pyspark", "pyarrow", "prometheus_client"}
+_SCALARS = (int, float, str, bytes, bool, type(None), tuple, frozenset)
+
+
+def public_modules() -> dict[str, types.ModuleType]:
+    """Every public txnsq module, imported (those whose optional extra is missing are
+    left out, except in CI)."""
+    names = ["txnsq"] + [
+        info.name
+        for info in pkgutil.walk_packages(txnsq.__path__, "txnsq.")
+        if not any(part.startswith("_") for part in info.name.split("."))
+    ]
+    modules = {}
+    for name in names:
+        try:
+            modules[name] = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if in_ci() or (e.name or "").split(".")[0] not in _OPTIONAL_DEPENDENCIES:
+                raise
+    return modules
+
+
+def public_names(module: types.ModuleType) -> list[str]:
+    """The module's ``__all__``, or the names it defines that do not start with "_"."""
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+        ]
+    return [name for name in names if not (name.startswith("__") and name.endswith("__"))]
+
+
+def _inventory_names(html: Path) -> set[str]:
+    from sphinx.util.inventory import InventoryFile
+
+    with open(html / "objects.inv", "rb") as f:
+        inventory: Any = InventoryFile.load(f, "", posixpath.join)
+    data = getattr(inventory, "data", inventory)  # newer Sphinx wraps the dict
+    return {name for entries in data.values() for name in entries}
+
+
+def reference_names() -> set[str]:
+    """The fully qualified names the built reference documents."""
+    given = os.environ.get("TXNSQ_DOCS_HTML")
+    if given and (Path(given) / "objects.inv").exists():
+        return _inventory_names(Path(given))
+    try:
+        import sphinx  # noqa: F401
+    except ImportError:
+        if in_ci():
+            raise
+        raise SkipTest("Sphinx is not installed (pip install -e '.[docs]')") from None
+    with tempfile.TemporaryDirectory(prefix="txnsq-docs-") as out:
+        subprocess.run(
+            [sys.executable, "-m", "sphinx", "-q", "-b", "html", "-d", f"{out}/doctrees",
+             str(REPO / "docs"), f"{out}/html"],
+            check=True,
+            capture_output=True,
+        )
+        return _inventory_names(Path(out) / "html")
+
+
+def _own_functions(cls: type) -> list[tuple[str, Any]]:
+    """The public methods and properties ``cls`` defines itself (not inherited)."""
+    found = []
+    for name, value in vars(cls).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, staticmethod | classmethod):
+            value = value.__func__
+        elif isinstance(value, property):
+            value = value.fget
+        if inspect.isfunction(value) or inspect.isclass(value):
+            found.append((name, value))
+    return found
+
+
+def _from_txnsq(obj: Any) -> bool:
+    return str(getattr(obj, "__module__", "")).split(".")[0] == "txnsq"
+
+
+class ReferenceTests(TestCase):
+    maxDiff = None
+
+    """The reference and the docstrings cover the public face."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.modules = public_modules()
+        cls.documented = reference_names()
+
+    def test_every_public_module_is_in_the_reference(self) -> None:
+        missing = [name for name in self.modules if name not in self.documented]
+        self.assertEqual(missing, [], "add a page to docs/reference/ with its automodule")
+
+    def test_every_public_name_is_in_the_reference(self) -> None:
+        # A re-exported name counts when the object is documented under any of its names.
+        documented_ids = set()
+        for module_name, module in self.modules.items():
+            for name in public_names(module):
+                obj = getattr(module, name)
+                if f"{module_name}.{name}" in self.documented and not isinstance(obj, _SCALARS):
+                    documented_ids.add(id(obj))
+        missing = []
+        for module_name, module in self.modules.items():
+            for name in public_names(module):
+                obj = getattr(module, name)
+                names = {f"{module_name}.{name}"}
+                if hasattr(obj, "__module__") and hasattr(obj, "__qualname__"):
+                    names.add(f"{obj.__module__}.{obj.__qualname__}")
+                if names & self.documented:
+                    continue
+                if not isinstance(obj, _SCALARS) and id(obj) in documented_ids:
+                    continue
+                missing.append(f"{module_name}.{name}")
+        self.assertEqual(missing, [])
+
+    def test_every_public_definition_has_a_docstring(self) -> None:
+        missing = set()
+        for module_name, module in self.modules.items():
+            if not (module.__doc__ or "").strip():
+                missing.add(module_name)
+            for name in public_names(module):
+                obj = getattr(module, name)
+                if not (inspect.isclass(obj) or inspect.isfunction(obj)) or not _from_txnsq(obj):
+                    continue
+                qualified = f"{obj.__module__}.{obj.__qualname__}"
+                if not (obj.__doc__ or "").strip():
+                    missing.add(qualified)
+                if inspect.isclass(obj):
+                    for member_name, member in _own_functions(obj):
+                        if _from_txnsq(member) and not (member.__doc__ or "").strip():
+                            missing.add(f"{qualified}.{member_name}")
+        self.assertEqual(sorted(missing), [])
+
+    def test_options_fields_are_documented(self) -> None:
+        """Each field of an options dataclass has a ``#:`` comment (which autodoc shows)
+        or a ``:param:``/``:ivar:`` entry in the class docstring, and help() shows it."""
+        from sphinx.pycode import ModuleAnalyzer
+
+        missing = []
+        for module_name, module in self.modules.items():
+            if module_name.startswith("txnsq.spark"):
+                continue  # parsed from Spark's option strings, documented under those names
+            for name in public_names(module):
+                cls = getattr(module, name)
+                if not (inspect.isclass(cls) and dataclasses.is_dataclass(cls)):
+                    continue
+                if not (_from_txnsq(cls) and cls.__name__.endswith("Options")):
+                    continue
+                attr_docs = {}
+                for klass in cls.__mro__:
+                    if _from_txnsq(klass):
+                        attr_docs.update(ModuleAnalyzer.for_module(klass.__module__)
+                                         .find_attr_docs())
+                doc = cls.__doc__ or ""
+                for field in dataclasses.fields(cls):
+                    if field.name.startswith("_"):
+                        continue
+                    commented = any(
+                        (klass.__qualname__, field.name) in attr_docs for klass in cls.__mro__
+                    )
+                    # A :param:, an :ivar:, or (deprecated fields) named in the text.
+                    in_docstring = any(
+                        f":{role} {field.name}:" in doc for role in ("param", "ivar")
+                    ) or f"``{field.name}``" in doc
+                    if not (commented or in_docstring):
+                        missing.append(f"{cls.__module__}.{cls.__qualname__}.{field.name}")
+                    elif f"{field.name}" not in doc:
+                        missing.append(f"help({cls.__qualname__}) lacks {field.name}")
+        self.assertEqual(sorted(set(missing)), [])
+
+
+def _undocumented_definitions(path: Path) -> list[str]:
+    """The functions and classes in ``path`` whose name, and whose enclosing classes'
+    names, do not start with an underscore, and that have no docstring."""
+    import ast
+
+    found = []
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                if child.name.startswith("_") or any(
+                    isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter")
+                    for d in getattr(child, "decorator_list", [])
+                ):
+                    continue  # private, or a property's setter (the getter is documented)
+                if ast.get_docstring(child) is None:
+                    found.append(f"{path.relative_to(REPO)}:{child.lineno} {prefix}{child.name}")
+                if isinstance(child, ast.ClassDef):
+                    walk(child, f"{prefix}{child.name}.")
+
+    walk(ast.parse(path.read_text(encoding="utf-8")), "")
+    return found
+
+
+class DocstringTests(TestCase):
+    """Every public definition in txnsq, private modules included (their public classes
+    are what the public API returns), has a docstring of its own."""
+
+    def test_every_public_definition_in_the_source_has_a_docstring(self) -> None:
+        missing = []
+        for path in sorted((REPO / "txnsq").rglob("*.py")):
+            missing.extend(_undocumented_definitions(path))
+        self.assertEqual(missing, [])
+
+
+class FieldDocsTests(TestCase):
+    """txnsq._fielddocs puts an options dataclass's ``#:`` comments into its docstring."""
+
+    def test_help_shows_each_field_with_its_default_and_comment(self) -> None:
+        from txnsq.consumer import ConsumerOptions
+
+        doc = ConsumerOptions.__doc__ or ""
+        self.assertIn("Fields (default: meaning):", doc)
+        self.assertIn("- max_in_flight (1): Messages in flight over all connections", doc)
+        self.assertIn("- lookupd_request_timeout (5.0): Seconds one nsqlookupd request", doc)
+        # The class's own text stays first, dedented like the list.
+        self.assertTrue(doc.startswith("A :class:`~txnsq.consumer.Consumer`'s settings"),
+                        doc[:80])
+
+    def test_comments_span_lines_and_stop_at_other_statements(self) -> None:
+        from txnsq._fielddocs import field_comments
+        from txnsq.consumer import ConsumerOptions
+
+        comments = field_comments(ConsumerOptions)
+        self.assertEqual(comments["max_requeue_delay"], "The longest requeue delay, in seconds.")
+        self.assertTrue(comments["rdy_settle_time"].endswith("; 0 trusts what has arrived."))
+        self.assertNotIn("__post_init__", comments)
