@@ -49,6 +49,7 @@ from txnsq._wire.lookup import (
     lookup_url,
     parse_lookup_response,
 )
+from txnsq._wrongport import lookupd_wrong_port
 from txnsq.errors import NSQError
 
 __all__ = [
@@ -423,6 +424,7 @@ class LookupdPoller:
         if not self._running:
             return  # stop() cancelled it; nothing to report
         self._answers.failed(s.address)
+        failure = lookupd_wrong_port(failure, s.address)  # an NSQ TCP port (issue 24)
         url = s.url.decode("ascii")
         if isinstance(failure.value, _EXPECTED_FAILURES):
             if isinstance(failure.value, TimeoutError):
