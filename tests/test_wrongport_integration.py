@@ -181,15 +181,22 @@ class SparkWriterTests(TestCase):
         # The writer treats a WrongPeerError (a HandshakeError) as a configuration error:
         # raised at once, not tried on the other addresses nor retried.
         pytest.importorskip("pyspark")
+        import pyarrow as pa
+        from pyspark.sql.types import BinaryType, StructField, StructType
+
         from txnsq.spark.options import parse_write_options
-        from txnsq.spark.writer import _ConnectionPool
+        from txnsq.spark.writer import NSQBatchWriter, resolve_write_columns
 
         nsqd = start_nsqd(self)
         options = parse_write_options(
             {"nsqdTcpAddresses": f"{nsqd.http_address},{nsqd.tcp_address}", "topic": "t"}
         )
+        schema = StructType([StructField("value", BinaryType())])
+        writer = NSQBatchWriter(options, resolve_write_columns(schema, options))
+        rows = pa.record_batch([pa.array([b"x"], pa.binary())], names=["value"])
         started = time.monotonic()
         with self.assertRaises(WrongPeerError) as caught:
-            _ConnectionPool().checkout(options.connection, 0)
+            writer.write(iter([rows]))
         self.assertLess(time.monotonic() - started, PROMPT)
         self.assertIn(HTTP_PORT, str(caught.exception))
+        self.assertEqual(nsqd.topic_stats("t"), None)  # nothing went to the good one
