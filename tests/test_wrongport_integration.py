@@ -147,18 +147,23 @@ class ConsumerTests(TestCase):
         return time.monotonic() - started
 
     @defer.inlineCallbacks
-    def test_nsqlookupd_tcp_port_as_lookupd_address(self) -> Generator[Any, Any, None]:
+    def check_lookupd_address(self, tcp_address: str) -> Generator[Any, Any, None]:
         logs = LogCapture(self)
-        lookupd = start_lookupd(self)
         observer = Failures()
-        self.consumer(lookupd_http_addresses=[lookupd.tcp_address], observers=[observer])
+        self.consumer(lookupd_http_addresses=[tcp_address], observers=[observer])
         yield self.wait_for(lambda: observer.lookupd)
         address, reason = observer.lookupd[0]
-        self.assertEqual(address, lookupd.tcp_address)
+        self.assertEqual(address, tcp_address)
         self.assertIsInstance(reason.value, WrongPeerError)
         message = "not nsqlookupd's HTTP address (usually 4161)"
         self.assertIn(message, str(reason.value))
         self.assertEqual(len(logs.matching(message)), 1, logs.text())
+
+    def test_nsqlookupd_tcp_port_as_lookupd_address(self) -> defer.Deferred[None]:
+        return self.check_lookupd_address(start_lookupd(self).tcp_address)
+
+    def test_nsqd_tcp_port_as_lookupd_address(self) -> defer.Deferred[None]:
+        return self.check_lookupd_address(start_nsqd(self).tcp_address)
 
     @defer.inlineCallbacks
     def test_nsqd_http_port_as_nsqd_address(self) -> Generator[Any, Any, None]:
