@@ -56,7 +56,6 @@ from txnsq._tap_service import (
 from txnsq._wire import commands
 from txnsq._wire.address import (
     check_address_map,
-    format_address,
     parse_nsqd_address,
 )
 from txnsq._wire.deadletter import DeadLetter

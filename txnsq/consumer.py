@@ -42,7 +42,7 @@ from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_del
 from txnsq._wire.deadletter import DeadLetter, dead_letter_body
 from txnsq._wire.ratelimit import OncePerInterval
 from txnsq._wire.rdy import RdyController, RdyUpdate
-from txnsq.errors import NotReady, NSQError
+from txnsq.errors import NotReady, NSQError, WrongPeerError
 from txnsq.message import FRESH, Message
 from txnsq.observers import IConsumerObserver
 from txnsq.options import ConnectionOptions, ConsumerOptions, ProducerOptions, client_options
@@ -513,9 +513,11 @@ class Consumer(Service):
                 )
             else:
                 nsqd.handshake_failures += 1
-                self._log.error(
-                    "Handshake with nsqd {nsqd} failed: {error}", nsqd=nsqd.address, error=e
-                )
+                # Wrong port (issue 24): named by the error, logged once per outage.
+                if nsqd.handshake_failures == 1 or not isinstance(e, WrongPeerError):
+                    self._log.error(
+                        "Handshake with nsqd {nsqd} failed: {error}", nsqd=nsqd.address, error=e
+                    )
                 protocol.close()
             return
         if session.closed:

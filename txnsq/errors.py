@@ -7,7 +7,9 @@ a frame's code and text. Client-side failures have their own classes:
 command could not complete because its connection went away), :class:`NotReady` (no
 usable connection in time; a producer's :class:`ProducerStopped` and
 :class:`PublishQueueFull` are kinds of it) and :class:`HandshakeError` (IDENTIFY, TLS,
-compression or AUTH negotiation failed). A connection that goes quiet is closed with
+compression or AUTH negotiation failed; :class:`WrongPeerError`, both a protocol and a
+handshake error, when the address is not nsqd's TCP port: an HTTP port, nsqlookupd's TCP
+port, something that is not nsqd). A connection that goes quiet is closed with
 :class:`ConnectionSilent` (nothing received for the read timeout) or
 :class:`CommandTimeout` (commands waited too long for their answer); both are
 :class:`ConnectionClosed` and ``TimeoutError``.
@@ -63,10 +65,12 @@ __all__ = [
     "ReqFailedError",
     "ResponseTooLarge",
     "SubFailedError",
+    "TLSRequiredError",
     "TooManyChannelConsumersError",
     "TopicNotFound",
     "TouchFailedError",
     "UnauthorizedError",
+    "WrongPeerError",
     "error_from_frame",
     "error_from_http",
 ]
@@ -111,6 +115,13 @@ class InvalidError(NSQServerError):
     """``E_INVALID``: nsqd refused the command or its arguments."""
 
     code = "E_INVALID"
+
+
+class TLSRequiredError(InvalidError):
+    """``E_INVALID ... (TLS required)``: this nsqd requires TLS (its ``--tls-required``)
+    and the connection did not start it. nsqd answers IDENTIFY without TLS as usual and
+    refuses the first command after it (PUB, SUB...): give the client TLS options
+    (``tls=TLSOptions(...)``)."""
 
 
 class BadBodyError(NSQServerError):
@@ -254,6 +265,10 @@ NON_FATAL_CODES = frozenset(code for code, cls in _BY_CODE.items() if not cls.fa
 # nsqd >= 1.2.1: "SUB failed consumers for t:c exceeds limit of 1" (--max-channel-consumers).
 _CHANNEL_FULL: Final = re.compile(r"consumers for \S+ exceeds limit of \d+")
 
+# nsqd's answer to a command sent without TLS when it requires TLS:
+# "E_INVALID cannot PUB in current state (TLS required)".
+_TLS_REQUIRED: Final = "(TLS required)"
+
 # IDENTIFY values nsqd refuses with E_BAD_BODY "IDENTIFY <what> (<value>) is invalid": the
 # IdentifyOptions field and what nsqd accepts (its flags and their defaults, v1.2 and v1.3).
 _IDENTIFY_INVALID: Final = re.compile(r"IDENTIFY ([a-z ]+) \((-?\d+)\) is invalid")
@@ -290,6 +305,8 @@ def _hint(code: str, text: str) -> str:
                 f"IdentifyOptions.{option}={match.group(2)} is outside what this nsqd "
                 f"accepts: {accepted}"
             )
+    elif code == "E_INVALID" and text.endswith(_TLS_REQUIRED):
+        return "this nsqd requires TLS (--tls-required): give the client tls=TLSOptions(...)"
     elif code == "E_TOO_MANY_CHANNEL_CONSUMERS" or (
         code == "E_SUB_FAILED" and _CHANNEL_FULL.search(text)
     ):
@@ -303,11 +320,14 @@ def error_from_frame(code: str, text: str = "") -> NSQServerError:
     Unknown codes give a plain :class:`NSQServerError` (fatal) carrying the code.
     ``E_SUB_FAILED`` for a channel at nsqd's ``--max-channel-consumers`` gives a
     :class:`TooManyChannelConsumersError` (a :class:`SubFailedError`), as nsqd 1.2.0's
-    ``E_TOO_MANY_CHANNEL_CONSUMERS`` does.
+    ``E_TOO_MANY_CHANNEL_CONSUMERS`` does; ``E_INVALID ... (TLS required)`` gives a
+    :class:`TLSRequiredError` (an :class:`InvalidError`).
     """
     cls = _BY_CODE.get(code)
     if cls is None:
         return NSQServerError(text, code=code)
+    if cls is InvalidError and text.endswith(_TLS_REQUIRED):
+        return TLSRequiredError(text)
     if cls is SubFailedError and _CHANNEL_FULL.search(text):
         return TooManyChannelConsumersError(text, code=code)
     return cls(text)
@@ -331,6 +351,33 @@ class ProtocolError(NSQError):
 
 class HandshakeError(NSQError):
     """The connection handshake (IDENTIFY, TLS, compression, AUTH) could not complete."""
+
+
+class WrongPeerError(ProtocolError, HandshakeError):
+    """The address is not nsqd's TCP port: what answered the connection's first bytes
+    (``"  V2"`` and IDENTIFY) is an HTTP server (nsqd's or nsqlookupd's HTTP port),
+    nsqlookupd's TCP port, a TLS-only port, or something that is not nsqd at all. Also
+    raised for an nsqlookupd HTTP address that answers like an NSQ TCP port.
+
+    It is a configuration error, found at connect time (nothing was published): the
+    message says what the peer looks like and which address was probably meant. The
+    Twisted clients keep trying to connect (the services may still be starting), fail
+    waiting publishes with it at once and log it once per outage; the blocking
+    :class:`~txnsq.blocking.Connection` raises it from ``connect()``.
+
+    :ivar kind: what the peer looks like: ``"http"``, ``"nsqlookupd-tcp"``, ``"nsq-tcp"``
+        (nsqd's or nsqlookupd's TCP port where an HTTP address goes), ``"tls"`` or
+        ``"not-nsqd"``.
+    :ivar received: the first bytes the peer sent (at most 64), as received.
+    """
+
+    def __init__(self, message: str, kind: str = "not-nsqd", received: bytes = b"") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.received = received
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.kind, self.received))
 
 
 class ConnectionClosed(NSQError):

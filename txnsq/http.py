@@ -87,6 +87,7 @@ from txnsq._wire.admin import (
     Producer,
     TopicStats,
 )
+from txnsq._wrongport import lookupd_wrong_port
 from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError, ResponseTooLarge
 from txnsq.tls import client_connection_creator, describe_tls_failure
 from txnsq.tls_options import TLSOptions
@@ -240,6 +241,8 @@ class _AdminClient:
     """What both clients share: settings, the agent, one request and its answer."""
 
     _default_port: ClassVar[int]
+    #: What the address should have been, for the error of a peer that is an NSQ TCP port.
+    _meant: ClassVar[str]
 
     def __init__(
         self,
@@ -365,6 +368,9 @@ class _AdminClient:
             raise HTTPTimeoutError(
                 f"{method} {url}: no connection within {self._config.timeout:g} s", failure
             )
+        named = lookupd_wrong_port(failure, self.base_url, self._meant)
+        if named is not failure:  # an NSQ TCP port where an HTTP address goes (issue 24)
+            return named
         if isinstance(error, _TRANSPORT_FAILURES):
             raise HTTPConnectionError(f"{method} {url}: {_describe(failure)}", failure)
         return failure
@@ -418,6 +424,7 @@ class NSQDHTTPClient(_AdminClient):
     """
 
     _default_port = NSQD_HTTP_PORT
+    _meant = "nsqd's HTTP address (usually 4151)"
 
     def info(self) -> Deferred[NSQDInfo]:
         """``GET /info``: fires with nsqd's version, addresses and limits."""
@@ -513,6 +520,7 @@ class LookupdHTTPClient(_AdminClient):
     """
 
     _default_port = NSQLOOKUPD_HTTP_PORT
+    _meant = "nsqlookupd's HTTP address (usually 4161)"
 
     def info(self) -> Deferred[LookupdInfo]:
         """``GET /info``: fires with nsqlookupd's version."""

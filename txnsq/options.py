@@ -110,6 +110,14 @@ class ConnectionOptions:
     output_buffer_timeout: float | None = None
     #: Deliver only this percentage (1-99) of the channel's messages; 0 delivers all.
     sample_rate: int = 0
+    #: The availability zone this client runs in, sent in IDENTIFY (``topology_zone``)
+    #: only when set: nsq's unreleased master prefers delivering a channel's messages to
+    #: consumers in nsqd's own zone (its ``--topology-zone``, experiment
+    #: ``topology-aware-consumption``). Released nsqds (1.3.0 checked) ignore it.
+    topology_zone: str | None = None
+    #: The region this client runs in, sent in IDENTIFY (``topology_region``) only when
+    #: set; as ``topology_zone``, for nsqd's ``--topology-region``.
+    topology_region: str | None = None
     #: Seconds a TCP connect may take.
     connect_timeout: float = 10.0
     #: Seconds the handshake may take: IDENTIFY, TLS, compression, AUTH (and SUB, for
@@ -148,7 +156,7 @@ class ConnectionOptions:
                 f"compression must be 'snappy', 'deflate' or None, not {self.compression!r}"
             )
         check_number(self.deflate_level, "deflate_level", integer=True, minimum=1, maximum=9)
-        for name in ("client_id", "hostname", "user_agent"):
+        for name in ("client_id", "hostname", "user_agent", "topology_zone", "topology_region"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, not {type(value).__name__}")
@@ -215,6 +223,8 @@ class ConnectionOptions:
             "snappy": self.compression == "snappy",
             "deflate": self.compression == "deflate",
             "deflate_level": self.deflate_level,
+            "topology_zone": self.topology_zone,
+            "topology_region": self.topology_region,
         }
         values.update(wire)
         return IdentifyOptions(**values)
@@ -326,6 +336,8 @@ def identify_to_settings(identify: IdentifyOptions) -> dict[str, Any]:
         "msg_timeout": seconds(identify.msg_timeout_ms),
         "compression": "snappy" if identify.snappy else "deflate" if identify.deflate else None,
         "deflate_level": identify.deflate_level,
+        "topology_zone": identify.topology_zone,
+        "topology_region": identify.topology_region,
         "tls": identify.tls_v1,
     }
 

@@ -64,6 +64,7 @@ from txnsq._wire.batching import (
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.numbers import seconds_to_ms
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
+from txnsq._wrongport import WrongPeers
 from txnsq.errors import (
     BadMessageError,
     ConnectionClosed,
@@ -568,6 +569,7 @@ class _Connection:
             protocol.close()
             return
         self.handshake_failures = 0
+        self.producer._wrong_peers.connected(self.label)  # wrong port (issue 24)
         self.protocol = protocol
         self.writes.clear()  # the last protocol's publishes have all failed by now
         self.send = protocol.send_command
@@ -581,6 +583,8 @@ class _Connection:
         if not self.active:
             return
         self.handshake_failures += 1
+        if self.producer._wrong_peers.handshake_failed(self.label, failure.value):
+            return  # wrong port (issue 24): logged once per outage, publishes failed
         _log.warn(
             "Handshake with nsqd {address} failed ({count} in a row): {error}",
             address=self.label, count=self.handshake_failures, error=failure.value,
@@ -864,6 +868,8 @@ class Producer(Service):
         }
         self._connections: list[_Connection] = []
         self._ready: list[_Connection] = []
+        # Wrong port (issue 24): addresses that answered like one, logged once per outage.
+        self._wrong_peers = WrongPeers(len(self._addresses), self._fail_queue, _log)
         self._turn = 0
         self._queue: deque[_Publish] = deque()
         self._queued = 0  # live entries in _queue (cancelled/timed-out ones stay until skipped)
@@ -1223,6 +1229,10 @@ class Producer(Service):
         if self._stopped:
             self._failed += 1
             return defer.fail(ProducerStopped("the producer is stopped"))
+        wrong_peer = None if self._ready else self._wrong_peers.error()
+        if wrong_peer is not None:  # wrong port (issue 24): no connection can come
+            self._failed += 1
+            return defer.fail(wrong_peer)
         item = _Publish(data, self._retry)
         if self._ready and not self._queued and self._send_item(item):
             return item.deferred

@@ -97,6 +97,7 @@ from txnsq.errors import (
     NSQError,
     NSQServerError,
     ProtocolError,
+    WrongPeerError,
 )
 from txnsq.message import Message, MessageOwner
 from txnsq.options import ConnectionOptions
@@ -588,6 +589,7 @@ class NSQProtocol(Protocol):
             # the read timeout below is what finds a dead peer in seconds.
             transport.setTcpKeepAlive(True)
         self._set_state(ProtocolState.HANDSHAKE)
+        self._handshake.peer = self.peer  # named by a WrongPeerError
         self._handshake_timer = self._clock.callLater(
             self._handshake_timeout, self._handshake_timed_out
         )
@@ -900,6 +902,9 @@ class NSQProtocol(Protocol):
             # Still waiting for nsqd's OK over TLS: the TLS handshake or the certificate
             # checks failed.
             return HandshakeError(describe_tls_failure(lost, self.transport))
+        wrong_peer = self._handshake.closed_error()  # it sent something that is not NSQ
+        if wrong_peer is not None:
+            return wrong_peer
         return ConnectionClosed("connection closed during the handshake", lost)
 
     def _protocol_error(self, error: ProtocolError) -> None:
@@ -965,6 +970,10 @@ class NSQProtocol(Protocol):
             self._read(ready.rest)
 
     def _handshake_error(self, error: NSQError) -> None:
+        if isinstance(error, WrongPeerError):
+            # A configuration error the client logs once per outage, with its address.
+            self._tear_down(error, abort=True)
+            return
         if isinstance(error, ProtocolError):
             self._protocol_error(error)
             return

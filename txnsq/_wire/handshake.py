@@ -16,6 +16,13 @@ driver performs, in order:
   decompressed: the first frames of the ready connection);
 - :class:`Failed`: the handshake failed with this error; close the connection.
 
+A peer that is not nsqd's TCP port is named by its first answer (:func:`wrong_peer`):
+an HTTP server, nsqlookupd's TCP port, a TLS-only port or anything else fails the
+handshake at once with a :class:`~txnsq.errors.WrongPeerError` saying which address was
+probably meant, whatever ``max_frame_size`` is (never a wait for gigabytes that an
+``HTTP`` read as a frame size announces). A driver whose connection closes during the
+handshake asks :meth:`Handshake.closed_error` for the error to fail with.
+
 The machine owns the frame parser and, once a codec is on, the decompressor of the
 handshake: a driver hands it the bytes exactly as read (after TLS, before
 decompression). So the rules "the bytes that follow the frame that switched compression
@@ -53,7 +60,7 @@ from txnsq._wire.identify import (
     upgrade_steps,
     with_defaults,
 )
-from txnsq.errors import NSQError, ProtocolError
+from txnsq.errors import NSQError, ProtocolError, WrongPeerError
 
 __all__ = [
     "Action",
@@ -66,6 +73,7 @@ __all__ = [
     "StartTLS",
     "negotiated_deflate_level",
     "parse_auth_response",
+    "wrong_peer",
 ]
 
 _OK: Final = b"OK"
@@ -165,6 +173,67 @@ def parse_auth_response(data: bytes) -> dict[str, Any]:
     return parse_json_object(data, "AUTH answer")
 
 
+#: How many of a peer's first bytes are kept to name it when it is not nsqd.
+_FIRST_BYTES: Final = 64
+# nsqlookupd's TCP port answers anything but its "  V1" magic with this response,
+# framed without a frame type (nsqlookupd's framing), then closes the connection.
+_LOOKUPD_BAD_PROTOCOL: Final = b"\x00\x00\x00\x0eE_BAD_PROTOCOL"
+_TCP_PORT: Final = "give nsqd's TCP port (usually 4150)"
+
+
+def wrong_peer(
+    received: bytes, peer: str = "", *, closed: bool = False, detail: str = ""
+) -> WrongPeerError:
+    """Name the peer that answered ``"  V2"`` and IDENTIFY with ``received`` (its first
+    bytes) when that answer cannot be nsqd's: return the
+    :class:`~txnsq.errors.WrongPeerError` to fail the handshake with.
+
+    Recognised (nsqd and nsqlookupd v1.3.0 measured): ``HTTP...`` (nsqd's and
+    nsqlookupd's HTTP ports answer ``HTTP/1.1 400 Bad Request``), nsqlookupd's TCP port
+    (``E_BAD_PROTOCOL`` in nsqlookupd's framing, which has no frame type), a TLS record
+    (a port that expects TLS from the first byte); anything else is "not nsqd", with the
+    first bytes shown escaped. ``peer`` (``"host:port"``) is named in the message;
+    ``closed``: the peer closed the connection after sending ``received``; ``detail``:
+    what broke the protocol in it, added to a "not nsqd" message.
+    """
+    first = received[:_FIRST_BYTES]
+    who = f"{peer} " if peer else "the peer "
+    if first.startswith(b"HTTP"):
+        line = first.split(b"\r\n", 1)[0]
+        return WrongPeerError(
+            f"{who}answered with HTTP ({line!r}): this looks like an HTTP port (nsqd's HTTP "
+            f"port is usually 4151, nsqlookupd's 4161); {_TCP_PORT}",
+            "http",
+            first,
+        )
+    if first.startswith(_LOOKUPD_BAD_PROTOCOL):
+        return WrongPeerError(
+            f"{who}answered E_BAD_PROTOCOL in nsqlookupd's framing: this is nsqlookupd's TCP "
+            f"port (usually 4160); {_TCP_PORT}, or nsqlookupd's HTTP address (usually 4161) "
+            "as a lookupd HTTP address",
+            "nsqlookupd-tcp",
+            first,
+        )
+    if len(first) >= 2 and first[0] in (0x15, 0x16) and first[1] == 0x03:
+        return WrongPeerError(
+            f"{who}answered with a TLS record: this port expects TLS from the first byte "
+            f"(nsqd's HTTPS port is usually 4152); {_TCP_PORT}: txnsq starts TLS on it after "
+            "IDENTIFY when given tls=TLSOptions(...)",
+            "tls",
+            first,
+        )
+    end = " and closed the connection" if closed else f" ({detail})" if detail else ""
+    return WrongPeerError(
+        f"{who}is not nsqd: it answered {first!r}{end}; {_TCP_PORT}", "not-nsqd", first
+    )
+
+
+def _not_a_frame_size(first: bytes) -> bool:
+    """Whether the first four bytes a peer sent, read as nsqd's first frame size, are
+    beyond any answer to IDENTIFY (16 MiB or more: text, a TLS record...)."""
+    return len(first) >= 4 and first[0] != 0
+
+
 # -- the machine -----------------------------------------------------------------------
 
 
@@ -198,18 +267,22 @@ class Handshake:
         ``options.tls_v1`` does.
     :param auth_secret: sent with AUTH when nsqd requires it (a str is sent as UTF-8).
     :param max_frame_size: the largest frame accepted from nsqd during the handshake.
+    :param peer: the address connected to (``"host:port"``), named by a
+        :class:`~txnsq.errors.WrongPeerError`.
     :raises TypeError, ValueError: for an ``auth_secret`` that is not bytes or str, or
         is empty.
     """
 
     __slots__ = (
         "_decompressor",
+        "_first",
         "_parser",
         "_secret",
         "_steps",
         "auth_identity",
         "features",
         "options",
+        "peer",
         "state",
     )
 
@@ -221,6 +294,7 @@ class Handshake:
         tls: bool = False,
         auth_secret: bytes | str | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        peer: str = "",
     ) -> None:
         if auth_secret is not None:
             commands.auth(auth_secret)  # checks type and emptiness now, not at AUTH time
@@ -232,6 +306,12 @@ class Handshake:
         self._parser: FrameParser[MessageFrame] = FrameParser(max_frame_size)
         self._decompressor: Decompressor | None = None
         self._steps: list[UpgradeStep] = []
+        #: The address connected to, named by a WrongPeerError (a driver that learns
+        #: it after creating the handshake sets it before :meth:`start`).
+        self.peer = peer
+        # The peer's first bytes until its first frame is parsed (None after it): they
+        # name a peer that is not nsqd.
+        self._first: bytes | None = b""
         #: Where the handshake is.
         self.state = HandshakeState.NEW
         #: What nsqd answered to IDENTIFY, once it has.
@@ -271,7 +351,12 @@ class Handshake:
         if state is HandshakeState.FAILED:
             raise RuntimeError("the handshake has failed")
         actions: list[Action] = []
+        first = self._first
         try:
+            if first is not None:
+                self._first = first = (first + data)[:_FIRST_BYTES]
+                if _not_a_frame_size(first):
+                    raise wrong_peer(first, self.peer)
             if self._decompressor is not None:
                 data = self._decompressor.decompress(data)
             # One frame at a time: any of them may switch the stream to TLS or a codec,
@@ -281,10 +366,28 @@ class Handshake:
                 if not frames:
                     break
                 data = self._frame(frames[0], actions)
+        except ProtocolError as e:
+            if self._first is not None and not isinstance(e, WrongPeerError):
+                # The first answer is not nsqd's: name the peer, keep what was wrong.
+                e = wrong_peer(self._first, self.peer, detail=str(e))
+            self.state = HandshakeState.FAILED
+            actions.append(Failed(e))
         except NSQError as e:
             self.state = HandshakeState.FAILED
             actions.append(Failed(e))
         return actions
+
+    def closed_error(self) -> WrongPeerError | None:
+        """The error to fail the handshake with now that the peer closed the connection:
+        a :class:`~txnsq.errors.WrongPeerError` when it sent bytes that are not an NSQ
+        frame before closing (then the handshake has failed), ``None`` otherwise (nothing
+        received, or the close came later in the handshake: the driver's own
+        :class:`~txnsq.errors.ConnectionClosed`)."""
+        first = self._first
+        if self.state is not HandshakeState.IDENTIFY or not first:
+            return None
+        self.state = HandshakeState.FAILED
+        return wrong_peer(first, self.peer, closed=True)
 
     # -- internals
 
@@ -303,6 +406,7 @@ class Handshake:
         state = self.state
         if state is HandshakeState.IDENTIFY:
             self.features = features = parse_identify_response(data)
+            self._first = None  # nsqd answered: nothing more to name
             self._steps = upgrade_steps(self.options, features, self._secret is not None)
         elif state is HandshakeState.AUTH:
             self.auth_identity = parse_auth_response(data)

@@ -74,9 +74,13 @@ class IdentifyOptions:
     deflate: bool = False
     #: deflate's compression level, 1-9 (nsqd caps it at its ``--max-deflate-level``)
     deflate_level: int = 6
+    #: this client's zone (nsq master's topology-aware delivery); not sent when None
+    topology_zone: str | None = None
+    #: this client's region (nsq master's topology-aware delivery); not sent when None
+    topology_region: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("client_id", "hostname", "user_agent"):
+        for name in ("client_id", "hostname", "user_agent", "topology_zone", "topology_region"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, not {type(value).__name__}")

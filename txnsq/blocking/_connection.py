@@ -335,6 +335,7 @@ class Connection:
         """Carry out what the handshake (:class:`~txnsq._wire.handshake.Handshake`) asks
         for, reading until it is over; raise its error if it fails."""
         handshake = self._handshake
+        handshake.peer = self.address  # named by a WrongPeerError
         actions = handshake.start()
         while True:
             for action in actions:
@@ -362,7 +363,8 @@ class Connection:
             if data is None:
                 continue
             if not data:
-                raise ConnectionClosed(
+                # A peer that sent something that is not NSQ first: a WrongPeerError.
+                raise self._handshake.closed_error() or ConnectionClosed(
                     f"nsqd at {self.address} closed the connection during the handshake"
                 )
             return data

@@ -79,6 +79,8 @@ class ServerProtocol(Protocol):
         self.client_id = ""
         self.hostname = ""
         self.user_agent = ""
+        self.topology_zone = ""
+        self.topology_region = ""
         self.heartbeat_interval = config.heartbeat_interval
         self.msg_timeout = config.msg_timeout
         self.rdy = 0
@@ -187,6 +189,8 @@ class ServerProtocol(Protocol):
             heartbeat_interval=self.heartbeat_interval,
             msg_timeout=self.msg_timeout,
             authenticated=self.authenticated,
+            topology_zone=self.topology_zone,
+            topology_region=self.topology_region,
         )
 
     def abort(self) -> None:
@@ -329,6 +333,8 @@ class ServerProtocol(Protocol):
         self.client_id = str(data.get("client_id", ""))
         self.hostname = str(data.get("hostname", ""))
         self.user_agent = str(data.get("user_agent", ""))
+        self.topology_zone = str(data.get("topology_zone", ""))
+        self.topology_region = str(data.get("topology_region", ""))
         heartbeat = self._identify_heartbeat(int(data.get("heartbeat_interval", 0)))
         self._check_output_buffer(
             int(data.get("output_buffer_size", 0)), int(data.get("output_buffer_timeout", 0))
@@ -376,6 +382,10 @@ class ServerProtocol(Protocol):
                 int(data.get("output_buffer_timeout", 0)), 250, 0
             ),
         }
+        if config.topology_zone is not None or config.topology_region is not None:
+            # nsq master (unreleased) answers with nsqd's own zone and region.
+            answer["topology_region"] = config.topology_region or ""
+            answer["topology_zone"] = config.topology_zone or ""
         self.send_frame(encode_response(json.dumps(answer, separators=(",", ":")).encode()))
         if snappy or deflate:
             codecs = codecs_for(snappy=snappy, deflate=deflate, deflate_level=deflate_level)
@@ -647,7 +657,7 @@ def _identify_types_ok(data: dict[str, Any]) -> bool:
     for key in ("feature_negotiation", "tls_v1", "snappy", "deflate"):
         if type(data.get(key, False)) is not bool:
             return False
-    for key in ("client_id", "hostname", "user_agent"):
+    for key in ("client_id", "hostname", "user_agent", "topology_zone", "topology_region"):
         if type(data.get(key, "")) is not str:
             return False
     return True

@@ -68,6 +68,14 @@ class NSQDConfig:
     version: str = "1.3.0"
     #: deliver what each side writes in reads of at most this many bytes (None: whole)
     chunk_size: int | None = None
+    #: nsqd's ``--topology-zone`` and ``--topology-region`` as nsq's unreleased master
+    #: has them: when either is a str (``""``: master with none set), IDENTIFY's answer
+    #: carries both, as master's does; None (the default) answers as nsqd v1.3.0, without
+    #: them. Either way the fake records a client's ``topology_zone``/``topology_region``
+    #: (:class:`ClientInfo`); nothing else is done with them (no zone-local delivery).
+    topology_zone: str | None = None
+    #: nsqd's ``--topology-region`` as nsq's master has it (see ``topology_zone``)
+    topology_region: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_rdy_count", "max_msg_size", "max_body_size"):
@@ -208,6 +216,9 @@ class ClientInfo:
     heartbeat_interval: float
     msg_timeout: float
     authenticated: bool
+    #: what IDENTIFY's ``topology_zone`` and ``topology_region`` said (``""``: not sent)
+    topology_zone: str = ""
+    topology_region: str = ""
 
 
 class _Fault:
