@@ -22,17 +22,16 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Final, Protocol
 
-from twisted.application.internet import ClientService
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.protocol import Factory
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from txnsq._aio import asyncio_loop, run_as_task
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
+from txnsq._service import NSQDService
 from txnsq._session import NSQDState, Session
 from txnsq._stats import ConsumerCounters
 from txnsq._threads import HandlerThreads
@@ -43,7 +42,7 @@ from txnsq._wire.deadletter import DeadLetter, dead_letter_body
 from txnsq._wire.ratelimit import OncePerInterval
 from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq.errors import NotReady, NSQError
-from txnsq.message import FRESH, Message
+from txnsq.message import Message, awaits_auto_answer
 from txnsq.observers import IConsumerObserver
 from txnsq.options import ConnectionOptions, ConsumerOptions, ProducerOptions, client_options
 from txnsq.producer import Producer
@@ -79,19 +78,6 @@ class DeadLetterPublisher(Protocol):
 
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
-
-
-class _ConnectionFactory(Factory):
-    """Builds the NSQProtocol for one nsqd address (for its ClientService)."""
-
-    noisy = False  # no "Starting factory" log line per connection
-
-    def __init__(self, consumer: Consumer, host: str | None) -> None:
-        self.consumer = consumer
-        self.host = host
-
-    def buildProtocol(self, addr: Any) -> NSQProtocol:
-        return connection_protocol(self.consumer.options, self.host, self.consumer._reactor)
 
 
 class _SessionOwner:
@@ -444,19 +430,12 @@ class Consumer(Service):
         else:
             nsqd = NSQDState(address, static)
             self._nsqds[address] = nsqd
-        opts = self.options
-        retry, random = opts.reconnect_policy, self._rng.random
-
-        def policy(attempt: int) -> float:
-            # ClientService counts failed attempts from 1 and resets its count whenever
-            # TCP connects, so handshake failures are added to keep the delay growing.
-            return retry.delay(attempt + nsqd.handshake_failures, random)
-
-        service = ClientService(
+        opts, host = self.options, target.tls_hostname
+        service = NSQDService(
             target.endpoint,
-            _ConnectionFactory(self, target.tls_hostname),
-            retryPolicy=policy,
-            clock=self._reactor,
+            lambda: connection_protocol(opts, host, self._reactor),
+            opts.reconnect_policy.policy(self._rng),
+            self._reactor,
         )
         nsqd.service = service
         service.startService()
@@ -512,7 +491,8 @@ class Consumer(Service):
                     error=e,
                 )
             else:
-                nsqd.handshake_failures += 1
+                if nsqd.service is not None:
+                    nsqd.service.handshake_failed()
                 self._log.error(
                     "Handshake with nsqd {nsqd} failed: {error}", nsqd=nsqd.address, error=e
                 )
@@ -523,7 +503,8 @@ class Consumer(Service):
         if not self.running:
             protocol.close()
             return
-        nsqd.handshake_failures = 0
+        if nsqd.service is not None:
+            nsqd.service.handshake_succeeded()
         nsqd.connects += 1
         session.subscribed = True
         if self._poller is not None and not nsqd.static:
@@ -779,7 +760,7 @@ class Consumer(Service):
 
         def acknowledged(_: object) -> None:
             nsqd.dead_lettered += 1
-            if message._state == FRESH:
+            if awaits_auto_answer(message):
                 message.finish()
             self._gave_up(message, dead_letter.topic)
 
@@ -792,7 +773,7 @@ class Consumer(Service):
                 dead_letter_topic=dead_letter.topic,
                 error=failure.getErrorMessage(),
             )
-            if message._state == FRESH:
+            if awaits_auto_answer(message):
                 message.requeue(backoff=False)
 
         published.addCallbacks(acknowledged, failed)
@@ -911,7 +892,7 @@ class Consumer(Service):
             result = defer.Deferred.fromCoroutine(_awaited(result))
         if not isinstance(result, defer.Deferred):
             # Anything else: truthy finishes, falsy requeues.
-            if message._state == FRESH:
+            if awaits_auto_answer(message):
                 message.finish() if result else message.requeue()
             return
         if self.options.auto_touch and not result.called:
@@ -921,7 +902,7 @@ class Consumer(Service):
         # adds callbacks after the consumer; a failure is consumed here (logged, and the
         # message requeued), so it is not reported again as unhandled.
         def done(value: object) -> object:
-            if message._state == FRESH:
+            if awaits_auto_answer(message):
                 if value is None or value is True:
                     message.finish()
                 elif value is False:
