@@ -18,9 +18,8 @@ from __future__ import annotations
 import inspect
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from functools import partial
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from twisted.application.service import Service
 from twisted.internet import defer
@@ -30,6 +29,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from txnsq._aio import asyncio_loop, run_as_task
+from txnsq._dead_letters import DeadLetterPublisher, GiveUp
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._service import NSQDService
 from txnsq._session import NSQDState, Session
@@ -38,14 +38,13 @@ from txnsq._threads import HandlerThreads
 from txnsq._wire import commands
 from txnsq._wire.address import map_address
 from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
-from txnsq._wire.deadletter import DeadLetter, dead_letter_body
+from txnsq._wire.deadletter import DeadLetter
 from txnsq._wire.ratelimit import OncePerInterval
 from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq.errors import NotReady, NSQError
 from txnsq.message import Message, awaits_auto_answer
 from txnsq.observers import IConsumerObserver
-from txnsq.options import ConnectionOptions, ConsumerOptions, ProducerOptions, client_options
-from txnsq.producer import Producer
+from txnsq.options import ConnectionOptions, ConsumerOptions, client_options
 from txnsq.protocol import NSQProtocol, connection_protocol
 
 __all__ = ["Consumer", "ConsumerOptions", "DeadLetter", "DeadLetterPublisher", "Handler"]
@@ -54,10 +53,6 @@ __all__ = ["Consumer", "ConsumerOptions", "DeadLetter", "DeadLetterPublisher", "
 #: or coroutine of those, or raises (requeue with backoff).
 Handler = Callable[[Message], Any]
 
-#: How many message ids the consumer remembers the last handler error of (for the
-#: dead-letter envelope and the give-up reason); the oldest is forgotten first.
-_LAST_ERRORS_KEPT: Final = 4096
-
 #: Seconds between two tracebacks of handler exceptions of one type (every failure gets
 #: its one warn line; its traceback is logged at error for the first of its type, then
 #: at most once per this interval, with the count of those left out).
@@ -65,15 +60,6 @@ HANDLER_TRACEBACK_INTERVAL: Final = 60.0
 
 #: The per-nsqd counters Consumer.stats() also sums.
 _TOTALS: Final = tuple(ConsumerCounters.__annotations__)
-
-
-class DeadLetterPublisher(Protocol):
-    """What publishes dead letters: a :class:`~txnsq.producer.Producer` (or anything with
-    its ``publish``)."""
-
-    def publish(self, topic: str, body: bytes) -> defer.Deferred[bytes]:
-        """Publish ``body``; the Deferred fires once nsqd acknowledged it, or fails."""
-        ...
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -111,7 +97,7 @@ class _SessionOwner:
         self.messages_received = consumer._rdy.messages_received
         self.messages_answered = consumer._rdy.messages_answered
         self.send_rdy = consumer._send_rdy
-        self.give_up = consumer._give_up
+        self.give_up = consumer._give_ups.give_up
         self.handler_raised = consumer._handler_raised
         self.handle_result = consumer._handle_async_result
         self.finished_in_backoff = consumer._finished_in_backoff
@@ -233,18 +219,22 @@ class Consumer(Service):
         self.topic = topic
         self.channel = channel
         self._handler = handler
-        self._giving_up = giving_up
         self._observers: list[IConsumerObserver] = list(observers)
-        if dead_letter_producer is not None and not callable(
-            getattr(dead_letter_producer, "publish", None)
-        ):
-            raise TypeError("dead_letter_producer must have a publish(topic, body) method")
-        self._dead_letter_producer = dead_letter_producer
-        self._own_dead_letter_producers: dict[str, Producer] = {}
-        self._last_errors: dict[bytes, str] = {}
         self._tracebacks = OncePerInterval(HANDLER_TRACEBACK_INTERVAL)
         self._reactor = reactor
         self._rng = rng or random.Random()
+        self._give_ups = GiveUp(
+            topic,
+            channel,
+            self.options,
+            reactor=reactor,
+            rng=self._rng,
+            endpoint_factory=endpoint_factory,
+            targets=self._targets,
+            publisher=dead_letter_producer,
+            giving_up=giving_up,
+            notify=self._notify,
+        )
         opts = self.options
         # Coroutine handlers run as asyncio tasks on the asyncio reactor (decided once).
         self._asyncio_loop = asyncio_loop(reactor)
@@ -684,129 +674,6 @@ class Consumer(Service):
 
     # ---------------------------------------------------------------- messages
 
-    def _give_up(self, session: Session, message: Message) -> None:
-        session.nsqd.given_up += 1
-        error = self._last_errors.pop(message.id, None)
-        reason = (
-            f"delivered {message.attempts} times, more than max_attempts {self._max_attempts}"
-        )
-        if error is not None:
-            reason += f"; last error: {error}"
-        self._notify("message_given_up", message, reason)
-        dead_letter = self.options.dead_letter
-        if dead_letter is not None:
-            self._publish_dead_letter(session, message, dead_letter, error)
-            return
-        message.finish()
-        self._gave_up(message)
-
-    def _gave_up(self, message: Message, dead_letter_topic: str | None = None) -> None:
-        """``message`` was given up and answered (after its dead letter was acknowledged,
-        with a dead-letter topic): the ``giving_up`` hook, or a log line."""
-        if self._giving_up is not None:
-            try:
-                self._giving_up(message)
-            except Exception:
-                self._log.failure("giving_up hook raised")
-        elif dead_letter_topic is not None:
-            self._log.warn(
-                "Gave up on message {id} from {nsqd} after {attempts} attempts: published it "
-                "to dead-letter topic {dead_letter_topic}",
-                id=message.id,
-                nsqd=message.nsqd_address,
-                attempts=message.attempts,
-                dead_letter_topic=dead_letter_topic,
-            )
-        else:
-            self._log.warn(
-                "Giving up on message {id} after {attempts} attempts: {body!r}",
-                id=message.id,
-                attempts=message.attempts,
-                body=message.body[:200],
-            )
-
-    def _remember_error(self, message: Message, error: str) -> None:
-        """Keep the handler's last error for ``message`` (failures only: not per message)
-        for when it is given up."""
-        errors = self._last_errors
-        errors.pop(message.id, None)
-        errors[message.id] = error
-        if len(errors) > _LAST_ERRORS_KEPT:
-            del errors[next(iter(errors))]
-
-    def _publish_dead_letter(
-        self, session: Session, message: Message, dead_letter: DeadLetter, error: str | None
-    ) -> None:
-        """Publish a given-up message to the dead-letter topic; finish it once nsqd
-        acknowledged the publish, requeue it if the publish fails (never drop it)."""
-        nsqd = session.nsqd
-        body = dead_letter_body(
-            body=message.body,
-            message_id=message.id,
-            attempts=message.attempts,
-            timestamp_ns=message.timestamp,
-            topic=self.topic,
-            channel=self.channel,
-            nsqd_address=nsqd.address,
-            error=error,
-            envelope=dead_letter.envelope,
-        )
-        try:
-            published = self._dead_letter_publisher(nsqd).publish(dead_letter.topic, body)
-        except Exception as e:
-            published = defer.fail(e)
-        if self.options.auto_touch and not published.called:
-            session.schedule_touch(message)
-
-        def acknowledged(_: object) -> None:
-            nsqd.dead_lettered += 1
-            if awaits_auto_answer(message):
-                message.finish()
-            self._gave_up(message, dead_letter.topic)
-
-        def failed(failure: Failure) -> None:
-            nsqd.dead_letter_failed += 1
-            self._log.warn(
-                "Publishing message {id} to dead-letter topic {dead_letter_topic} failed "
-                "({error}); requeueing it",
-                id=message.id,
-                dead_letter_topic=dead_letter.topic,
-                error=failure.getErrorMessage(),
-            )
-            if awaits_auto_answer(message):
-                message.requeue(backoff=False)
-
-        published.addCallbacks(acknowledged, failed)
-        published.addErrback(
-            lambda f: self._log.failure("Answering given-up message {id} failed", f, id=message.id)
-        )
-
-    def _dead_letter_publisher(self, nsqd: NSQDState) -> DeadLetterPublisher:
-        """The ``dead_letter_producer``, or this consumer's own producer to ``nsqd``
-        (made and started on first use, stopped with the consumer)."""
-        if self._dead_letter_producer is not None:
-            return self._dead_letter_producer
-        producer = self._own_dead_letter_producers.get(nsqd.address)
-        if producer is None:
-            target = self._targets.get(nsqd.address) or nsqd_target(
-                nsqd.address, self._reactor, connect_timeout=self.options.connect_timeout,
-                endpoint_factory=self._endpoint_factory,
-            )
-            opts = self.options
-            tls = opts.tls
-            if tls is not None and tls.hostname is None and target.tls_hostname is not None:
-                # The producer dials the endpoint: keep the name the certificate carries.
-                tls = replace(tls, hostname=target.tls_hostname)
-            producer = Producer(
-                target.endpoint,
-                options=ProducerOptions.from_options(opts.connection_options(), tls=tls),
-                reactor=self._reactor,
-                rng=self._rng,
-            )
-            producer.startService()
-            self._own_dead_letter_producers[nsqd.address] = producer
-        return producer
-
     def _lookupd_failed(self, lookupd: str, reason: Failure) -> None:
         self._notify("lookupd_poll_failed", lookupd, reason)
 
@@ -835,7 +702,7 @@ class Consumer(Service):
         next), and the traceback at error for the first exception of its type, then at
         most once per :data:`HANDLER_TRACEBACK_INTERVAL` seconds."""
         error = failure.value
-        self._remember_error(message, repr(error))
+        self._give_ups.remember_error(message, repr(error))
         kind = type(error)
         error_type = kind.__qualname__
         max_attempts = self._max_attempts
@@ -994,8 +861,7 @@ class Consumer(Service):
             if service is not None and service.running:
                 stops.append(service.stopService())
         # The consumer's own dead-letter producers (after the drain: it waited for them).
-        producers, self._own_dead_letter_producers = self._own_dead_letter_producers, {}
-        stops.extend(producer.stopService() for producer in producers.values())
+        stops.extend(self._give_ups.stop())
         # The NSQDState records stay, so stats() still reports what was consumed.
         if stops:
             await defer.DeferredList(stops, consumeErrors=True)
