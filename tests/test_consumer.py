@@ -1199,7 +1199,7 @@ class BackoffTests(SynchronousTestCase):
         return (self.a.rdy, self.b.rdy)
 
     def backoff_delays(self) -> list[float]:
-        timer = self.h.consumer._backoff_timer
+        timer = self.h.consumer._flow.backoff_timer
         return [] if timer is None else [timer.getTime() - self.h.reactor.seconds()]
 
     def test_failure_sets_rdy_0_everywhere_then_tests_with_rdy_1(self) -> None:
@@ -1280,7 +1280,7 @@ class BackoffTests(SynchronousTestCase):
         windows = []
         for n in range(6):
             conn.message(n)
-            timer = h.consumer._backoff_timer
+            timer = h.consumer._flow.backoff_timer
             assert timer is not None
             windows.append(timer.getTime() - h.reactor.seconds())
             h.advance(windows[-1])
@@ -1294,7 +1294,7 @@ class BackoffTests(SynchronousTestCase):
         conn.messages(range(5))
         self.assertEqual(conn.rdy_values(), [4])
         self.assertEqual(len(conn.answers()), 5)
-        self.assertIsNone(h.consumer._backoff_timer)
+        self.assertIsNone(h.consumer._flow.backoff_timer)
         self.assertFalse(h.consumer.stats()["in_backoff"])
 
     def test_requeue_without_backoff(self) -> None:

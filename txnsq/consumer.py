@@ -1,16 +1,16 @@
 """``Consumer``: read a topic/channel from one or many nsqd, as a Twisted service.
 
-Each nsqd gets its own :class:`~twisted.application.internet.ClientService`, which keeps
-the TCP connection up with exponential backoff; the NSQ handshake and ``SUB`` run after
-``whenConnected``, and a handshake failure makes the next reconnect wait longer. nsqds
-come from a static list, from nsqlookupd (:class:`~txnsq.lookupd.LookupdPoller`), or both.
+This module holds the :class:`Consumer` itself: its nsqds (each kept connected by a
+:class:`~txnsq._service.NSQDService`, reconnecting with backoff; the NSQ handshake and
+``SUB`` run after ``whenConnected``), found in a static list, through nsqlookupd
+(:class:`~txnsq.lookupd.LookupdPoller`), or both; what it does with its handler's results
+and failures; its graceful stop. The rest is in private modules, one job each:
 
-RDY is allocated by :class:`~txnsq._wire.rdy.RdyController` (never a total above
-``max_in_flight``, never above a connection's ``max_rdy_count``, redistributed on a timer
-when there are more connections than ``max_in_flight``) and backoff is decided by
-:class:`~txnsq._wire.backoff.Backoff`; this module only wires them to connections and
-timers. What happens to each message on a connection (handler call, FIN/REQ/TOUCH, the
-per-read batching) is in :mod:`txnsq._session`.
+- :mod:`txnsq._session`: one connection's messages (the per-message path: handler call,
+  FIN/REQ/TOUCH, the per-read batching);
+- :mod:`txnsq._flow`: RDY and backoff (the pure rules of :mod:`txnsq._wire.rdy` and
+  :mod:`txnsq._wire.backoff` driven on timers);
+- :mod:`txnsq._dead_letters`: messages given up on, and their dead letters.
 """
 
 from __future__ import annotations
@@ -23,24 +23,22 @@ from typing import Any, Final
 
 from twisted.application.service import Service
 from twisted.internet import defer
-from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from txnsq._aio import asyncio_loop, run_as_task
 from txnsq._dead_letters import DeadLetterPublisher, GiveUp
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
+from txnsq._flow import Flow
 from txnsq._service import NSQDService
 from txnsq._session import NSQDState, Session
 from txnsq._stats import ConsumerCounters
 from txnsq._threads import HandlerThreads
 from txnsq._wire import commands
 from txnsq._wire.address import map_address
-from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
+from txnsq._wire.backoff import requeue_delay
 from txnsq._wire.deadletter import DeadLetter
 from txnsq._wire.ratelimit import OncePerInterval
-from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq.errors import NotReady, NSQError
 from txnsq.message import Message, awaits_auto_answer
 from txnsq.observers import IConsumerObserver
@@ -94,14 +92,15 @@ class _SessionOwner:
         self.clock = consumer._reactor
         self.in_backoff = False
         self.draining = False
-        self.messages_received = consumer._rdy.messages_received
-        self.messages_answered = consumer._rdy.messages_answered
-        self.send_rdy = consumer._send_rdy
+        flow = consumer._flow
+        self.messages_received = flow.rdy.messages_received
+        self.messages_answered = flow.rdy.messages_answered
+        self.send_rdy = flow.send
         self.give_up = consumer._give_ups.give_up
         self.handler_raised = consumer._handler_raised
         self.handle_result = consumer._handle_async_result
-        self.finished_in_backoff = consumer._finished_in_backoff
-        self.requeued = consumer._requeued
+        self.finished_in_backoff = flow.finished_in_backoff
+        self.requeued = flow.requeued
         self.default_requeue_delay = consumer._default_requeue_delay
         self.answered_while_draining = consumer._check_drained
         self.session_lost = consumer._session_lost
@@ -249,16 +248,8 @@ class Consumer(Service):
                 reactor, opts.handler_threads, f"txnsq-{topic}/{channel}"
             )
         self._max_attempts = opts.max_attempts
-        self._rdy: RdyController[Session] = RdyController(
-            opts.max_in_flight,
-            low_rdy_idle_timeout=opts.low_rdy_idle_timeout,
-            low_rdy_timeout=opts.low_rdy_timeout,
-            rng=self._rng,
-            settle_time=opts.rdy_settle_time,
-        )
-        self._backoff = Backoff(opts.backoff_multiplier, opts.max_backoff_duration)
-        self._backoff_timer: IDelayedCall | None = None
-        self._release_timer: IDelayedCall | None = None
+        self._flow = Flow(opts, reactor, self._rng, lambda: bool(self.running), self._notify)
+        self._rdy = self._flow.rdy
         self._static = list(self._targets)
         self._nsqds: dict[str, NSQDState] = {}
         self._poller: Any = None
@@ -277,11 +268,11 @@ class Consumer(Service):
                 rng=self._rng,
                 on_failure=self._lookupd_failed,
             )
-        self._redistribute_loop: LoopingCall | None = None
         self._drain_waiters: list[defer.Deferred[None]] = []
         self._stopping: defer.Deferred[None] | None = None
         # What sessions see of the consumer; it holds the backoff and draining flags.
         self._owner = _SessionOwner(self)
+        self._flow.flag = self._owner
 
     # ------------------------------------------------------------------ public API
 
@@ -293,19 +284,13 @@ class Consumer(Service):
         self._stopping = None
         self._owner.draining = False
         # A previous run may have stopped in the middle of a backoff window.
-        self._backoff.reset()
-        self._owner.in_backoff = False
-        self._send_rdy(self._rdy.leave_backoff(self._reactor.seconds()))
+        self._flow.start()
         if self._threads is not None:
             self._threads.start()
         for address in self._static:
             self._add_nsqd(address, static=True)
         if self._poller is not None:
             self._poller.start()
-        loop = LoopingCall(self._redistribute)
-        loop.clock = self._reactor
-        loop.start(self.options.rdy_redistribute_interval, now=False)
-        self._redistribute_loop = loop
 
     def stopService(self) -> defer.Deferred[None]:
         """Stop gracefully: CLS on every connection, wait (up to ``stop_timeout``) for
@@ -329,7 +314,7 @@ class Consumer(Service):
         """
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
             raise TypeError("max_in_flight must be an int")
-        self._send_rdy(self._rdy.set_max_in_flight(max_in_flight, self._reactor.seconds()))
+        self._flow.set_max_in_flight(max_in_flight)
 
     def is_starved(self) -> bool:
         """Whether some connection has at least 85% of its RDY in flight, so no more
@@ -391,7 +376,7 @@ class Consumer(Service):
             **totals,
             "connections": sum(1 for s in per.values() if s["connected"]),
             "max_in_flight": self._rdy.max_in_flight,
-            "backoff_level": self._backoff.level,
+            "backoff_level": self._flow.backoff.level,
             "in_backoff": self._owner.in_backoff,
             "starved": self._rdy.is_starved(),
             "nsqd": per,
@@ -506,9 +491,7 @@ class Consumer(Service):
             nsqd=nsqd.address,
         )
         self._notify("connection_ready", nsqd.address)
-        self._send_rdy(
-            self._rdy.add_connection(session, self._reactor.seconds(), features.max_rdy_count)
-        )
+        self._flow.add_session(session, features.max_rdy_count)
 
     def _session_lost(self, session: Session, reason: Failure) -> None:
         nsqd = session.nsqd
@@ -524,7 +507,7 @@ class Consumer(Service):
                 reason=reason.getErrorMessage(),
                 lost=lost,
             )
-            self._send_rdy(self._rdy.remove_connection(session, self._reactor.seconds()))
+            self._flow.remove_session(session)
             self._check_drained()
             self._notify("connection_lost", nsqd.address, reason)
         if not self.running:
@@ -583,94 +566,6 @@ class Consumer(Service):
                 )
             mapped.add(target)
         return frozenset(mapped)
-
-    # --------------------------------------------------------------- RDY, backoff
-
-    def _send_rdy(self, updates: list[RdyUpdate[Session]]) -> None:
-        # The controller lists lowerings first. Over several connections each command is
-        # written at once, in that order: a connection's writes otherwise wait for the
-        # end of its read or the next reactor turn, so a raise on the connection being
-        # read would reach the wire before the lowerings that make room for it.
-        several = len(updates) > 1
-        for session, count in updates:
-            if session.closed:
-                continue
-            try:
-                session.protocol.rdy(count)
-                if several:
-                    session.protocol.flush()
-            except (NotReady, ValueError) as e:
-                self._log.warn(
-                    "Could not send RDY {count} to {nsqd}: {error}",
-                    count=count,
-                    nsqd=session.nsqd.address,
-                    error=e,
-                )
-        self._schedule_rdy_release()
-
-    def _schedule_rdy_release(self) -> None:
-        """A raise held back by a recent lowering is granted when the lowering stops
-        counting (see RdyController): make sure a timer is set for that moment."""
-        due = self._rdy.next_release_at
-        if due is None or not self.running:
-            return
-        timer = self._release_timer
-        if timer is not None and timer.active():
-            if timer.getTime() <= due:
-                return
-            timer.cancel()
-        delay = max(due - self._reactor.seconds(), 0.0)
-        self._release_timer = self._reactor.callLater(delay, self._release_rdy)
-
-    def _release_rdy(self) -> None:
-        self._release_timer = None
-        self._send_rdy(self._rdy.release(self._reactor.seconds()))
-
-    def _redistribute(self) -> None:
-        if self._rdy.needs_redistribution:
-            self._send_rdy(self._rdy.redistribute(self._reactor.seconds()))
-
-    def _backoff_result(self, action: BackoffAction) -> None:
-        step = action.step
-        if step is BackoffStep.NONE or not self.running:
-            return  # stopping: no new timer; startService resets the backoff state
-        now = self._reactor.seconds()
-        if step is BackoffStep.BACKOFF:
-            self._owner.in_backoff = True
-            # (not "level=": Logger.emit takes the log level under that name)
-            self._log.warn(
-                "Backing off for {delay:.1f} s (level {backoff_level})",
-                delay=action.delay,
-                backoff_level=action.level,
-            )
-            self._cancel_backoff_timer()
-            self._backoff_timer = self._reactor.callLater(action.delay, self._backoff_timer_fired)
-            self._notify("backoff_started", action.level, action.delay)
-        elif step is BackoffStep.RESUME:
-            self._owner.in_backoff = False
-            self._cancel_backoff_timer()
-            self._log.info("Backoff over: resuming full RDY")
-            self._notify("backoff_ended")
-        self._send_rdy(self._rdy.on_backoff_step(step, now))
-
-    def _finished_in_backoff(self) -> None:
-        self._backoff_result(self._backoff.success())
-
-    def _requeued(self, backoff: bool) -> None:
-        if self._backoff.enabled:
-            if backoff:
-                self._backoff_result(self._backoff.failure())
-            elif self._owner.in_backoff:
-                self._backoff_result(self._backoff.neutral())
-
-    def _backoff_timer_fired(self) -> None:
-        self._backoff_timer = None
-        self._backoff_result(self._backoff.timer_fired())
-
-    def _cancel_backoff_timer(self) -> None:
-        timer, self._backoff_timer = self._backoff_timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
 
     # ---------------------------------------------------------------- messages
 
@@ -807,13 +702,7 @@ class Consumer(Service):
         deadline = self._reactor.seconds() + self.options.stop_timeout
         if self._poller is not None:
             await self._poller.stop()
-        loop, self._redistribute_loop = self._redistribute_loop, None
-        if loop is not None and loop.running:
-            loop.stop()
-        self._cancel_backoff_timer()
-        release, self._release_timer = self._release_timer, None
-        if release is not None and release.active():
-            release.cancel()
+        self._flow.stop()
         sessions = [
             n.session
             for n in self._nsqds.values()
