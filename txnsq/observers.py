@@ -52,7 +52,7 @@ class IConsumerObserver(Protocol):
     def message_given_up(self, message: Message, reason: str) -> None:
         """``message`` was delivered more than ``max_attempts`` times and is given up:
         finished, or first published to the dead-letter topic (see
-        :attr:`~txnsq.consumer.ConsumerOptions.dead_letter`). ``reason`` says how many
+        the ``dead_letter`` option). ``reason`` says how many
         attempts, and the last error this process saw for the message, if any. Called
         for every delivery given up (a dead-letter publish that fails requeues the
         message, which is given up again on its next delivery)."""

@@ -19,6 +19,12 @@ With ``batch=True``, :meth:`Producer.publish` calls to one topic are coalesced i
 (each call keeps its own Deferred); the rule (when a batch goes, how it is cut, what a
 refusal means for each message) is :mod:`txnsq._wire.batching`.
 
+This module holds the :class:`Producer` itself (its wait queue, failover between nsqds,
+retries, stop); the rest is in private modules, one job each: ``txnsq._producer_link``
+(the link to one nsqd and the state the producer shares with its links and batchers),
+``txnsq._batcher`` (``batch=True``: one topic's batches, timers and answers) and
+``txnsq._producer_args`` (the checks of its addresses and keywords of txnsq 0.1).
+
 Example::
 
     producer = Producer("127.0.0.1:4150")
@@ -164,6 +170,7 @@ class Producer(Service):
         endpoint_factory=nsqd.endpoint_factory)`` for a :class:`~txnsq.testing.FakeNSQD`).
     :param rng: the random source of the reconnect policy's jitter (a seeded
         :class:`random.Random` gives the same delays as a Consumer with the same seed).
+
     With ``batch=True``, :meth:`publish` calls to the same topic are coalesced into
     MPUBs: each publish keeps its own Deferred, fired when nsqd has acknowledged
     its message, or failed with the error that concerns it: a batch nsqd refuses because
