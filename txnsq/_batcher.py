@@ -122,6 +122,8 @@ class Batcher:
         self.lingering = False
 
     def arm_expiry(self, now: float) -> None:
+        """Set the timer that fails the oldest queued publish once it has waited
+        ``ready_timeout`` seconds (if any publish is queued)."""
         oldest = self.queue.oldest()
         if oldest is None:
             return
@@ -300,6 +302,8 @@ class Batcher:
         error: BaseException | Failure,
         connection: NSQDLink | None = None,
     ) -> None:
+        """Fail the Deferreds of ``tokens`` not fired yet with ``error``, and count them
+        (on ``connection`` too, when they were sent on one)."""
         state = self.state
         count = 0
         for d in tokens:

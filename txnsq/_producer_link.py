@@ -180,6 +180,7 @@ class NSQDLink:
         return 0 if service is None else service.handshake_failures
 
     def start(self) -> None:
+        """Connect, and keep reconnecting until :meth:`stop`."""
         self.service = NSQDService(
             self.endpoint, self.build_protocol, self.policy, self.state.reactor
         )
@@ -187,6 +188,10 @@ class NSQDLink:
         self.service.startService()
 
     def stop(self) -> Deferred[None]:
+        """Close the connection (what is queued is written first) and stop reconnecting.
+
+        :return: a Deferred that fires with ``None`` once the connection is closed.
+        """
         self.active = False
         protocol, self.protocol, self.send = self.protocol, None, None
         if protocol is not None:
@@ -197,6 +202,7 @@ class NSQDLink:
         return service.stopService()
 
     def build_protocol(self) -> NSQProtocol:
+        """The protocol of a new connection, wired to this link's hooks."""
         protocol = connection_protocol(self.options, self.tls_hostname, self.state.reactor)
         protocol.on_commands_written = self.commands_written
         protocol.on_close = lambda reason: self.protocol_closed(protocol, reason)
@@ -208,6 +214,7 @@ class NSQDLink:
         return protocol
 
     def protocol_ready(self, features: Features, protocol: NSQProtocol) -> None:
+        """The handshake of ``protocol`` succeeded: publishes may go to this link."""
         if not self.active:
             protocol.close()
             return
@@ -223,6 +230,7 @@ class NSQDLink:
         self.state.link_ready(self)
 
     def handshake_failed(self, failure: Failure, protocol: NSQProtocol) -> None:
+        """The handshake of ``protocol`` failed: the next reconnect waits longer."""
         service = self.service
         if not self.active or service is None:
             return
@@ -232,6 +240,7 @@ class NSQDLink:
         )
 
     def protocol_closed(self, protocol: NSQProtocol, reason: Failure) -> None:
+        """``protocol``'s connection closed: no more publishes on it."""
         if self.protocol is not protocol:
             return
         self.protocol = None
