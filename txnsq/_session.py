@@ -13,16 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from twisted.application.internet import ClientService
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
+from txnsq._service import NSQDService
 from txnsq._wire.deadletter import give_up_above
 from txnsq._wire.identify import Features
 from txnsq._wire.rdy import RdyUpdate
 from txnsq._wire.touch import touch_schedule
 from txnsq.errors import FinFailedError, NotReady, NSQServerError, ReqFailedError, TouchFailedError
-from txnsq.message import ANSWERED, FRESH, Message
+from txnsq.message import Message, awaits_auto_answer, take_auto_answer, void
 from txnsq.protocol import NSQProtocol
 
 __all__ = ["NSQDState", "Session", "SessionOwner"]
@@ -154,6 +154,7 @@ class Session:
             self._send_rdy(updates)
         unanswered = self.unanswered
         handler = owner.handler
+        claim = take_auto_answer
         max_attempts = give_up_above(owner.max_attempts)
         fins: list[bytes] = []
         add_fin = fins.append
@@ -179,12 +180,12 @@ class Session:
                         message.requeue()
                     continue
                 if result is True or result is None:
-                    if message._state:  # answered, or auto-response disabled
-                        continue
                     if self.closed:
                         return  # the handler's doing: nothing can be answered on it now
-                    # message.finish() inlined: the handler returned, the message is ours.
-                    message._state = ANSWERED
+                    # message.finish() inlined: the handler returned, the message is ours
+                    # (unless the handler answered it or disabled the auto response).
+                    if not claim(message):
+                        continue
                     del unanswered[msg_id]
                     if owner.in_backoff or owner.draining:
                         # Each FIN now, in order with the backoff or the drain it ends.
@@ -196,7 +197,7 @@ class Session:
                     else:
                         add_fin(msg_id)
                 elif result is False:
-                    if message._state == FRESH:
+                    if awaits_auto_answer(message):
                         message.requeue()
                 else:
                     owner.handle_result(self, message, result)
@@ -283,7 +284,7 @@ class Session:
         """Forget a delivery nsqd has already timed out (it was sent again)."""
         self.nsqd.timed_out += 1
         del self.unanswered[message.id]
-        message._state = ANSWERED  # a late answer to it raises instead of being sent
+        void(message)  # a late answer to it raises instead of being sent
         if self.touch_calls:
             self._cancel_touch(message.id)
         updates = self._answered(self, 1)
@@ -362,10 +363,9 @@ class NSQDState:
         self.address = address
         self.static = static  # from nsqd_tcp_addresses: always reconnect
         self.wanted = True  # still listed by some lookupd (or static)
-        self.service: ClientService | None = None
+        self.service: NSQDService | None = None
         self.session: Session | None = None
         self.last_protocol: NSQProtocol | None = None
-        self.handshake_failures = 0
         self.received = 0
         self.finished = 0
         self.requeued = 0

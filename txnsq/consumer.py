@@ -1,16 +1,16 @@
 """``Consumer``: read a topic/channel from one or many nsqd, as a Twisted service.
 
-Each nsqd gets its own :class:`~twisted.application.internet.ClientService`, which keeps
-the TCP connection up with exponential backoff; the NSQ handshake and ``SUB`` run after
-``whenConnected``, and a handshake failure makes the next reconnect wait longer. nsqds
-come from a static list, from nsqlookupd (:class:`~txnsq.lookupd.LookupdPoller`), or both.
+This module holds the :class:`Consumer` itself: its nsqds (each kept connected by a
+:class:`~txnsq._service.NSQDService`, reconnecting with backoff; the NSQ handshake and
+``SUB`` run after ``whenConnected``), found in a static list, through nsqlookupd
+(:class:`~txnsq.lookupd.LookupdPoller`), or both; what it does with its handler's results
+and failures; its graceful stop. The rest is in private modules, one job each:
 
-RDY is allocated by :class:`~txnsq._wire.rdy.RdyController` (never a total above
-``max_in_flight``, never above a connection's ``max_rdy_count``, redistributed on a timer
-when there are more connections than ``max_in_flight``) and backoff is decided by
-:class:`~txnsq._wire.backoff.Backoff`; this module only wires them to connections and
-timers. What happens to each message on a connection (handler call, FIN/REQ/TOUCH, the
-per-read batching) is in :mod:`txnsq._session`.
+- :mod:`txnsq._session`: one connection's messages (the per-message path: handler call,
+  FIN/REQ/TOUCH, the per-read batching);
+- :mod:`txnsq._flow`: RDY and backoff (the pure rules of :mod:`txnsq._wire.rdy` and
+  :mod:`txnsq._wire.backoff` driven on timers);
+- :mod:`txnsq._dead_letters`: messages given up on, and their dead letters.
 """
 
 from __future__ import annotations
@@ -18,35 +18,31 @@ from __future__ import annotations
 import inspect
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from functools import partial
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from twisted.application.internet import ClientService
 from twisted.application.service import Service
 from twisted.internet import defer
-from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.protocol import Factory
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from txnsq._aio import asyncio_loop, run_as_task
+from txnsq._dead_letters import DeadLetterPublisher, GiveUp
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
+from txnsq._flow import Flow
+from txnsq._service import NSQDService
 from txnsq._session import NSQDState, Session
 from txnsq._stats import ConsumerCounters
 from txnsq._threads import HandlerThreads
 from txnsq._wire import commands
 from txnsq._wire.address import map_address
-from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep, requeue_delay
-from txnsq._wire.deadletter import DeadLetter, dead_letter_body
+from txnsq._wire.backoff import requeue_delay
+from txnsq._wire.deadletter import DeadLetter
 from txnsq._wire.ratelimit import OncePerInterval
-from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq.errors import NotReady, NSQError, WrongPeerError
-from txnsq.message import FRESH, Message
+from txnsq.message import Message, awaits_auto_answer
 from txnsq.observers import IConsumerObserver
-from txnsq.options import ConnectionOptions, ConsumerOptions, ProducerOptions, client_options
-from txnsq.producer import Producer
+from txnsq.options import ConnectionOptions, ConsumerOptions, client_options
 from txnsq.protocol import NSQProtocol, connection_protocol
 
 __all__ = ["Consumer", "ConsumerOptions", "DeadLetter", "DeadLetterPublisher", "Handler"]
@@ -54,10 +50,6 @@ __all__ = ["Consumer", "ConsumerOptions", "DeadLetter", "DeadLetterPublisher", "
 #: A message handler: returns ``True``/``None`` (finish), ``False`` (requeue), a Deferred
 #: or coroutine of those, or raises (requeue with backoff).
 Handler = Callable[[Message], Any]
-
-#: How many message ids the consumer remembers the last handler error of (for the
-#: dead-letter envelope and the give-up reason); the oldest is forgotten first.
-_LAST_ERRORS_KEPT: Final = 4096
 
 #: Seconds between two tracebacks of handler exceptions of one type (every failure gets
 #: its one warn line; its traceback is logged at error for the first of its type, then
@@ -68,30 +60,8 @@ HANDLER_TRACEBACK_INTERVAL: Final = 60.0
 _TOTALS: Final = tuple(ConsumerCounters.__annotations__)
 
 
-class DeadLetterPublisher(Protocol):
-    """What publishes dead letters: a :class:`~txnsq.producer.Producer` (or anything with
-    its ``publish``)."""
-
-    def publish(self, topic: str, body: bytes) -> defer.Deferred[bytes]:
-        """Publish ``body``; the Deferred fires once nsqd acknowledged it, or fails."""
-        ...
-
-
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
-
-
-class _ConnectionFactory(Factory):
-    """Builds the NSQProtocol for one nsqd address (for its ClientService)."""
-
-    noisy = False  # no "Starting factory" log line per connection
-
-    def __init__(self, consumer: Consumer, host: str | None) -> None:
-        self.consumer = consumer
-        self.host = host
-
-    def buildProtocol(self, addr: Any) -> NSQProtocol:
-        return connection_protocol(self.consumer.options, self.host, self.consumer._reactor)
 
 
 class _SessionOwner:
@@ -122,14 +92,15 @@ class _SessionOwner:
         self.clock = consumer._reactor
         self.in_backoff = False
         self.draining = False
-        self.messages_received = consumer._rdy.messages_received
-        self.messages_answered = consumer._rdy.messages_answered
-        self.send_rdy = consumer._send_rdy
-        self.give_up = consumer._give_up
+        flow = consumer._flow
+        self.messages_received = flow.rdy.messages_received
+        self.messages_answered = flow.rdy.messages_answered
+        self.send_rdy = flow.send
+        self.give_up = consumer._give_ups.give_up
         self.handler_raised = consumer._handler_raised
         self.handle_result = consumer._handle_async_result
-        self.finished_in_backoff = consumer._finished_in_backoff
-        self.requeued = consumer._requeued
+        self.finished_in_backoff = flow.finished_in_backoff
+        self.requeued = flow.requeued
         self.default_requeue_delay = consumer._default_requeue_delay
         self.answered_while_draining = consumer._check_drained
         self.session_lost = consumer._session_lost
@@ -247,18 +218,22 @@ class Consumer(Service):
         self.topic = topic
         self.channel = channel
         self._handler = handler
-        self._giving_up = giving_up
         self._observers: list[IConsumerObserver] = list(observers)
-        if dead_letter_producer is not None and not callable(
-            getattr(dead_letter_producer, "publish", None)
-        ):
-            raise TypeError("dead_letter_producer must have a publish(topic, body) method")
-        self._dead_letter_producer = dead_letter_producer
-        self._own_dead_letter_producers: dict[str, Producer] = {}
-        self._last_errors: dict[bytes, str] = {}
         self._tracebacks = OncePerInterval(HANDLER_TRACEBACK_INTERVAL)
         self._reactor = reactor
         self._rng = rng or random.Random()
+        self._give_ups = GiveUp(
+            topic,
+            channel,
+            self.options,
+            reactor=reactor,
+            rng=self._rng,
+            endpoint_factory=endpoint_factory,
+            targets=self._targets,
+            publisher=dead_letter_producer,
+            giving_up=giving_up,
+            notify=self._notify,
+        )
         opts = self.options
         # Coroutine handlers run as asyncio tasks on the asyncio reactor (decided once).
         self._asyncio_loop = asyncio_loop(reactor)
@@ -273,16 +248,8 @@ class Consumer(Service):
                 reactor, opts.handler_threads, f"txnsq-{topic}/{channel}"
             )
         self._max_attempts = opts.max_attempts
-        self._rdy: RdyController[Session] = RdyController(
-            opts.max_in_flight,
-            low_rdy_idle_timeout=opts.low_rdy_idle_timeout,
-            low_rdy_timeout=opts.low_rdy_timeout,
-            rng=self._rng,
-            settle_time=opts.rdy_settle_time,
-        )
-        self._backoff = Backoff(opts.backoff_multiplier, opts.max_backoff_duration)
-        self._backoff_timer: IDelayedCall | None = None
-        self._release_timer: IDelayedCall | None = None
+        self._flow = Flow(opts, reactor, self._rng, lambda: bool(self.running), self._notify)
+        self._rdy = self._flow.rdy
         self._static = list(self._targets)
         self._nsqds: dict[str, NSQDState] = {}
         self._poller: Any = None
@@ -301,11 +268,11 @@ class Consumer(Service):
                 rng=self._rng,
                 on_failure=self._lookupd_failed,
             )
-        self._redistribute_loop: LoopingCall | None = None
         self._drain_waiters: list[defer.Deferred[None]] = []
         self._stopping: defer.Deferred[None] | None = None
         # What sessions see of the consumer; it holds the backoff and draining flags.
         self._owner = _SessionOwner(self)
+        self._flow.flag = self._owner
 
     # ------------------------------------------------------------------ public API
 
@@ -317,19 +284,13 @@ class Consumer(Service):
         self._stopping = None
         self._owner.draining = False
         # A previous run may have stopped in the middle of a backoff window.
-        self._backoff.reset()
-        self._owner.in_backoff = False
-        self._send_rdy(self._rdy.leave_backoff(self._reactor.seconds()))
+        self._flow.start()
         if self._threads is not None:
             self._threads.start()
         for address in self._static:
             self._add_nsqd(address, static=True)
         if self._poller is not None:
             self._poller.start()
-        loop = LoopingCall(self._redistribute)
-        loop.clock = self._reactor
-        loop.start(self.options.rdy_redistribute_interval, now=False)
-        self._redistribute_loop = loop
 
     def stopService(self) -> defer.Deferred[None]:
         """Stop gracefully: CLS on every connection, wait (up to ``stop_timeout``) for
@@ -353,7 +314,7 @@ class Consumer(Service):
         """
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
             raise TypeError("max_in_flight must be an int")
-        self._send_rdy(self._rdy.set_max_in_flight(max_in_flight, self._reactor.seconds()))
+        self._flow.set_max_in_flight(max_in_flight)
 
     def is_starved(self) -> bool:
         """Whether some connection has at least 85% of its RDY in flight, so no more
@@ -415,7 +376,7 @@ class Consumer(Service):
             **totals,
             "connections": sum(1 for s in per.values() if s["connected"]),
             "max_in_flight": self._rdy.max_in_flight,
-            "backoff_level": self._backoff.level,
+            "backoff_level": self._flow.backoff.level,
             "in_backoff": self._owner.in_backoff,
             "starved": self._rdy.is_starved(),
             "nsqd": per,
@@ -444,19 +405,12 @@ class Consumer(Service):
         else:
             nsqd = NSQDState(address, static)
             self._nsqds[address] = nsqd
-        opts = self.options
-        retry, random = opts.reconnect_policy, self._rng.random
-
-        def policy(attempt: int) -> float:
-            # ClientService counts failed attempts from 1 and resets its count whenever
-            # TCP connects, so handshake failures are added to keep the delay growing.
-            return retry.delay(attempt + nsqd.handshake_failures, random)
-
-        service = ClientService(
+        opts, host = self.options, target.tls_hostname
+        service = NSQDService(
             target.endpoint,
-            _ConnectionFactory(self, target.tls_hostname),
-            retryPolicy=policy,
-            clock=self._reactor,
+            lambda: connection_protocol(opts, host, self._reactor),
+            opts.reconnect_policy.policy(self._rng),
+            self._reactor,
         )
         nsqd.service = service
         service.startService()
@@ -512,9 +466,9 @@ class Consumer(Service):
                     error=e,
                 )
             else:
-                nsqd.handshake_failures += 1
+                failures = 1 if nsqd.service is None else nsqd.service.handshake_failed()
                 # Wrong port (issue 24): named by the error, logged once per outage.
-                if nsqd.handshake_failures == 1 or not isinstance(e, WrongPeerError):
+                if failures == 1 or not isinstance(e, WrongPeerError):
                     self._log.error(
                         "Handshake with nsqd {nsqd} failed: {error}", nsqd=nsqd.address, error=e
                     )
@@ -525,7 +479,8 @@ class Consumer(Service):
         if not self.running:
             protocol.close()
             return
-        nsqd.handshake_failures = 0
+        if nsqd.service is not None:
+            nsqd.service.handshake_succeeded()
         nsqd.connects += 1
         session.subscribed = True
         if self._poller is not None and not nsqd.static:
@@ -537,9 +492,7 @@ class Consumer(Service):
             nsqd=nsqd.address,
         )
         self._notify("connection_ready", nsqd.address)
-        self._send_rdy(
-            self._rdy.add_connection(session, self._reactor.seconds(), features.max_rdy_count)
-        )
+        self._flow.add_session(session, features.max_rdy_count)
 
     def _session_lost(self, session: Session, reason: Failure) -> None:
         nsqd = session.nsqd
@@ -555,7 +508,7 @@ class Consumer(Service):
                 reason=reason.getErrorMessage(),
                 lost=lost,
             )
-            self._send_rdy(self._rdy.remove_connection(session, self._reactor.seconds()))
+            self._flow.remove_session(session)
             self._check_drained()
             self._notify("connection_lost", nsqd.address, reason)
         if not self.running:
@@ -615,218 +568,7 @@ class Consumer(Service):
             mapped.add(target)
         return frozenset(mapped)
 
-    # --------------------------------------------------------------- RDY, backoff
-
-    def _send_rdy(self, updates: list[RdyUpdate[Session]]) -> None:
-        # The controller lists lowerings first. Over several connections each command is
-        # written at once, in that order: a connection's writes otherwise wait for the
-        # end of its read or the next reactor turn, so a raise on the connection being
-        # read would reach the wire before the lowerings that make room for it.
-        several = len(updates) > 1
-        for session, count in updates:
-            if session.closed:
-                continue
-            try:
-                session.protocol.rdy(count)
-                if several:
-                    session.protocol.flush()
-            except (NotReady, ValueError) as e:
-                self._log.warn(
-                    "Could not send RDY {count} to {nsqd}: {error}",
-                    count=count,
-                    nsqd=session.nsqd.address,
-                    error=e,
-                )
-        self._schedule_rdy_release()
-
-    def _schedule_rdy_release(self) -> None:
-        """A raise held back by a recent lowering is granted when the lowering stops
-        counting (see RdyController): make sure a timer is set for that moment."""
-        due = self._rdy.next_release_at
-        if due is None or not self.running:
-            return
-        timer = self._release_timer
-        if timer is not None and timer.active():
-            if timer.getTime() <= due:
-                return
-            timer.cancel()
-        delay = max(due - self._reactor.seconds(), 0.0)
-        self._release_timer = self._reactor.callLater(delay, self._release_rdy)
-
-    def _release_rdy(self) -> None:
-        self._release_timer = None
-        self._send_rdy(self._rdy.release(self._reactor.seconds()))
-
-    def _redistribute(self) -> None:
-        if self._rdy.needs_redistribution:
-            self._send_rdy(self._rdy.redistribute(self._reactor.seconds()))
-
-    def _backoff_result(self, action: BackoffAction) -> None:
-        step = action.step
-        if step is BackoffStep.NONE or not self.running:
-            return  # stopping: no new timer; startService resets the backoff state
-        now = self._reactor.seconds()
-        if step is BackoffStep.BACKOFF:
-            self._owner.in_backoff = True
-            # (not "level=": Logger.emit takes the log level under that name)
-            self._log.warn(
-                "Backing off for {delay:.1f} s (level {backoff_level})",
-                delay=action.delay,
-                backoff_level=action.level,
-            )
-            self._cancel_backoff_timer()
-            self._backoff_timer = self._reactor.callLater(action.delay, self._backoff_timer_fired)
-            self._notify("backoff_started", action.level, action.delay)
-        elif step is BackoffStep.RESUME:
-            self._owner.in_backoff = False
-            self._cancel_backoff_timer()
-            self._log.info("Backoff over: resuming full RDY")
-            self._notify("backoff_ended")
-        self._send_rdy(self._rdy.on_backoff_step(step, now))
-
-    def _finished_in_backoff(self) -> None:
-        self._backoff_result(self._backoff.success())
-
-    def _requeued(self, backoff: bool) -> None:
-        if self._backoff.enabled:
-            if backoff:
-                self._backoff_result(self._backoff.failure())
-            elif self._owner.in_backoff:
-                self._backoff_result(self._backoff.neutral())
-
-    def _backoff_timer_fired(self) -> None:
-        self._backoff_timer = None
-        self._backoff_result(self._backoff.timer_fired())
-
-    def _cancel_backoff_timer(self) -> None:
-        timer, self._backoff_timer = self._backoff_timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
-
     # ---------------------------------------------------------------- messages
-
-    def _give_up(self, session: Session, message: Message) -> None:
-        session.nsqd.given_up += 1
-        error = self._last_errors.pop(message.id, None)
-        reason = (
-            f"delivered {message.attempts} times, more than max_attempts {self._max_attempts}"
-        )
-        if error is not None:
-            reason += f"; last error: {error}"
-        self._notify("message_given_up", message, reason)
-        dead_letter = self.options.dead_letter
-        if dead_letter is not None:
-            self._publish_dead_letter(session, message, dead_letter, error)
-            return
-        message.finish()
-        self._gave_up(message)
-
-    def _gave_up(self, message: Message, dead_letter_topic: str | None = None) -> None:
-        """``message`` was given up and answered (after its dead letter was acknowledged,
-        with a dead-letter topic): the ``giving_up`` hook, or a log line."""
-        if self._giving_up is not None:
-            try:
-                self._giving_up(message)
-            except Exception:
-                self._log.failure("giving_up hook raised")
-        elif dead_letter_topic is not None:
-            self._log.warn(
-                "Gave up on message {id} from {nsqd} after {attempts} attempts: published it "
-                "to dead-letter topic {dead_letter_topic}",
-                id=message.id,
-                nsqd=message.nsqd_address,
-                attempts=message.attempts,
-                dead_letter_topic=dead_letter_topic,
-            )
-        else:
-            self._log.warn(
-                "Giving up on message {id} after {attempts} attempts: {body!r}",
-                id=message.id,
-                attempts=message.attempts,
-                body=message.body[:200],
-            )
-
-    def _remember_error(self, message: Message, error: str) -> None:
-        """Keep the handler's last error for ``message`` (failures only: not per message)
-        for when it is given up."""
-        errors = self._last_errors
-        errors.pop(message.id, None)
-        errors[message.id] = error
-        if len(errors) > _LAST_ERRORS_KEPT:
-            del errors[next(iter(errors))]
-
-    def _publish_dead_letter(
-        self, session: Session, message: Message, dead_letter: DeadLetter, error: str | None
-    ) -> None:
-        """Publish a given-up message to the dead-letter topic; finish it once nsqd
-        acknowledged the publish, requeue it if the publish fails (never drop it)."""
-        nsqd = session.nsqd
-        body = dead_letter_body(
-            body=message.body,
-            message_id=message.id,
-            attempts=message.attempts,
-            timestamp_ns=message.timestamp,
-            topic=self.topic,
-            channel=self.channel,
-            nsqd_address=nsqd.address,
-            error=error,
-            envelope=dead_letter.envelope,
-        )
-        try:
-            published = self._dead_letter_publisher(nsqd).publish(dead_letter.topic, body)
-        except Exception as e:
-            published = defer.fail(e)
-        if self.options.auto_touch and not published.called:
-            session.schedule_touch(message)
-
-        def acknowledged(_: object) -> None:
-            nsqd.dead_lettered += 1
-            if message._state == FRESH:
-                message.finish()
-            self._gave_up(message, dead_letter.topic)
-
-        def failed(failure: Failure) -> None:
-            nsqd.dead_letter_failed += 1
-            self._log.warn(
-                "Publishing message {id} to dead-letter topic {dead_letter_topic} failed "
-                "({error}); requeueing it",
-                id=message.id,
-                dead_letter_topic=dead_letter.topic,
-                error=failure.getErrorMessage(),
-            )
-            if message._state == FRESH:
-                message.requeue(backoff=False)
-
-        published.addCallbacks(acknowledged, failed)
-        published.addErrback(
-            lambda f: self._log.failure("Answering given-up message {id} failed", f, id=message.id)
-        )
-
-    def _dead_letter_publisher(self, nsqd: NSQDState) -> DeadLetterPublisher:
-        """The ``dead_letter_producer``, or this consumer's own producer to ``nsqd``
-        (made and started on first use, stopped with the consumer)."""
-        if self._dead_letter_producer is not None:
-            return self._dead_letter_producer
-        producer = self._own_dead_letter_producers.get(nsqd.address)
-        if producer is None:
-            target = self._targets.get(nsqd.address) or nsqd_target(
-                nsqd.address, self._reactor, connect_timeout=self.options.connect_timeout,
-                endpoint_factory=self._endpoint_factory,
-            )
-            opts = self.options
-            tls = opts.tls
-            if tls is not None and tls.hostname is None and target.tls_hostname is not None:
-                # The producer dials the endpoint: keep the name the certificate carries.
-                tls = replace(tls, hostname=target.tls_hostname)
-            producer = Producer(
-                target.endpoint,
-                options=ProducerOptions.from_options(opts.connection_options(), tls=tls),
-                reactor=self._reactor,
-                rng=self._rng,
-            )
-            producer.startService()
-            self._own_dead_letter_producers[nsqd.address] = producer
-        return producer
 
     def _lookupd_failed(self, lookupd: str, reason: Failure) -> None:
         self._notify("lookupd_poll_failed", lookupd, reason)
@@ -856,7 +598,7 @@ class Consumer(Service):
         next), and the traceback at error for the first exception of its type, then at
         most once per :data:`HANDLER_TRACEBACK_INTERVAL` seconds."""
         error = failure.value
-        self._remember_error(message, repr(error))
+        self._give_ups.remember_error(message, repr(error))
         kind = type(error)
         error_type = kind.__qualname__
         max_attempts = self._max_attempts
@@ -913,7 +655,7 @@ class Consumer(Service):
             result = defer.Deferred.fromCoroutine(_awaited(result))
         if not isinstance(result, defer.Deferred):
             # Anything else: truthy finishes, falsy requeues.
-            if message._state == FRESH:
+            if awaits_auto_answer(message):
                 message.finish() if result else message.requeue()
             return
         if self.options.auto_touch and not result.called:
@@ -923,7 +665,7 @@ class Consumer(Service):
         # adds callbacks after the consumer; a failure is consumed here (logged, and the
         # message requeued), so it is not reported again as unhandled.
         def done(value: object) -> object:
-            if message._state == FRESH:
+            if awaits_auto_answer(message):
                 if value is None or value is True:
                     message.finish()
                 elif value is False:
@@ -961,13 +703,7 @@ class Consumer(Service):
         deadline = self._reactor.seconds() + self.options.stop_timeout
         if self._poller is not None:
             await self._poller.stop()
-        loop, self._redistribute_loop = self._redistribute_loop, None
-        if loop is not None and loop.running:
-            loop.stop()
-        self._cancel_backoff_timer()
-        release, self._release_timer = self._release_timer, None
-        if release is not None and release.active():
-            release.cancel()
+        self._flow.stop()
         sessions = [
             n.session
             for n in self._nsqds.values()
@@ -1015,8 +751,7 @@ class Consumer(Service):
             if service is not None and service.running:
                 stops.append(service.stopService())
         # The consumer's own dead-letter producers (after the drain: it waited for them).
-        producers, self._own_dead_letter_producers = self._own_dead_letter_producers, {}
-        stops.extend(producer.stopService() for producer in producers.values())
+        stops.extend(self._give_ups.stop())
         # The NSQDState records stay, so stats() still reports what was consumed.
         if stops:
             await defer.DeferredList(stops, consumeErrors=True)

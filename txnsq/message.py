@@ -146,6 +146,34 @@ class Message:
         return f"<Message id={msg_id} attempts={self.attempts} body={body!r}>"
 
 
+# The owner's side of a message's answer state: for the code that delivers messages and
+# sends their answers (the consumer and its sessions), not for handlers, which use
+# finish() / requeue() / disable_auto_response(). Plain functions, so that the consumer's
+# per-message path reads the state without going through the owner.
+
+
+def awaits_auto_answer(message: Message) -> bool:
+    """Whether ``message`` is unanswered and is to be answered from its handler's result
+    (:meth:`Message.disable_auto_response` not called)."""
+    return message._state == FRESH
+
+
+def take_auto_answer(message: Message) -> bool:
+    """If ``message`` :func:`awaits_auto_answer`, mark it answered and return ``True``: the
+    caller then sends its FIN itself (the owner is not called); else ``False``."""
+    if message._state:
+        return False
+    message._state = ANSWERED
+    return True
+
+
+def void(message: Message) -> None:
+    """Mark ``message`` answered without sending anything (nsqd delivered it again, so this
+    delivery can no longer be answered): a later answer to it raises
+    :class:`MessageAlreadyAnswered` instead of being sent."""
+    message._state = ANSWERED
+
+
 class _ThreadSafeOwner:
     """A message's owner as seen from other threads: answers given on the thread that
     made it go straight to ``owner``; answers given on any other thread are handed to

@@ -19,6 +19,12 @@ With ``batch=True``, :meth:`Producer.publish` calls to one topic are coalesced i
 (each call keeps its own Deferred); the rule (when a batch goes, how it is cut, what a
 refusal means for each message) is :mod:`txnsq._wire.batching`.
 
+This module holds the :class:`Producer` itself (its wait queue, failover between nsqds,
+retries, stop); the rest is in private modules, one job each: ``txnsq._producer_link``
+(the link to one nsqd and the state the producer shares with its links and batchers),
+``txnsq._batcher`` (``batch=True``: one topic's batches, timers and answers) and
+``txnsq._producer_args`` (the checks of its addresses and keywords of txnsq 0.1).
+
 Example::
 
     producer = Producer("127.0.0.1:4150")
@@ -34,56 +40,36 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Final, cast
+from typing import Any, Final
 
-from twisted.application.internet import ClientService
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import (
-    IAddress,
-    IDelayedCall,
-    IStreamClientEndpoint,
-)
-from twisted.internet.protocol import Factory
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from txnsq._batcher import Batcher
 from txnsq._deprecate import warn_deprecated
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
-from txnsq._stats import LatencyHistogram, ProducerNSQDStats, ProducerStats
+from txnsq._producer_args import address_list, take_deprecated
+from txnsq._producer_link import NSQDLink, PublishState
+from txnsq._stats import ProducerNSQDStats, ProducerStats
 from txnsq._wire import commands
-from txnsq._wire.batching import (
-    BATCH_SIZE_BOUNDS,
-    BatchQueue,
-    RefusalKind,
-    batch_size_bucket,
-    classify_refusal,
-    never_executed,
-)
-from txnsq._wire.identify import Features, IdentifyOptions
+from txnsq._wire.batching import BATCH_SIZE_BOUNDS
 from txnsq._wire.numbers import seconds_to_ms
-from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
+from txnsq._wire.retry import DEFAULT_RETRY
 from txnsq._wrongport import WrongPeers
 from txnsq.errors import (
-    BadMessageError,
     ConnectionClosed,
     DPubFailedError,
     MPubFailedError,
     NotReady,
-    NSQServerError,
     ProducerStopped,
     PubFailedError,
     PublishQueueFull,
 )
-from txnsq.options import (
-    ConnectionOptions,
-    ProducerOptions,
-    client_options,
-    identify_to_settings,
-)
-from txnsq.protocol import NSQProtocol, connection_protocol
-from txnsq.tls import TLSOptions
+from txnsq.options import ConnectionOptions, ProducerOptions, client_options
 
 __all__ = ["Producer", "ProducerStopped", "PublishQueueFull", "default_retry_policy"]
 
@@ -102,15 +88,7 @@ Address = NSQDAddress
 _pub = commands.pub
 _mpub = commands.mpub
 _dpub = commands.dpub
-_publish_batch = commands.publish_batch
 
-#: With batching on, how many batches of one topic may be unanswered at once: publishes
-#: made meanwhile wait for an answer and then go together (as Nagle's algorithm does).
-#: Measured (2 vCPU shared, loopback): with 1, p99 publish-to-OK at 2,000 msgs/s grew
-#: from 0.4 ms to 130 ms whenever the machine was busy (every round trip then waits for
-#: both processes to be scheduled); with 4 it stayed at the unbatched value, and a burst
-#: still goes out in batches.
-_BATCH_WINDOW: Final = 4
 #: With batching, the topics a producer keeps state for before it forgets the idle ones
 #: (see Producer._forget_idle_topics).
 _TOPICS_BEFORE_SWEEP: Final = 64
@@ -154,603 +132,6 @@ class _Publish:
             # Fails ``inner`` (its FIFO slot on the connection stays; nsqd's later answer
             # is dropped), which is relayed to ``deferred``.
             self.inner.cancel()
-
-
-class _Counters:
-    """What a producer counts for one nsqd (kept across restarts): see
-    :class:`~txnsq._stats.ProducerNSQDStats`."""
-
-    __slots__ = ("batches", "failed", "latency", "published")
-
-    def __init__(self) -> None:
-        self.published = 0
-        self.failed = 0
-        self.batches = 0
-        self.latency = LatencyHistogram()
-
-
-class _Write:
-    """One transport write of publishes: when it went out, how many of its publishes
-    are not answered yet, and how many failed."""
-
-    __slots__ = ("failed", "left", "sent_at", "size")
-
-    def __init__(self, size: int, sent_at: float) -> None:
-        self.size = size
-        self.left = size
-        self.failed = 0
-        self.sent_at = sent_at
-
-
-class _NoCall:
-    """Stands for a scheduled send while a batch's answer is handed out, so that the
-    publishes its callbacks make schedule nothing (the answer sends them after)."""
-
-    __slots__ = ()
-
-    def active(self) -> bool:
-        return False
-
-    def cancel(self) -> None:
-        pass
-
-
-_ANSWERING: Final = _NoCall()
-
-
-class _Batcher:
-    """The publishes to one topic while batching is on: a :class:`BatchQueue` (the rule:
-    when a batch is due, how it is cut) and the timers and sends that drive it."""
-
-    __slots__ = ("call", "cancel", "expiry", "lingering", "producer", "queue", "topic")
-
-    def __init__(self, producer: Producer, topic: str, queue: BatchQueue[Deferred[bytes]]):
-        self.producer = producer
-        self.topic = topic
-        self.queue = queue
-        #: The scheduled :meth:`send_due` (end of the turn, or the linger), if any.
-        self.call: IDelayedCall | _NoCall | None = None
-        #: When the oldest queued publish times out, if armed.
-        self.expiry: IDelayedCall | None = None
-        #: The canceller of every Deferred of this topic (bound once).
-        self.cancel = self._cancel
-        #: Whether ``call`` is a linger timer (a full batch does not wait for it).
-        self.lingering = False
-
-    def schedule(self) -> None:
-        """Send what is due at the end of this reactor turn (or once the linger is over)."""
-        linger = self.queue.linger
-        self.call = self.producer._reactor.callLater(linger, self.send_due)
-        self.lingering = linger > 0
-
-    def send_soon(self) -> None:
-        """Send at the end of this reactor turn (a full batch ends the linger)."""
-        call = self.call
-        if call is not None and call.active():
-            call.cancel()
-        self.call = self.producer._reactor.callLater(0, self.send_due)
-        self.lingering = False
-
-    def arm_expiry(self, now: float) -> None:
-        oldest = self.queue.oldest()
-        if oldest is None:
-            return
-        producer = self.producer
-        self.expiry = producer._reactor.callLater(
-            max(0.0, oldest + producer._timeout - now), self._expire
-        )
-
-    def send_due(self) -> None:
-        """Send every batch that is due, on ready connections, while the window allows."""
-        call, self.call = self.call, None
-        if call is not None and call.active():
-            call.cancel()
-        self.lingering = False
-        producer = self.producer
-        queue = self.queue
-        seconds = producer._reactor.seconds
-        while True:
-            now = seconds()
-            when = queue.next_send(now)
-            if when is None:
-                return
-            if when > now:
-                self.call = producer._reactor.callLater(when - now, self.send_due)
-                self.lingering = True
-                return
-            connection = producer._pick()
-            if connection is None:
-                return  # Producer._connection_ready sends them
-            if not self.send_batch(connection):
-                connection.unusable()
-
-    def send_batch(self, connection: _Connection) -> bool:
-        """Take the next batch and send it on ``connection``; False if it refused it."""
-        send = connection.send
-        if send is None:
-            return False
-        queue = self.queue
-        bodies, tokens, times = queue.take()
-        try:
-            inner = send(_publish_batch(self.topic, bodies))
-        except NotReady:
-            queue.answered()
-            queue.requeue(bodies, tokens, times)
-            return False
-        n = len(bodies)
-        producer = self.producer
-        producer._batch_queued -= n
-        producer._in_flight += n
-        producer._batches += 1
-        producer._batched += n
-        if n > producer._max_batch:
-            producer._max_batch = n
-        producer._batch_sizes[batch_size_bucket(n)] += 1
-        connection.counters.batches += 1
-        inner.addBoth(self.answered, connection, bodies, tokens, times)
-        return True
-
-    def answered(
-        self,
-        result: Any,
-        connection: _Connection,
-        bodies: list[bytes],
-        tokens: list[Deferred[bytes]],
-        times: list[float],
-    ) -> None:
-        """nsqd answered a batch (or its connection failed): fire its publishes' Deferreds,
-        or send them again; then send what waits."""
-        producer = self.producer
-        queue = self.queue
-        queue.answered()
-        n = len(tokens)
-        # The publishes that the callbacks make join the queue without scheduling
-        # anything: they go out below, in this read's write (send_due schedules again
-        # what must wait).
-        call = self.call
-        if call is not None and call.active():
-            call.cancel()
-        self.call = _ANSWERING
-        self.lingering = False
-        try:
-            # connection.answered counted the command as one publish: the rest here.
-            if type(result) is Failure:
-                producer._failed -= 1
-                connection.counters.failed -= 1
-                self.failed(result, connection, bodies, tokens, times)
-            else:
-                producer._published += n - 1
-                connection.counters.published += n - 1
-                if producer._retries:
-                    for d in tokens:
-                        producer._retries.pop(d, None)
-                for d in tokens:
-                    if not d.called:
-                        d.callback(result)
-        finally:
-            self.call = None
-            producer._landed(n - 1)
-        self.send_due()
-        if self.expiry is None and queue.bodies:
-            self.arm_expiry(producer._reactor.seconds())
-
-    def failed(
-        self,
-        failure: Failure,
-        connection: _Connection,
-        bodies: list[bytes],
-        tokens: list[Deferred[bytes]],
-        times: list[float],
-    ) -> None:
-        """A batch failed: fail the publishes its error concerns; send the others again."""
-        error = failure.value
-        producer = self.producer
-        if isinstance(error, NSQServerError):
-            connection.fatal_error(error)
-            refusal = classify_refusal(error.code, error.text)
-            kind, limit = refusal.kind, refusal.limit
-            queue = self.queue
-            if kind is RefusalKind.MESSAGE_TOO_BIG and limit is not None:
-                known = queue.max_message_size
-                queue.max_message_size = limit if known is None else min(known, limit)
-            elif kind is RefusalKind.BODY_TOO_BIG and limit is not None:
-                queue.max_bytes = max(1, min(queue.max_bytes, limit))
-            if len(tokens) == 1 or kind is RefusalKind.WHOLE:
-                self.fail(tokens, error, connection)
-            elif kind is RefusalKind.MESSAGE_TOO_BIG:
-                assert limit is not None
-                bad = [i for i, body in enumerate(bodies) if len(body) > limit]
-                if not bad:  # nsqd named another limit: find the bad one alone
-                    self.resend(bodies, tokens, times, one_by_one=True)
-                    return
-                for j, i in enumerate(bad):
-                    self.fail(
-                        [tokens[i]],
-                        error if j == 0 else BadMessageError(
-                            f"MPUB message too big {len(bodies[i])} > {limit}"
-                        ),
-                        connection,
-                    )
-                keep = [i for i in range(len(bodies)) if len(bodies[i]) <= limit]
-                self.resend(
-                    [bodies[i] for i in keep], [tokens[i] for i in keep], [times[i] for i in keep]
-                )
-            elif kind is RefusalKind.BODY_TOO_BIG:
-                self.resend(bodies, tokens, times)
-            else:
-                self.resend(bodies, tokens, times, one_by_one=True)
-        elif error is not None and never_executed(error):
-            # Pipelined behind a batch nsqd refused: never stored, safe to send again.
-            self.resend(bodies, tokens, times)
-        elif isinstance(error, ConnectionClosed) and producer._retry and not producer._stopped:
-            retries = producer._retries
-            again = []
-            for i, d in enumerate(tokens):
-                left = retries.get(d, producer._retry)
-                if left > 0 and not d.called:
-                    retries[d] = left - 1
-                    again.append(i)
-                else:
-                    retries.pop(d, None)
-                    self.fail([d], error, connection)
-            if again:
-                _log.info(
-                    "Publishing {count} messages again after a lost connection", count=len(again)
-                )
-                self.resend(
-                    [bodies[i] for i in again],
-                    [tokens[i] for i in again],
-                    [times[i] for i in again],
-                )
-        else:
-            self.fail(tokens, failure, connection)
-
-    def fail(
-        self,
-        tokens: list[Deferred[bytes]],
-        error: BaseException | Failure,
-        connection: _Connection | None = None,
-    ) -> None:
-        producer = self.producer
-        count = 0
-        for d in tokens:
-            if not d.called:
-                count += 1
-                d.errback(error)
-            if producer._retries:
-                producer._retries.pop(d, None)
-        producer._failed += count
-        if connection is not None:
-            connection.counters.failed += count
-
-    def resend(
-        self,
-        bodies: list[bytes],
-        tokens: list[Deferred[bytes]],
-        times: list[float],
-        one_by_one: bool = False,
-    ) -> None:
-        """Put publishes of a failed batch back at the head of the queue (those whose
-        Deferred was cancelled meanwhile are dropped)."""
-        if self.producer._stopped:
-            self.fail(tokens, ProducerStopped("the producer was stopped before nsqd stored it"))
-            return
-        live = [i for i, d in enumerate(tokens) if not d.called]
-        if len(live) < len(tokens):
-            bodies = [bodies[i] for i in live]
-            tokens = [tokens[i] for i in live]
-            times = [times[i] for i in live]
-        if tokens:
-            self.queue.requeue(bodies, tokens, times, one_by_one)
-            self.producer._batch_queued += len(tokens)
-
-    def idle(self) -> bool:
-        """Whether this topic can be forgotten: nothing waits or is in flight, no timer
-        is due to send, and no size limit was learned from a refusal (that is kept, so
-        it is not learned again from another refused batch, which costs a connection)."""
-        queue = self.queue
-        return (
-            not queue.bodies
-            and not queue.in_flight
-            and self.call is None
-            and queue.max_message_size is None
-            and queue.max_bytes >= self.producer._batch_max_bytes
-        )
-
-    def retire(self) -> None:
-        """Stop the timers of an idle topic (see :meth:`idle`)."""
-        expiry, self.expiry = self.expiry, None
-        if expiry is not None and expiry.active():
-            expiry.cancel()
-
-    def _cancel(self, d: Deferred[bytes]) -> None:
-        # A queued publish leaves its batch; a sent one keeps its place (the answer is
-        # ignored). Deferred.cancel() then fails it with CancelledError.
-        if self.queue.remove(d):
-            producer = self.producer
-            producer._batch_queued -= 1
-            producer._failed += 1
-            producer._retries.pop(d, None)
-
-    def _expire(self) -> None:
-        self.expiry = None
-        producer = self.producer
-        now = producer._reactor.seconds()
-        timeout = producer._timeout
-        expired = self.queue.expire(now - timeout)
-        if expired:
-            producer._batch_queued -= len(expired)
-            self.fail(expired, NotReady(f"the publish could not be sent within {timeout} s"))
-        self.arm_expiry(now)
-
-    def stop(self) -> None:
-        """The producer stops: send everything queued now (window and linger aside) on
-        ready connections, or fail it with :class:`ProducerStopped`; stop the timers."""
-        for timer in (self.call, self.expiry):
-            if timer is not None and timer.active():
-                timer.cancel()
-        self.call = self.expiry = None
-        producer = self.producer
-        queue = self.queue
-        while queue.bodies:
-            connection = producer._pick()
-            if connection is None:
-                tokens = queue.clear()
-                producer._batch_queued -= len(tokens)
-                self.fail(tokens, ProducerStopped("the producer was stopped before a "
-                                                  "connection was ready"))
-                return
-            if not self.send_batch(connection):
-                connection.unusable()
-
-
-class _Connection:
-    """One nsqd: its endpoint, its ClientService and its ready protocol, if any."""
-
-    def __init__(self, producer: Producer, label: str, endpoint: IStreamClientEndpoint,
-                 tls_hostname: str | None) -> None:
-        self.producer = producer
-        self.label = label
-        self.endpoint = endpoint
-        self.tls_hostname = tls_hostname
-        self.handshake_failures = 0
-        self.protocol: NSQProtocol | None = None
-        self.send: Callable[[bytes], Deferred[bytes]] | None = None
-        self.service: ClientService | None = None
-        #: False once the producer has let go of this connection (stopped).
-        self.active = False
-        self.counters = producer._counters.setdefault(label, _Counters())
-        # The current protocol's writes of publishes not answered yet, oldest first:
-        # nsqd answers in order, so the head's send time is the next answer's.
-        self.writes: deque[_Write] = deque()
-        self._now = producer._reactor.seconds
-
-    def start(self) -> None:
-        producer = self.producer
-        policy = producer._retry_policy
-
-        def retry_policy(attempt: int) -> float:
-            # ClientService resets its count on every TCP connect; a server that accepts
-            # TCP and then fails the handshake must still see the delay grow.
-            return policy(attempt + self.handshake_failures)
-
-        self.service = ClientService(
-            self.endpoint, _ProtocolFactory(self), retryPolicy=retry_policy,
-            clock=producer._reactor,
-        )
-        self.active = True
-        self.service.startService()
-
-    def stop(self) -> Deferred[None]:
-        self.active = False
-        protocol, self.protocol, self.send = self.protocol, None, None
-        if protocol is not None:
-            protocol.close()  # writes what is queued, then closes
-        service, self.service = self.service, None
-        if service is None:
-            return defer.succeed(None)
-        return service.stopService()
-
-    def build_protocol(self) -> NSQProtocol:
-        producer = self.producer
-        protocol = connection_protocol(producer.options, self.tls_hostname, producer._reactor)
-        protocol.on_commands_written = self.commands_written
-        protocol.on_close = lambda reason: self.protocol_closed(protocol, reason)
-        protocol.on_answer = self.answered
-        protocol.when_ready().addCallbacks(
-            self.protocol_ready, self.handshake_failed,
-            callbackArgs=(protocol,), errbackArgs=(protocol,),
-        )
-        return protocol
-
-    def protocol_ready(self, features: Features, protocol: NSQProtocol) -> None:
-        producer = self.producer
-        if not self.active:
-            protocol.close()
-            return
-        self.handshake_failures = 0
-        self.producer._wrong_peers.connected(self.label)  # wrong port (issue 24)
-        self.protocol = protocol
-        self.writes.clear()  # the last protocol's publishes have all failed by now
-        self.send = protocol.send_command
-        _log.info(
-            "Connected to nsqd {address} (version {version})",
-            address=self.label, version=features.version,
-        )
-        producer._connection_ready(self)
-
-    def handshake_failed(self, failure: Failure, protocol: NSQProtocol) -> None:
-        if not self.active:
-            return
-        self.handshake_failures += 1
-        if self.producer._wrong_peers.handshake_failed(self.label, failure.value):
-            return  # wrong port (issue 24): logged once per outage, publishes failed
-        _log.warn(
-            "Handshake with nsqd {address} failed ({count} in a row): {error}",
-            address=self.label, count=self.handshake_failures, error=failure.value,
-        )
-
-    def protocol_closed(self, protocol: NSQProtocol, reason: Failure) -> None:
-        if self.protocol is not protocol:
-            return
-        self.protocol = None
-        self.send = None
-        self.producer._connection_unready(self)
-        if self.active:
-            _log.warn(
-                "Lost connection to nsqd {address}: {reason}",
-                address=self.label, reason=reason.value,
-            )
-
-    def commands_written(self, count: int) -> None:
-        """The protocol wrote ``count`` commands in one write (one clock read)."""
-        self.writes.append(_Write(count, self._now()))
-
-    def write_answered(self, write: _Write) -> None:
-        """Every command of ``write`` was answered: time the acknowledged ones from the
-        write to now (one clock read per write)."""
-        acknowledged = write.size - write.failed
-        if acknowledged:
-            self.counters.latency.observe(self._now() - write.sent_at, acknowledged)
-
-    def answered(self, error: BaseException | None) -> None:
-        """nsqd answered a command sent on this connection (``None``: OK), or it failed
-        with ``error``: the protocol's ``on_answer``, called just before the command's
-        Deferred fires (cheaper than one more callback on every publish's Deferred).
-        A batch counts as one publish here; :class:`_Batcher` adds the rest."""
-        producer = self.producer
-        producer._in_flight -= 1
-        counters = self.counters
-        writes = self.writes
-        if writes:
-            # nsqd answers in order: this answers one of the oldest write's commands
-            # (commands never written, failed with the connection, come after them).
-            head = writes[0]
-            head.left -= 1
-            if error is not None:
-                head.failed += 1
-            if not head.left:
-                writes.popleft()
-                self.write_answered(head)
-        if error is None:
-            producer._published += 1
-            counters.published += 1
-        else:
-            producer._failed += 1
-            counters.failed += 1
-            if isinstance(error, NSQServerError) and error.fatal:
-                self.fatal_error(error)
-        if producer._in_flight == 0 and producer._drained is not None:
-            d, producer._drained = producer._drained, None
-            d.callback(None)
-
-    def unusable(self) -> None:
-        """The protocol refused a command (it is closing): stop using it, and make sure
-        it closes so that ClientService reconnects."""
-        protocol = self.protocol
-        self.protocol = None
-        self.send = None
-        self.producer._connection_unready(self)
-        if protocol is not None:
-            protocol.close()
-
-    def fatal_error(self, error: NSQServerError) -> None:
-        """nsqd answered with a fatal error and is closing this connection: send nothing
-        more on it (later publishes go to another connection or wait for a new one)."""
-        protocol = self.protocol
-        if protocol is None:
-            return
-        _log.warn(
-            "nsqd {address} answered a publish with {code}; reconnecting",
-            address=self.label, code=error.code,
-        )
-        self.protocol = None
-        self.send = None
-        self.producer._connection_unready(self)
-        protocol.close()
-
-    def __repr__(self) -> str:
-        state = "ready" if self.protocol is not None else "not ready"
-        return f"<nsqd {self.label} {state}>"
-
-
-class _ProtocolFactory(Factory):
-    noisy = False
-
-    def __init__(self, connection: _Connection) -> None:
-        self._connection = connection
-
-    def buildProtocol(self, addr: IAddress | None) -> NSQProtocol:
-        return self._connection.build_protocol()
-
-
-#: Producer's keywords before txnsq 0.2.0 and the ProducerOptions field each became.
-_RENAMED: Final = {
-    "timeout": "ready_timeout",
-    "retry": "publish_retries",
-    "publish_timeout": "command_timeout",
-}
-
-
-def _take_deprecated(settings: dict[str, Any]) -> Callable[[int], float] | None:
-    """Translate Producer's deprecated keywords in ``settings`` (in place) into
-    :class:`~txnsq.options.ProducerOptions` fields, each with a DeprecationWarning.
-
-    :return: a reconnect policy given as a plain callable (``retry_policy=f``), which
-        no options field holds, or ``None``.
-    """
-    for old, new in _RENAMED.items():
-        if old in settings:
-            warn_deprecated(f"Producer({old}=...)", f"Producer({new}=...)", stacklevel=4)
-            if new in settings:
-                raise TypeError(f"give {new} or the deprecated {old}, not both")
-            settings[new] = settings.pop(old)
-    if "identify" in settings:
-        identify = settings.pop("identify")
-        warn_deprecated(
-            "Producer(identify=IdentifyOptions(...))",
-            "Producer's own fields (heartbeat_interval, msg_timeout, compression, ... "
-            "in seconds)",
-            stacklevel=4,
-        )
-        if identify is not None:
-            if not isinstance(identify, IdentifyOptions):
-                raise TypeError(
-                    f"identify must be an IdentifyOptions, not {type(identify).__name__}"
-                )
-            for name, value in identify_to_settings(identify).items():
-                if name == "tls":
-                    if value and settings.get("tls") is None:
-                        settings["tls"] = TLSOptions()
-                else:
-                    settings.setdefault(name, value)
-    if "retry_policy" not in settings:
-        return None
-    policy = settings.pop("retry_policy")
-    warn_deprecated("Producer(retry_policy=...)", "Producer(reconnect_policy=...)", stacklevel=4)
-    if "reconnect_policy" in settings:
-        raise TypeError("give reconnect_policy or the deprecated retry_policy, not both")
-    if policy is None or isinstance(policy, RetryPolicy):
-        if policy is not None:
-            settings["reconnect_policy"] = policy
-        return None
-    if not callable(policy):
-        raise TypeError(
-            f"retry_policy must be a RetryPolicy or callable, not {type(policy).__name__}"
-        )
-    return cast(Callable[[int], float], policy)
-
-
-def _is_pair(value: object) -> bool:
-    """Whether ``value`` is one ``(host, port)`` pair rather than a sequence of nsqds (a
-    port is never an nsqd, so the two cannot be confused)."""
-    return (
-        isinstance(value, tuple)
-        and len(value) == 2
-        and isinstance(value[0], str)
-        and isinstance(value[1], int)
-        and not isinstance(value[1], bool)
-    )
 
 
 class Producer(Service):
@@ -816,7 +197,7 @@ class Producer(Service):
         rng: random.Random | None = None,
         **settings: Any,
     ) -> None:
-        policy = _take_deprecated(settings)
+        policy = take_deprecated(settings)
         if "addresses" in settings:
             warn_deprecated("Producer(addresses=...)", "Producer(nsqd_tcp_addresses=...)")
             if nsqd_tcp_addresses is not None:
@@ -839,65 +220,32 @@ class Producer(Service):
         self._init_batching(opts)
         self._retry_policy = policy if policy is not None else opts.reconnect_policy.policy(rng)
 
-        addresses = nsqd_tcp_addresses
-        if (
-            isinstance(addresses, str)
-            or IStreamClientEndpoint.providedBy(addresses)
-            or _is_pair(addresses)
-        ):
-            address_list: list[object] = [addresses]
-        elif isinstance(addresses, Sequence):
-            address_list = list(addresses)
-        else:
-            raise TypeError(
-                "addresses must be an nsqd address or a sequence of them, "
-                f"not {type(addresses).__name__}"
-            )
-        if not address_list:
-            raise ValueError("at least one nsqd address is needed")
         self._addresses: list[NSQDTarget] = [
             nsqd_target(
                 a, reactor, connect_timeout=opts.connect_timeout,
                 endpoint_factory=endpoint_factory,
             )
-            for a in address_list
+            for a in address_list(nsqd_tcp_addresses)
         ]
 
-        self._counters: dict[str, _Counters] = {
-            label: _Counters() for label, _, _ in self._addresses
-        }
-        self._connections: list[_Connection] = []
-        self._ready: list[_Connection] = []
+        #: What this producer shares with its links and batchers.
+        self._state = state = PublishState(reactor, [label for label, _, _ in self._addresses])
+        state.link_ready = self._connection_ready
+        self._connections: list[NSQDLink] = []
+        self._ready = state.ready  # the same list, never replaced
         # Wrong port (issue 24): addresses that answered like one, logged once per outage.
-        self._wrong_peers = WrongPeers(len(self._addresses), self._fail_queue, _log)
-        self._turn = 0
+        state.wrong_peers = WrongPeers(len(self._addresses), self._fail_queue, _log)
         self._queue: deque[_Publish] = deque()
         self._queued = 0  # live entries in _queue (cancelled/timed-out ones stay until skipped)
-        self._in_flight = 0
-        self._drained: Deferred[None] | None = None
         self._ready_waiters: list[Deferred[None]] = []
         self._running = False
-        self._stopped = False
         self._stopping: Deferred[None] | None = None
 
     def _init_batching(self, opts: ProducerOptions) -> None:
-        batch = opts.batch
-        self._batch_linger = opts.batch_linger
-        self._batch_max_count = opts.batch_max_count
-        self._batch_max_bytes = opts.batch_max_bytes
         #: Topic -> its batcher, when batching is on.
-        self._batchers: dict[str, _Batcher] | None = {} if batch else None
-        self._batch_queued = 0  # publishes waiting in batchers
+        self._batchers: dict[str, Batcher] | None = {} if opts.batch else None
         #: Idle topics are forgotten when a new topic would make this many.
         self._batchers_sweep_at = _TOPICS_BEFORE_SWEEP
-        self._retries: dict[Deferred[bytes], int] = {}  # batched publishes sent again
-        # Counters of stats().
-        self._published = 0
-        self._failed = 0
-        self._batches = 0
-        self._batched = 0
-        self._max_batch = 0
-        self._batch_sizes = [0] * (len(BATCH_SIZE_BOUNDS) + 1)
 
     # ---------------------------------------------------------------- IService
 
@@ -910,10 +258,11 @@ class Producer(Service):
             return
         super().startService()  # type: ignore[no-untyped-call]
         self._running = True
-        self._stopped = False
+        self._state.stopped = False
         self._stopping = None
         self._connections = [
-            _Connection(self, label, endpoint, host) for label, endpoint, host in self._addresses
+            NSQDLink(self._state, label, endpoint, host, self.options, self._retry_policy)
+            for label, endpoint, host in self._addresses
         ]
         for connection in self._connections:
             connection.start()
@@ -933,13 +282,13 @@ class Producer(Service):
             return self._stopping
         was_running = self._running
         self._running = False
-        self._stopped = True
+        self._state.stopped = True
         if self.running:
             super().stopService()  # type: ignore[no-untyped-call]
         if self._batchers:
             for batcher in self._batchers.values():
                 batcher.stop()
-        self._ready = []
+        self._ready.clear()
         self._fail_queue(ProducerStopped("the producer was stopped before a connection was ready"))
         waiters, self._ready_waiters = self._ready_waiters, []
         for w in waiters:
@@ -956,27 +305,27 @@ class Producer(Service):
         return d
 
     def _wait_in_flight(self) -> Deferred[None]:
-        if self._in_flight == 0:
+        in_flight = self._state.in_flight
+        if in_flight == 0:
             return defer.succeed(None)
-        in_flight = self._in_flight
         _log.info("Waiting for {count} publishes in flight before stopping", count=in_flight)
         d: Deferred[None] = Deferred()
-        self._drained = d
+        self._state.drained = d
 
         def timed_out(failure: Failure) -> None:
             if not isinstance(failure.value, defer.TimeoutError | CancelledError):
                 return failure  # type: ignore[return-value]
-            self._drained = None
+            self._state.drained = None
             _log.warn(
                 "{count} publishes still unanswered after {timeout} s; closing anyway",
-                count=self._in_flight, timeout=self._stop_timeout,
+                count=self._state.in_flight, timeout=self._stop_timeout,
             )
 
         d.addTimeout(self._stop_timeout, self._reactor)
         d.addErrback(timed_out)
         return d
 
-    def _close_connections(self, connections: list[_Connection]) -> Deferred[None]:
+    def _close_connections(self, connections: list[NSQDLink]) -> Deferred[None]:
         stops = [c.stop() for c in connections]
         done: Deferred[None] = defer.gatherResults(stops, consumeErrors=True).addCallback(
             lambda _: None
@@ -1011,9 +360,10 @@ class Producer(Service):
         if batchers is None:
             return self._submit(_pub(topic, body))
         batcher = batchers.get(topic)
-        if batcher is None or type(body) is not bytes or not body or self._stopped:
+        state = self._state
+        if batcher is None or type(body) is not bytes or not body or state.stopped:
             return self._publish_batched(topic, body)
-        if not self._ready and self._batch_queued >= self._max_queued:
+        if not self._ready and state.batch_queued >= self._max_queued:
             return self._queue_full()
         d: Deferred[bytes] = Deferred(batcher.cancel)
         now = self._seconds()
@@ -1023,7 +373,7 @@ class Producer(Service):
         queue.tokens.append(d)
         queue.times.append(now)
         queue.body_bytes += len(body)
-        self._batch_queued += 1
+        state.batch_queued += 1
         call = batcher.call
         if call is None:
             if queue.in_flight < queue.window:
@@ -1039,21 +389,15 @@ class Producer(Service):
         argument to check, or once stopped)."""
         commands.validate_topic_name(topic)
         body = commands.validate_message_body(body)
-        if self._stopped:
-            self._failed += 1
+        if self._state.stopped:
+            self._state.failed += 1
             return defer.fail(ProducerStopped("the producer is stopped"))
         batchers = self._batchers
         assert batchers is not None
         if topic not in batchers:
             if len(batchers) >= self._batchers_sweep_at:
                 self._forget_idle_topics()
-            queue: BatchQueue[Deferred[bytes]] = BatchQueue(
-                self._batch_max_count,
-                self._batch_max_bytes,
-                linger=self._batch_linger,
-                window=_BATCH_WINDOW,
-            )
-            batchers[topic] = _Batcher(self, topic, queue)
+            batchers[topic] = Batcher(self._state, topic, self.options)
         return self.publish(topic, body)
 
     def _forget_idle_topics(self) -> None:
@@ -1070,7 +414,7 @@ class Producer(Service):
         self._batchers_sweep_at = max(_TOPICS_BEFORE_SWEEP, 2 * len(batchers))
 
     def _queue_full(self) -> Deferred[bytes]:
-        self._failed += 1
+        self._state.failed += 1
         return defer.fail(
             PublishQueueFull(
                 f"no nsqd connection is ready and {self.queued} publishes are already "
@@ -1114,7 +458,7 @@ class Producer(Service):
         cancelling it is harmless. Combine with ``addTimeout`` to bound the wait."""
         if self._ready:
             return defer.succeed(None)
-        if self._stopped:
+        if self._state.stopped:
             return defer.fail(ProducerStopped("the producer is stopped"))
 
         def cancel(d: Deferred[None]) -> None:
@@ -1134,20 +478,13 @@ class Producer(Service):
     @property
     def in_flight(self) -> int:
         """How many publishes have been sent and not answered yet."""
-        return self._in_flight
+        return self._state.in_flight
 
     @property
     def queued(self) -> int:
         """How many publishes are waiting for a ready connection (or, with batching, for
         their batch to be sent)."""
-        return self._queued + self._batch_queued
-
-    def _landed(self, count: int) -> None:
-        """``count`` publishes in flight were answered (or failed)."""
-        self._in_flight -= count
-        if self._in_flight == 0 and self._drained is not None:
-            d, self._drained = self._drained, None
-            d.callback(None)
+        return self._queued + self._state.batch_queued
 
     def stats(self) -> ProducerStats:
         """Counters of this producer, per nsqd and in total (see
@@ -1175,6 +512,7 @@ class Producer(Service):
           them are answered: two clock reads per write, none per publish (a batch is
           one command).
         """
+        state = self._state
         ready = {connection.label for connection in self._ready}
         per: dict[str, ProducerNSQDStats] = {
             label: {
@@ -1184,17 +522,17 @@ class Producer(Service):
                 "batches": counters.batches,
                 "publish_latency": counters.latency.snapshot(),
             }
-            for label, counters in self._counters.items()
+            for label, counters in state.counters.items()
         }
         return {
-            "published": self._published,
-            "failed": self._failed,
-            "in_flight": self._in_flight,
+            "published": state.published,
+            "failed": state.failed,
+            "in_flight": state.in_flight,
             "queued": self.queued,
-            "batches": self._batches,
-            "batched": self._batched,
-            "max_batch": self._max_batch,
-            "batch_sizes": list(self._batch_sizes),
+            "batches": state.batches,
+            "batched": state.batched,
+            "max_batch": state.max_batch,
+            "batch_sizes": list(state.batch_sizes),
             "batch_size_bounds": list(BATCH_SIZE_BOUNDS),
             "connections": len(self._ready),
             "nsqd": per,
@@ -1210,7 +548,8 @@ class Producer(Service):
             if n == 1:
                 connection = ready[0]
             else:
-                self._turn = turn = (self._turn + 1) % n
+                state = self._state
+                state.turn = turn = (state.turn + 1) % n
                 connection = ready[turn]
             send = connection.send
             if send is not None:
@@ -1219,19 +558,20 @@ class Producer(Service):
                 except NotReady:
                     pass
                 else:
-                    self._in_flight += 1  # counted down by connection.answered
+                    self._state.in_flight += 1  # counted down by NSQDLink.answered
                     return d
             connection.unusable()
             return self._submit(data)
         return self._submit_slow(data)
 
     def _submit_slow(self, data: bytes) -> Deferred[bytes]:
-        if self._stopped:
-            self._failed += 1
+        if self._state.stopped:
+            self._state.failed += 1
             return defer.fail(ProducerStopped("the producer is stopped"))
-        wrong_peer = None if self._ready else self._wrong_peers.error()
+        wrong_peers = self._state.wrong_peers
+        wrong_peer = None if self._ready or wrong_peers is None else wrong_peers.error()
         if wrong_peer is not None:  # wrong port (issue 24): no connection can come
-            self._failed += 1
+            self._state.failed += 1
             return defer.fail(wrong_peer)
         item = _Publish(data, self._retry)
         if self._ready and not self._queued and self._send_item(item):
@@ -1254,7 +594,7 @@ class Producer(Service):
 
     def _queued_cancelled(self, item: _Publish) -> None:
         self._queued -= 1
-        self._failed += 1
+        self._state.failed += 1
         timer, item.timer = item.timer, None
         if timer is not None and timer.active():
             timer.cancel()
@@ -1266,7 +606,7 @@ class Producer(Service):
             return
         item.state = _DONE
         self._queued -= 1
-        self._failed += 1
+        self._state.failed += 1
         self._compact_queue()
         item.deferred.errback(NotReady(f"no nsqd connection was ready within {self._timeout} s"))
 
@@ -1282,26 +622,16 @@ class Producer(Service):
             if item.state != _QUEUED:
                 continue
             item.state = _DONE
-            self._failed += 1
+            self._state.failed += 1
             timer, item.timer = item.timer, None
             if timer is not None and timer.active():
                 timer.cancel()
             item.deferred.errback(error)
 
-    def _pick(self) -> _Connection | None:
-        ready = self._ready
-        n = len(ready)
-        if n == 0:
-            return None
-        if n == 1:
-            return ready[0]
-        self._turn = turn = (self._turn + 1) % n
-        return ready[turn]
-
     def _send_item(self, item: _Publish) -> bool:
         """Send a (dequeued) publish on a ready connection; False if none is ready."""
         while True:
-            connection = self._pick()
+            connection = self._state.pick()
             if connection is None:
                 return False
             send = connection.send
@@ -1318,7 +648,7 @@ class Producer(Service):
             timer.cancel()
         item.state = _SENT
         item.inner = inner
-        self._in_flight += 1  # counted down by connection.answered
+        self._state.in_flight += 1  # counted down by NSQDLink.answered
         inner.addBoth(self._relay, item)
         return True
 
@@ -1331,10 +661,10 @@ class Producer(Service):
             type(result) is Failure
             and item.retries_left > 0
             and isinstance(result.value, _RETRIABLE)
-            and not self._stopped
+            and not self._state.stopped
         ):
             item.retries_left -= 1
-            self._failed -= 1  # counted by connection.answered, but it goes again
+            self._state.failed -= 1  # counted by NSQDLink.answered, but it goes again
             _log.info("Publishing again after {error} ({left} retries left)",
                       error=result.value, left=item.retries_left)
             if not (self._ready and not self._queued and self._send_item(item)):
@@ -1348,7 +678,7 @@ class Producer(Service):
             d.callback(result)
         return None
 
-    def _connection_ready(self, connection: _Connection) -> None:
+    def _connection_ready(self, connection: NSQDLink) -> None:
         if connection not in self._ready:
             self._ready.append(connection)
         while self._queued and self._ready:
@@ -1369,10 +699,6 @@ class Producer(Service):
             for w in waiters:
                 w.callback(None)
 
-    def _connection_unready(self, connection: _Connection) -> None:
-        if connection in self._ready:
-            self._ready.remove(connection)
-
     def __repr__(self) -> str:
         labels = ", ".join(label for label, _, _ in self._addresses)
-        return f"<Producer [{labels}] ready={len(self._ready)} in_flight={self._in_flight}>"
+        return f"<Producer [{labels}] ready={len(self._ready)} in_flight={self._state.in_flight}>"

@@ -276,6 +276,8 @@ class Harness:
         self.wire: list[Any] = []
         self.handled: list[Message] = []
         self.given_up: list[Message] = []
+        #: The consumer's giving_up hook (a test may replace it).
+        self.giving_up: Callable[[Message], object] = self.given_up.append
         self.result: Any = True  # what the default handler returns
         self.agent = agent
         self._done: set[int] = set()  # tcpClients entries answered so far
@@ -295,7 +297,7 @@ class Harness:
             endpoint_factory=self.endpoint,
             agent=agent,
             rng=random.Random(1234),
-            giving_up=self.given_up.append,
+            giving_up=lambda message: self.giving_up(message),
             **options,
         )
         if start:

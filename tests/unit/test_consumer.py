@@ -612,7 +612,7 @@ class HandlerResultTests(SynchronousTestCase):
         def hook(message: Message) -> None:
             raise RuntimeError("hook broke")
 
-        h.consumer._giving_up = hook
+        h.giving_up = hook
         conn = h.connect(A)
         conn.message(1, attempts=2)
         self.assertEqual(conn.answers(), [fin(1)])
@@ -833,7 +833,7 @@ class BackoffTests(SynchronousTestCase):
         return (self.a.rdy, self.b.rdy)
 
     def backoff_delays(self) -> list[float]:
-        timer = self.h.consumer._backoff_timer
+        timer = self.h.consumer._flow.backoff_timer
         return [] if timer is None else [timer.getTime() - self.h.reactor.seconds()]
 
     def test_failure_sets_rdy_0_everywhere_then_tests_with_rdy_1(self) -> None:
@@ -914,7 +914,7 @@ class BackoffTests(SynchronousTestCase):
         windows = []
         for n in range(6):
             conn.message(n)
-            timer = h.consumer._backoff_timer
+            timer = h.consumer._flow.backoff_timer
             assert timer is not None
             windows.append(timer.getTime() - h.reactor.seconds())
             h.advance(windows[-1])
@@ -928,7 +928,7 @@ class BackoffTests(SynchronousTestCase):
         conn.messages(range(5))
         self.assertEqual(conn.rdy_values(), [4])
         self.assertEqual(len(conn.answers()), 5)
-        self.assertIsNone(h.consumer._backoff_timer)
+        self.assertIsNone(h.consumer._flow.backoff_timer)
         self.assertFalse(h.consumer.stats()["in_backoff"])
 
     def test_requeue_without_backoff(self) -> None:

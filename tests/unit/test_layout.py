@@ -171,6 +171,86 @@ class PrivateNameTests(SynchronousTestCase):
         self.assertFalse(is_private("parse_address"))
 
 
+def private_names_defined(tree: ast.Module) -> set[str]:
+    """The ``_names`` a module defines: functions, classes, names it assigns, attributes
+    it assigns on ``self`` or ``cls``, and the strings it writes (``__slots__`` entries)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)
+    return {name for name in names if is_private(name)}
+
+
+def private_attributes_read(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """``(line, expression)`` for each ``obj._name`` in a module where ``obj`` is not
+    ``self``, ``cls`` or ``super()`` and the module does not define ``_name`` itself:
+    another module's private state (a check by name, so it cannot see types)."""
+    mine = private_names_defined(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not is_private(node.attr):
+            continue
+        value = node.value
+        if isinstance(value, ast.Name) and value.id in ("self", "cls"):
+            continue
+        if isinstance(value, ast.Call) and ast.unparse(value.func) == "super":
+            continue
+        if node.attr not in mine:
+            yield node.lineno, ast.unparse(node)
+
+
+class PrivateStateTests(SynchronousTestCase):
+    #: Private attributes of other libraries that txnsq has to read, and what is left.
+    KNOWN = frozenset(
+        {
+            "txnsq._aio: reactor._asyncioEventloop",  # Twisted's asyncio reactor's loop
+            "txnsq._aio: yielded._asyncio_future_blocking",  # asyncio's Future protocol
+            "txnsq._deprecate: sys._getframe",
+            "txnsq.spark.options: sys._getframe",
+            "txnsq.spark.reader: os._exit",
+            "txnsq.spark: spark._jvm",  # PySpark's own way to a JVM class
+            "txnsq.spark: spark._jsparkSession",
+            # Left from issue 21: tls.py reads TLSOptions' PEM contents.
+            "txnsq.tls: options._client_pem",
+            "txnsq.tls: options._key_pem",
+            "txnsq.tls: options._ca_pem",
+        }
+    )
+
+    def test_no_module_reads_another_modules_private_state(self) -> None:
+        """A module talks to another's objects through their public names or a small
+        ``typing.Protocol`` (as a Message and its owner do), never ``obj._private``."""
+        found = set()
+        for name, path in module_files("txnsq").items():
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            found.update(f"{name}: {expr}" for _, expr in private_attributes_read(tree))
+        self.assertEqual(sorted(found - self.KNOWN), [])
+
+    def test_what_counts_as_reaching_in(self) -> None:
+        tree = ast.parse(
+            "class A:\n"
+            "    __slots__ = ('_slot',)\n"
+            "    def f(self, other):\n"
+            "        self._own = other._slot + other._own + other._theirs\n"
+            "        other._written = 1\n"
+            "        return super()._base(), cls._x\n"
+        )
+        self.assertEqual(
+            sorted(expr for _, expr in private_attributes_read(tree)),
+            ["other._theirs", "other._written"],
+        )
+
+
 class MarkerTests(SynchronousTestCase):
     #: What tests.support.processes offers to start real processes with.
     STARTERS = frozenset(

@@ -179,7 +179,7 @@ class CoalescingTests(BatchingTestCase):
 def topic_states() -> int:
     """How many per-topic batching states are alive."""
     gc.collect()
-    return sum(1 for o in gc.get_objects() if type(o).__name__ == "_Batcher")
+    return sum(1 for o in gc.get_objects() if type(o).__name__ == "Batcher")
 
 
 class TopicStateTests(BatchingTestCase):

@@ -1,0 +1,207 @@
+"""A :class:`~txnsq.consumer.Consumer`'s flow control: RDY and backoff, on timers.
+
+The rules are pure and live in the core: :class:`~txnsq._wire.rdy.RdyController` shares
+``max_in_flight`` between the connections (never a total above it, never above a
+connection's ``max_rdy_count``), :class:`~txnsq._wire.backoff.Backoff` decides when to
+back off and resume. :class:`Flow` drives them: it writes their RDY changes to the
+sessions' connections, runs the timers (redistribution, held-back raises, the backoff
+window), flips the sessions' ``in_backoff`` flag and tells the observers.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+from txnsq._session import Session
+from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep
+from txnsq._wire.rdy import RdyController, RdyUpdate
+from txnsq.errors import NotReady
+from txnsq.options import ConsumerOptions
+
+__all__ = ["BackoffFlag", "Flow"]
+
+_log: Final = Logger(namespace="txnsq.consumer.Consumer")
+
+
+class BackoffFlag(Protocol):
+    """Where the sessions read whether the consumer is backing off (once per message)."""
+
+    in_backoff: bool
+
+
+class _Flag:
+    __slots__ = ("in_backoff",)
+
+    def __init__(self) -> None:
+        self.in_backoff = False
+
+
+class Flow:
+    """RDY and backoff for one consumer's sessions.
+
+    :param options: the consumer's options (``max_in_flight``, the RDY timings, the
+        backoff multiplier and bound, ``rdy_redistribute_interval``).
+    :param reactor: the clock of every timer.
+    :param rng: the random source of RDY redistribution.
+    :param running: whether the consumer runs (no new timer once it stops).
+    :param notify: tells the consumer's observers of an event: ``(name, *args)``.
+    """
+
+    def __init__(
+        self,
+        options: ConsumerOptions,
+        reactor: Any,
+        rng: random.Random,
+        running: Callable[[], bool],
+        notify: Callable[..., None],
+    ) -> None:
+        self.rdy: RdyController[Session] = RdyController(
+            options.max_in_flight,
+            low_rdy_idle_timeout=options.low_rdy_idle_timeout,
+            low_rdy_timeout=options.low_rdy_timeout,
+            rng=rng,
+            settle_time=options.rdy_settle_time,
+        )
+        self.backoff = Backoff(options.backoff_multiplier, options.max_backoff_duration)
+        #: Where ``in_backoff`` is kept for the sessions (the consumer's session owner).
+        self.flag: BackoffFlag = _Flag()
+        self._interval = options.rdy_redistribute_interval
+        self._reactor = reactor
+        self._running = running
+        self._notify = notify
+        self._backoff_timer: IDelayedCall | None = None
+        self._release_timer: IDelayedCall | None = None
+        self._loop: LoopingCall | None = None
+
+    @property
+    def backoff_timer(self) -> IDelayedCall | None:
+        """The timer that ends the current backoff window, if one is running."""
+        return self._backoff_timer
+
+    def start(self) -> None:
+        """The consumer starts: out of any backoff a previous run stopped in, and the
+        redistribution timer running."""
+        self.backoff.reset()
+        self.flag.in_backoff = False
+        self.send(self.rdy.leave_backoff(self._reactor.seconds()))
+        loop = LoopingCall(self._redistribute)
+        loop.clock = self._reactor
+        loop.start(self._interval, now=False)
+        self._loop = loop
+
+    def stop(self) -> None:
+        """The consumer stops: every timer stopped."""
+        loop, self._loop = self._loop, None
+        if loop is not None and loop.running:
+            loop.stop()
+        self._cancel_backoff_timer()
+        release, self._release_timer = self._release_timer, None
+        if release is not None and release.active():
+            release.cancel()
+
+    def send(self, updates: list[RdyUpdate[Session]]) -> None:
+        """Write RDY changes to their sessions' connections."""
+        # The controller lists lowerings first. Over several connections each command is
+        # written at once, in that order: a connection's writes otherwise wait for the
+        # end of its read or the next reactor turn, so a raise on the connection being
+        # read would reach the wire before the lowerings that make room for it.
+        several = len(updates) > 1
+        for session, count in updates:
+            if session.closed:
+                continue
+            try:
+                session.protocol.rdy(count)
+                if several:
+                    session.protocol.flush()
+            except (NotReady, ValueError) as e:
+                _log.warn(
+                    "Could not send RDY {count} to {nsqd}: {error}",
+                    count=count,
+                    nsqd=session.nsqd.address,
+                    error=e,
+                )
+        self._schedule_release()
+
+    def set_max_in_flight(self, max_in_flight: int) -> None:
+        """Share ``max_in_flight`` from now on (0 pauses: RDY 0 everywhere)."""
+        self.send(self.rdy.set_max_in_flight(max_in_flight, self._reactor.seconds()))
+
+    def add_session(self, session: Session, max_rdy_count: int) -> None:
+        """``session`` subscribed: give it its share."""
+        self.send(self.rdy.add_connection(session, self._reactor.seconds(), max_rdy_count))
+
+    def remove_session(self, session: Session) -> None:
+        """``session`` is gone: share its RDY among the others."""
+        self.send(self.rdy.remove_connection(session, self._reactor.seconds()))
+
+    def finished_in_backoff(self) -> None:
+        """A message is being finished while backing off (a success for the backoff)."""
+        self._backoff_result(self.backoff.success())
+
+    def requeued(self, backoff: bool) -> None:
+        """A message is being requeued; ``backoff``: the failure counts towards it."""
+        if self.backoff.enabled:
+            if backoff:
+                self._backoff_result(self.backoff.failure())
+            elif self.flag.in_backoff:
+                self._backoff_result(self.backoff.neutral())
+
+    def _schedule_release(self) -> None:
+        """A raise held back by a recent lowering is granted when the lowering stops
+        counting (see RdyController): make sure a timer is set for that moment."""
+        due = self.rdy.next_release_at
+        if due is None or not self._running():
+            return
+        timer = self._release_timer
+        if timer is not None and timer.active():
+            if timer.getTime() <= due:
+                return
+            timer.cancel()
+        delay = max(due - self._reactor.seconds(), 0.0)
+        self._release_timer = self._reactor.callLater(delay, self._release)
+
+    def _release(self) -> None:
+        self._release_timer = None
+        self.send(self.rdy.release(self._reactor.seconds()))
+
+    def _redistribute(self) -> None:
+        if self.rdy.needs_redistribution:
+            self.send(self.rdy.redistribute(self._reactor.seconds()))
+
+    def _backoff_result(self, action: BackoffAction) -> None:
+        step = action.step
+        if step is BackoffStep.NONE or not self._running():
+            return  # stopping: no new timer; start() resets the backoff state
+        now = self._reactor.seconds()
+        if step is BackoffStep.BACKOFF:
+            self.flag.in_backoff = True
+            # (not "level=": Logger.emit takes the log level under that name)
+            _log.warn(
+                "Backing off for {delay:.1f} s (level {backoff_level})",
+                delay=action.delay,
+                backoff_level=action.level,
+            )
+            self._cancel_backoff_timer()
+            self._backoff_timer = self._reactor.callLater(action.delay, self._backoff_timer_fired)
+            self._notify("backoff_started", action.level, action.delay)
+        elif step is BackoffStep.RESUME:
+            self.flag.in_backoff = False
+            self._cancel_backoff_timer()
+            _log.info("Backoff over: resuming full RDY")
+            self._notify("backoff_ended")
+        self.send(self.rdy.on_backoff_step(step, now))
+
+    def _backoff_timer_fired(self) -> None:
+        self._backoff_timer = None
+        self._backoff_result(self.backoff.timer_fired())
+
+    def _cancel_backoff_timer(self) -> None:
+        timer, self._backoff_timer = self._backoff_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
