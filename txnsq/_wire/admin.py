@@ -16,8 +16,10 @@ came as ``{"status_code": 500, "status_txt": "TOPIC_NOT_FOUND", "data": null}`` 
 version=1.0``. txnsq always sends that header, so the 1.x form is what any server since
 0.3 gives; the wrapper is still understood (a proxy may drop the header).
 
-Durations in the values are seconds (floats), as everywhere in txnsq's API; times of day
-(``start_time``, ``connect_ts``) are Unix timestamps in seconds, as nsqd reports them.
+This module builds the requests; the answers' types are in
+:mod:`txnsq._wire.admin_answers` and their parsers (both forms) in
+:mod:`txnsq._wire.admin_parsers`, re-exported here. Durations in the values are seconds
+(floats), as everywhere in txnsq's API.
 
 Pure: no Twisted, no sockets, no clock.
 """
@@ -27,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, Literal, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 from txnsq._version import __version__
@@ -42,8 +44,30 @@ from txnsq._wire.address import (
     parse_nsqd_address,
     refuse_several,
 )
+from txnsq._wire.admin_answers import (
+    ChannelStats,
+    ClientStats,
+    LatencyPercentile,
+    LookupdInfo,
+    LookupResult,
+    Node,
+    NSQDInfo,
+    NSQDStats,
+    Producer,
+    TopicStats,
+)
+from txnsq._wire.admin_parsers import (
+    parse_channels,
+    parse_lookup,
+    parse_lookupd_info,
+    parse_nodes,
+    parse_nothing,
+    parse_nsqd_info,
+    parse_nsqd_stats,
+    parse_topics,
+)
 from txnsq._wire.numbers import check_number, seconds_to_ms
-from txnsq.errors import HTTPResponseError, NSQHTTPError, ResponseTooLarge, error_from_http
+from txnsq.errors import NSQHTTPError, ResponseTooLarge, error_from_http
 
 if TYPE_CHECKING:
     from txnsq.tls_options import TLSOptions
@@ -327,12 +351,12 @@ def ping() -> AdminRequest[None]:
     nsqd answers 500 with its health text (``"NOK - ..."``) when it is not, which becomes
     an :class:`~txnsq.errors.NSQHTTPError`.
     """
-    return AdminRequest("GET", "/ping", (), None, _parse_nothing)
+    return AdminRequest("GET", "/ping", (), None, parse_nothing)
 
 
 def nsqd_info() -> AdminRequest[NSQDInfo]:
     """``GET /info`` on nsqd: its version, addresses and limits."""
-    return AdminRequest("GET", "/info", (), None, _parse_nsqd_info)
+    return AdminRequest("GET", "/info", (), None, parse_nsqd_info)
 
 
 def nsqd_stats(
@@ -353,7 +377,7 @@ def nsqd_stats(
         query.append(("channel", commands.validate_channel_name(channel)))
     if not include_clients:
         query.append(("include_clients", "false"))
-    return AdminRequest("GET", "/stats", tuple(query), None, _parse_nsqd_stats)
+    return AdminRequest("GET", "/stats", tuple(query), None, parse_nsqd_stats)
 
 
 def nsqd_publish(topic: str, body: bytes, delay: float | None = None) -> AdminRequest[None]:
@@ -369,7 +393,7 @@ def nsqd_publish(topic: str, body: bytes, delay: float | None = None) -> AdminRe
     payload = commands.validate_message_body(body)
     if delay is not None:
         query.append(("defer", str(seconds_to_ms(delay, "delay"))))
-    return AdminRequest("POST", "/pub", tuple(query), payload, _parse_nothing)
+    return AdminRequest("POST", "/pub", tuple(query), payload, parse_nothing)
 
 
 def nsqd_multi_publish(topic: str, bodies: Sequence[bytes]) -> AdminRequest[None]:
@@ -385,7 +409,7 @@ def nsqd_multi_publish(topic: str, bodies: Sequence[bytes]) -> AdminRequest[None
     encoded = commands.mpub(name, bodies)
     payload = encoded[len(name) + 10 :]
     return AdminRequest(
-        "POST", "/mpub", (("topic", name), ("binary", "true")), payload, _parse_nothing
+        "POST", "/mpub", (("topic", name), ("binary", "true")), payload, parse_nothing
     )
 
 
@@ -411,7 +435,7 @@ def nsqd_channel_action(action: NSQDTopicAction, topic: str, channel: str) -> Ad
 
 def lookupd_info() -> AdminRequest[LookupdInfo]:
     """``GET /info`` on nsqlookupd: its version."""
-    return AdminRequest("GET", "/info", (), None, _parse_lookupd_info)
+    return AdminRequest("GET", "/info", (), None, parse_lookupd_info)
 
 
 def lookupd_lookup(topic: str) -> AdminRequest[LookupResult]:
@@ -422,17 +446,17 @@ def lookupd_lookup(topic: str) -> AdminRequest[LookupResult]:
 
 def lookupd_topics() -> AdminRequest[tuple[str, ...]]:
     """``GET /topics``: every topic nsqlookupd knows."""
-    return AdminRequest("GET", "/topics", (), None, _parse_topics)
+    return AdminRequest("GET", "/topics", (), None, parse_topics)
 
 
 def lookupd_channels(topic: str) -> AdminRequest[tuple[str, ...]]:
     """``GET /channels?topic=...``: the topic's channels (none for an unknown topic)."""
-    return AdminRequest("GET", "/channels", _topic(topic), None, _parse_channels)
+    return AdminRequest("GET", "/channels", _topic(topic), None, parse_channels)
 
 
 def lookupd_nodes() -> AdminRequest[tuple[Node, ...]]:
     """``GET /nodes``: every nsqd registered, with its topics and tombstones."""
-    return AdminRequest("GET", "/nodes", (), None, _parse_nodes)
+    return AdminRequest("GET", "/nodes", (), None, parse_nodes)
 
 
 LookupdAction = Literal["create", "delete"]
@@ -481,7 +505,7 @@ def lookupd_tombstone_topic_producer(topic: str, node: str | Producer) -> AdminR
     else:
         raise TypeError(f"node must be a str or a Producer, not {type(node).__name__}")
     query = (("topic", name), ("node", node_text))
-    return AdminRequest("POST", "/topic/tombstone", query, None, _parse_nothing)
+    return AdminRequest("POST", "/topic/tombstone", query, None, parse_nothing)
 
 
 def _with_query(path: str, query: Sequence[tuple[str, str]]) -> str:
@@ -502,519 +526,5 @@ def _post(
 ) -> AdminRequest[None]:
     if action not in allowed:
         raise ValueError(f"unknown action {action!r}: expected one of {sorted(allowed)}")
-    return AdminRequest("POST", f"/{kind}/{action}", query, None, _parse_nothing)
+    return AdminRequest("POST", f"/{kind}/{action}", query, None, parse_nothing)
 
-
-# -- answers -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LatencyPercentile:
-    """One end-to-end processing latency percentile (nsqd's
-    ``--e2e-processing-latency-percentile``): ``quantile`` (0 to 1) and ``seconds``."""
-
-    quantile: float
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class ClientStats:
-    """One connection to nsqd, as ``/stats`` reports it (a consumer's, or a producer's
-    in nsqd >= 1.3's ``producers``). Counts are since the connection was made.
-
-    :ivar state: nsqd's connection state (3 = subscribed).
-    :ivar ready_count: the connection's ``RDY``.
-    :ivar pub_counts: ``(topic, messages published)`` pairs (producers, nsqd >= 1.3).
-    """
-
-    client_id: str
-    hostname: str
-    version: str
-    remote_address: str
-    user_agent: str
-    state: int
-    ready_count: int
-    in_flight_count: int
-    message_count: int
-    finish_count: int
-    requeue_count: int
-    connect_ts: int
-    sample_rate: int
-    deflate: bool
-    snappy: bool
-    tls: bool
-    tls_version: str
-    authed: bool
-    auth_identity: str
-    pub_counts: tuple[tuple[str, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelStats:
-    """One channel of a topic, as ``/stats`` reports it.
-
-    :ivar depth: messages waiting, in memory and on disk (``backend_depth`` is the
-        on-disk part).
-    :ivar in_flight_count: messages sent to consumers and not yet finished.
-    :ivar deferred_count: messages requeued with a delay (or published deferred) that
-        are not due yet.
-    :ivar message_count: messages the channel has received since nsqd started.
-    :ivar requeue_count: requeues since nsqd started; ``timeout_count``: messages that
-        timed out in flight.
-    :ivar paused: the channel is paused: nothing is delivered.
-    """
-
-    name: str
-    depth: int
-    backend_depth: int
-    in_flight_count: int
-    deferred_count: int
-    message_count: int
-    requeue_count: int
-    timeout_count: int
-    client_count: int
-    paused: bool
-    clients: tuple[ClientStats, ...]
-    e2e_processing_latency: tuple[LatencyPercentile, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class TopicStats:
-    """One topic, as ``/stats`` reports it.
-
-    :ivar depth: messages not yet copied to channels (a topic without channels keeps
-        them); ``backend_depth`` is the on-disk part.
-    :ivar message_count: messages published since nsqd started; ``message_bytes`` their
-        size (nsqd >= 1.2; 0 before).
-    :ivar paused: the topic is paused: nothing reaches its channels.
-    """
-
-    name: str
-    depth: int
-    backend_depth: int
-    message_count: int
-    message_bytes: int
-    paused: bool
-    channels: tuple[ChannelStats, ...]
-    e2e_processing_latency: tuple[LatencyPercentile, ...]
-
-    def channel(self, name: str) -> ChannelStats | None:
-        """The channel called ``name``, or ``None``."""
-        return next((c for c in self.channels if c.name == name), None)
-
-
-@dataclass(frozen=True, slots=True)
-class NSQDStats:
-    """nsqd's ``/stats``.
-
-    :ivar health: ``"OK"``, or why nsqd is unhealthy (e.g. a failing disk).
-    :ivar start_time: when nsqd started (Unix seconds).
-    :ivar producers: the connections that published (nsqd >= 1.3; empty before).
-    """
-
-    version: str
-    health: str
-    start_time: int
-    topics: tuple[TopicStats, ...]
-    producers: tuple[ClientStats, ...]
-
-    def topic(self, name: str) -> TopicStats | None:
-        """The topic called ``name``, or ``None``."""
-        return next((t for t in self.topics if t.name == name), None)
-
-    def channel(self, topic: str, channel: str) -> ChannelStats | None:
-        """The channel ``channel`` of ``topic``, or ``None``."""
-        found = self.topic(topic)
-        return None if found is None else found.channel(channel)
-
-
-@dataclass(frozen=True, slots=True)
-class NSQDInfo:
-    """nsqd's ``/info``. The limits are ``None`` from nsqd before 1.3 (not reported).
-
-    :ivar max_heartbeat_interval: the largest heartbeat interval IDENTIFY may ask for,
-        in seconds; ``max_output_buffer_timeout`` likewise.
-    """
-
-    version: str
-    broadcast_address: str
-    hostname: str
-    http_port: int
-    tcp_port: int
-    start_time: int
-    max_heartbeat_interval: float | None
-    max_output_buffer_size: int | None
-    max_output_buffer_timeout: float | None
-    max_deflate_level: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class LookupdInfo:
-    """nsqlookupd's ``/info``."""
-
-    version: str
-
-
-@dataclass(frozen=True, slots=True)
-class Producer:
-    """An nsqd registered with nsqlookupd."""
-
-    remote_address: str
-    hostname: str
-    broadcast_address: str
-    tcp_port: int
-    http_port: int
-    version: str
-
-    @property
-    def tcp_address(self) -> str:
-        """``"broadcast_address:tcp_port"`` (IPv6 bracketed): what a consumer dials."""
-        return format_address(self.broadcast_address, self.tcp_port)
-
-    @property
-    def http_address(self) -> str:
-        """``"broadcast_address:http_port"`` (IPv6 bracketed): for an
-        :class:`~txnsq.http.NSQDHTTPClient`."""
-        return format_address(self.broadcast_address, self.http_port)
-
-    @property
-    def tombstone_node(self) -> str:
-        """The node name nsqlookupd's ``/topic/tombstone`` matches: ``broadcast_address``
-        and ``http_port`` joined by ``:`` (never bracketed, as nsqlookupd writes it)."""
-        return f"{self.broadcast_address}:{self.http_port}"
-
-
-@dataclass(frozen=True, slots=True)
-class Node(Producer):
-    """An nsqd in nsqlookupd's ``/nodes``: a :class:`Producer` with its topics.
-
-    :ivar topics: the topics it has; ``tombstones[i]`` says whether ``topics[i]`` is
-        tombstoned for it.
-    """
-
-    topics: tuple[str, ...] = ()
-    tombstones: tuple[bool, ...] = ()
-
-    @property
-    def tombstoned_topics(self) -> frozenset[str]:
-        """The topics tombstoned for this node."""
-        return frozenset(t for t, dead in zip(self.topics, self.tombstones, strict=False) if dead)
-
-
-@dataclass(frozen=True, slots=True)
-class LookupResult:
-    """nsqlookupd's ``/lookup`` for a topic: its channels and the nsqds that have it
-    (tombstoned ones left out by nsqlookupd)."""
-
-    channels: tuple[str, ...]
-    producers: tuple[Producer, ...]
-    #: the producer entries left out because they were malformed (no address, a port
-    #: out of range...), one line each saying why; ``()`` for a sound answer.
-    problems: tuple[str, ...] = ()
-
-
-def _parse_nothing(body: bytes) -> None:
-    # 1.x: "OK" or an empty body. Pre-1.0: the same, or a wrapper with "data": null.
-    stripped = body.strip()
-    if stripped.startswith(b"{"):
-        _document(body)
-
-
-def _document(body: bytes) -> Any:
-    """The JSON of ``body``, taken out of a pre-1.0 wrapper."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise HTTPResponseError(f"answer is not JSON ({e}): {_short(body)}") from None
-    if isinstance(doc, dict) and "status_code" in doc and "status_txt" in doc:
-        code = doc["status_code"]
-        if code != 200:
-            text = doc["status_txt"] if isinstance(doc["status_txt"], str) else ""
-            raise error_from_http(code if _is_int(code) else 500, body, text)
-        doc = doc.get("data")
-    return doc
-
-
-def _object(body: bytes) -> _Fields:
-    return _Fields(_document(body), "answer")
-
-
-def _parse_nsqd_info(body: bytes) -> NSQDInfo:
-    doc = _object(body)
-    return NSQDInfo(
-        version=doc.text("version"),
-        broadcast_address=doc.text("broadcast_address"),
-        hostname=doc.text("hostname"),
-        http_port=doc.integer("http_port"),
-        tcp_port=doc.integer("tcp_port"),
-        start_time=doc.integer("start_time"),
-        max_heartbeat_interval=doc.nanoseconds("max_heartbeat_interval"),
-        max_output_buffer_size=doc.optional_int("max_output_buffer_size"),
-        max_output_buffer_timeout=doc.nanoseconds("max_output_buffer_timeout"),
-        max_deflate_level=doc.optional_int("max_deflate_level"),
-    )
-
-
-def _parse_nsqd_stats(body: bytes) -> NSQDStats:
-    doc = _object(body)
-    return NSQDStats(
-        version=doc.text("version"),
-        health=doc.text("health"),
-        start_time=doc.integer("start_time"),
-        topics=tuple(_topic_stats(t) for t in doc.items("topics")),
-        producers=tuple(_client_stats(c) for c in doc.items("producers")),
-    )
-
-
-def _topic_stats(value: Any) -> TopicStats:
-    t = _Fields(value, "topic")
-    return TopicStats(
-        name=t.text("topic_name", required=True),
-        depth=t.integer("depth"),
-        backend_depth=t.integer("backend_depth"),
-        message_count=t.integer("message_count"),
-        message_bytes=t.integer("message_bytes"),
-        paused=t.flag("paused"),
-        channels=tuple(_channel_stats(c) for c in t.items("channels")),
-        e2e_processing_latency=_latency(t.get("e2e_processing_latency")),
-    )
-
-
-def _channel_stats(value: Any) -> ChannelStats:
-    c = _Fields(value, "channel")
-    return ChannelStats(
-        name=c.text("channel_name", required=True),
-        depth=c.integer("depth"),
-        backend_depth=c.integer("backend_depth"),
-        in_flight_count=c.integer("in_flight_count"),
-        deferred_count=c.integer("deferred_count"),
-        message_count=c.integer("message_count"),
-        requeue_count=c.integer("requeue_count"),
-        timeout_count=c.integer("timeout_count"),
-        client_count=c.integer("client_count"),
-        paused=c.flag("paused"),
-        clients=tuple(_client_stats(x) for x in c.items("clients")),
-        e2e_processing_latency=_latency(c.get("e2e_processing_latency")),
-    )
-
-
-def _client_stats(value: Any) -> ClientStats:
-    c = _Fields(value, "client")
-    pub_counts = []
-    for entry in c.items("pub_counts"):
-        p = _Fields(entry, "pub_count")
-        pub_counts.append((p.text("topic", required=True), p.integer("count")))
-    return ClientStats(
-        # Before 1.0, nsqd also sent the id as "name".
-        client_id=c.text("client_id") or c.text("name"),
-        hostname=c.text("hostname"),
-        version=c.text("version"),
-        remote_address=c.text("remote_address"),
-        user_agent=c.text("user_agent"),
-        state=c.integer("state"),
-        ready_count=c.integer("ready_count"),
-        in_flight_count=c.integer("in_flight_count"),
-        message_count=c.integer("message_count"),
-        finish_count=c.integer("finish_count"),
-        requeue_count=c.integer("requeue_count"),
-        connect_ts=c.integer("connect_ts"),
-        sample_rate=c.integer("sample_rate"),
-        deflate=c.flag("deflate"),
-        snappy=c.flag("snappy"),
-        tls=c.flag("tls"),
-        tls_version=c.text("tls_version"),
-        authed=c.flag("authed"),
-        auth_identity=c.text("auth_identity"),
-        pub_counts=tuple(pub_counts),
-    )
-
-
-def _latency(value: Any) -> tuple[LatencyPercentile, ...]:
-    if value is None:
-        return ()
-    latency = _Fields(value, "e2e_processing_latency")
-    result = []
-    for entry in latency.items("percentiles"):
-        p = _Fields(entry, "percentile")
-        result.append(LatencyPercentile(p.number("quantile"), p.number("value") / 1e9))
-    return tuple(result)
-
-
-def _parse_lookupd_info(body: bytes) -> LookupdInfo:
-    return LookupdInfo(version=_object(body).text("version"))
-
-
-def parse_lookup(body: bytes | str) -> LookupResult:
-    """Parse nsqlookupd's ``/lookup`` answer: the one parser of it (the HTTP clients'
-    :meth:`~txnsq.http.LookupdHTTPClient.lookup`, the Consumer's discovery and the
-    blocking Subscriber's all read it here).
-
-    The 1.x form and the pre-1.0 wrapper are told apart as every answer is (see the
-    module's notes). A producer entry that is not usable (not an object, no address, a
-    ``tcp_port`` or ``http_port`` that is not an integer in 1-65535) is left out and
-    described in :attr:`LookupResult.problems`: one bad entry never hides the good ones
-    beside it. Duplicate entries (the same ``tcp_address``) are kept once, the first.
-
-    :raises HTTPResponseError: for a body that is not JSON, not an object, or has no
-        ``producers`` list.
-    :raises NSQHTTPError: for a pre-1.0 wrapper whose ``status_code`` is an error
-        (:class:`~txnsq.errors.TopicNotFound` for ``TOPIC_NOT_FOUND``).
-    """
-    doc = _object(body.encode("utf-8") if isinstance(body, str) else body)
-    producers: dict[str, Producer] = {}
-    problems: list[str] = []
-    for entry in doc.items("producers", required=True):
-        try:
-            producer = _producer(entry)
-        except HTTPResponseError as e:
-            problems.append(f"producer left out: {e}")
-            continue
-        producers.setdefault(producer.tcp_address, producer)
-    return LookupResult(
-        channels=doc.texts("channels"),
-        producers=tuple(producers.values()),
-        problems=tuple(problems),
-    )
-
-
-def _parse_topics(body: bytes) -> tuple[str, ...]:
-    return _object(body).texts("topics", required=True)
-
-
-def _parse_channels(body: bytes) -> tuple[str, ...]:
-    return _object(body).texts("channels", required=True)
-
-
-def _parse_nodes(body: bytes) -> tuple[Node, ...]:
-    return tuple(_node(p) for p in _object(body).items("producers", required=True))
-
-
-def _producer_fields(value: Any) -> tuple[_Fields, dict[str, Any]]:
-    p = _Fields(value, "producer")
-    # Very old nsqlookupd had "address" where broadcast_address is now (and may have
-    # left out http_port: 0 then). An IPv6 address may come bracketed or not.
-    address = (p.text("broadcast_address") or p.text("address")).strip()
-    if address.startswith("[") and address.endswith("]"):
-        address = address[1:-1]
-    if not address:
-        raise HTTPResponseError(f"producer without broadcast_address: {_short(value)}")
-    fields = {
-        "remote_address": p.text("remote_address"),
-        "hostname": p.text("hostname"),
-        "broadcast_address": address,
-        "tcp_port": p.port("tcp_port", required=True),
-        "http_port": p.port("http_port") if p.get("http_port") is not None else 0,
-        "version": p.text("version"),
-    }
-    return p, fields
-
-
-def _producer(value: Any) -> Producer:
-    return Producer(**_producer_fields(value)[1])
-
-
-def _node(value: Any) -> Node:
-    p, fields = _producer_fields(value)
-    tombstones = []
-    for flag in p.items("tombstones"):
-        if not isinstance(flag, bool):
-            raise HTTPResponseError(f"node tombstones must be booleans: {_short(value)}")
-        tombstones.append(flag)
-    return Node(**fields, topics=p.texts("topics"), tombstones=tuple(tombstones))
-
-
-class _Fields:
-    """Typed access to one JSON object of an answer. A missing field (older servers
-    lack some) reads as 0, "", False or (); a field of the wrong type is an error."""
-
-    __slots__ = ("_doc", "_what")
-
-    def __init__(self, doc: Any, what: str) -> None:
-        if not isinstance(doc, dict):
-            raise HTTPResponseError(f"{what} is not a JSON object: {_short(doc)}")
-        self._doc: dict[str, Any] = doc
-        self._what = what
-
-    def get(self, key: str) -> Any:
-        return self._doc.get(key)
-
-    def _missing(self, key: str, required: bool) -> bool:
-        value = self._doc.get(key)
-        if value is None and required:
-            raise HTTPResponseError(f"{self._what} has no {key!r}: {_short(self._doc)}")
-        return value is None
-
-    def _wrong(self, key: str, kind: str) -> HTTPResponseError:
-        value = self._doc.get(key)
-        return HTTPResponseError(f"{self._what} {key!r} is not {kind}: {_short(value)}")
-
-    def text(self, key: str, *, required: bool = False) -> str:
-        if self._missing(key, required):
-            return ""
-        value = self._doc[key]
-        if not isinstance(value, str):
-            raise self._wrong(key, "a string")
-        return value
-
-    def integer(self, key: str, *, required: bool = False) -> int:
-        if self._missing(key, required):
-            return 0
-        value = self._doc[key]
-        if not _is_int(value):
-            raise self._wrong(key, "an integer")
-        assert isinstance(value, int)
-        return value
-
-    def port(self, key: str, *, required: bool = False) -> int:
-        value = self.integer(key, required=required)
-        if not 0 < value < 65536:
-            raise self._wrong(key, "a port (1-65535)")
-        return value
-
-    def optional_int(self, key: str) -> int | None:
-        return None if self._doc.get(key) is None else self.integer(key)
-
-    def number(self, key: str) -> float:
-        if self._missing(key, False):
-            return 0.0
-        value = self._doc[key]
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self._wrong(key, "a number")
-        return float(value)
-
-    def nanoseconds(self, key: str) -> float | None:
-        return None if self._doc.get(key) is None else self.number(key) / 1e9
-
-    def flag(self, key: str) -> bool:
-        if self._missing(key, False):
-            return False
-        value = self._doc[key]
-        if not isinstance(value, bool):
-            raise self._wrong(key, "a boolean")
-        return value
-
-    def items(self, key: str, *, required: bool = False) -> list[Any]:
-        # nsqd writes an empty list as null ("topics": null, "clients": null).
-        if key not in self._doc and required:
-            raise HTTPResponseError(f"{self._what} has no {key!r}: {_short(self._doc)}")
-        value = self._doc.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise self._wrong(key, "a list")
-        return value
-
-    def texts(self, key: str, *, required: bool = False) -> tuple[str, ...]:
-        values = self.items(key, required=required)
-        if not all(isinstance(v, str) for v in values):
-            raise self._wrong(key, "a list of strings")
-        return tuple(values)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _short(value: object, limit: int = 200) -> str:
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

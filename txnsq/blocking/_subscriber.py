@@ -22,6 +22,11 @@ so that one back from an outage is read again within seconds), dead connections 
 intervals: the connection is closed and dialled again, as a lost one), and announced
 addresses mapped by :func:`~txnsq._wire.address.map_address`.
 
+:class:`Subscriber` and its I/O thread are here; its options are in
+:mod:`txnsq.blocking._subscriber_options`, the discovery thread in
+:mod:`txnsq.blocking._discovery`, the per-connection state both threads share in
+:mod:`txnsq.blocking._subscriber_state`.
+
 This module needs neither Twisted nor pyspark.
 """
 
@@ -37,43 +42,28 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable
+from dataclasses import fields
 from types import TracebackType
-from typing import Any, ClassVar, Final, Protocol
+from typing import Any, Final
 
-from txnsq._deprecate import suggest_names, unexpected_keyword, warn_deprecated
-from txnsq._fielddocs import document_fields
-from txnsq._wire.address import (
-    AddressMap,
-    check_address_map,
-    map_address,
-    parse_nsqd_address,
-)
-from txnsq._wire.admin import LookupResult, check_response_size, lookupd_lookup
-from txnsq._wire.commands import validate_channel_name, validate_topic_name
+from txnsq._deprecate import unexpected_keyword, warn_deprecated
 from txnsq._wire.frames import MessageFrame
-from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.liveness import SILENT, Liveness
-from txnsq._wire.lookup import (
-    DEFAULT_LOOKUPD_POLL_INTERVAL,
-    DEFAULT_LOOKUPD_POLL_JITTER,
-    DEFAULT_LOOKUPD_REQUEST_TIMEOUT,
-    MAX_LOOKUP_RESPONSE_SIZE,
-    STALE_POLLS,
-    LookupAnswers,
-    RecheckSchedule,
-    discovered,
-    lookup_url,
-    lookupd_http_address,
-    topic_unknown,
-)
+from txnsq._wire.lookup import STALE_POLLS, LookupAnswers, RecheckSchedule
 from txnsq._wire.numbers import check_number, seconds_to_ms
-from txnsq._wire.rdy import DEFAULT_RDY_REDISTRIBUTE_INTERVAL, RdyController, RdyUpdate
-from txnsq._wire.retry import RetryPolicy
+from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq._wire.touch import touch_schedule
-from txnsq.blocking._connection import Connection, connection_silent
-from txnsq.blocking._http import LookupdHTTPClient
+from txnsq.blocking._connection import connection_silent
+from txnsq.blocking._discovery import SubscriberDiscovery
+from txnsq.blocking._subscriber_options import MAX_CONNECTIONS_PER_NSQD, SubscriberOptions
+from txnsq.blocking._subscriber_state import (
+    Chunk,
+    ConnectionFactory,
+    ConnectionState,
+    LookupdFetcher,
+    SubscriberConnection,
+)
 from txnsq.errors import NSQError
 from txnsq.options import ConnectionOptions
 
@@ -90,304 +80,16 @@ __all__ = [
 
 _log = logging.getLogger("txnsq.blocking")
 
-#: Upper bound on the connections a Subscriber opens to one nsqd.
-MAX_CONNECTIONS_PER_NSQD: Final = 200
 #: Each wait during :meth:`Subscriber.close` (RDY 0, REQ, CLS) is bounded by this.
 _SHUTDOWN_IO_TIMEOUT_S: Final = 2.0
 #: The I/O and discovery threads look at their clocks at least this often (seconds).
 _MAX_WAIT_S: Final = 1.0
-_DISCOVERY_MAX_WAIT_S: Final = 5.0
-
-
-# -- options ------------------------------------------------------------------------------
-
-
-@document_fields
-@suggest_names
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SubscriberOptions(ConnectionOptions):
-    """What a :class:`Subscriber` reads and how, validated at construction: every
-    :class:`~txnsq.options.ConnectionOptions` field (TLS, AUTH, compression, IDENTIFY's
-    settings, the timeouts, ``reconnect_policy``; the same names and defaults as the
-    Consumer's) and these. Times are seconds. At least one of ``nsqd_tcp_addresses``
-    and ``lookupd_http_addresses`` is needed.
-
-    ``connect_timeout`` bounds each TCP connect, ``handshake_timeout`` the handshake and
-    SUB, ``command_timeout`` any other wait for nsqd; a connection silent for
-    ``heartbeats_missed`` heartbeat intervals (``read_timeout`` with heartbeats off) is
-    presumed dead, closed and replaced (nsqd redelivers its messages after
-    ``msg_timeout``).
-
-    Deprecated (accepted with a :class:`DeprecationWarning`, folded into the fields
-    above, then cleared to ``None``): ``nsqd`` (``nsqd_tcp_addresses``), ``lookupd``
-    (``lookupd_http_addresses``), ``identify`` (the seconds fields), ``retry``
-    (``reconnect_policy``), ``timeout`` (sets ``connect_timeout``,
-    ``handshake_timeout``, ``command_timeout`` and ``lookupd_request_timeout``).
-
-    :raises TypeError: for a value of the wrong type (one address string where a
-        sequence is expected, a non-int count, ...), or an unknown field (naming the
-        nearest one).
-    :raises ValueError: for an invalid topic, channel, address or number, or neither
-        ``nsqd_tcp_addresses`` nor ``lookupd_http_addresses``.
-    """
-
-    #: The topic to read.
-    topic: str
-    #: The channel to read it through.
-    channel: str
-    #: nsqd TCP addresses (``"host:port"``, ``"[v6]:port"``, ``"host"``) to read from
-    #: for as long as the subscriber runs; kept as ``"host:port"``, dialled as they are.
-    nsqd_tcp_addresses: Sequence[str] = ()
-    #: nsqlookupd HTTP addresses (``"host:port"``, ``"http://..."``, ``"https://..."``)
-    #: polled for the topic's nsqds.
-    lookupd_http_addresses: Sequence[str] = ()
-    #: Messages in flight over all connections (taken and not yet answered, or
-    #: buffered); the sum of RDY never exceeds it.
-    max_in_flight: int = 1
-    #: Connections to open to each nsqd; ``None`` opens enough that ``max_in_flight``
-    #: fits under nsqd's ``max_rdy_count`` per connection (at most
-    #: :data:`MAX_CONNECTIONS_PER_NSQD`).
-    connections_per_nsqd: int | None = None
-    #: Seconds between two polls of nsqlookupd.
-    lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL
-    #: Each poll interval is shortened by up to this fraction at random (0-1).
-    lookupd_poll_jitter: float = DEFAULT_LOOKUPD_POLL_JITTER
-    #: Seconds one nsqlookupd request may take.
-    lookupd_request_timeout: float = DEFAULT_LOOKUPD_REQUEST_TIMEOUT
-    #: Seconds between two RDY redistributions when there are more connections than
-    #: ``max_in_flight``.
-    rdy_redistribute_interval: float = DEFAULT_RDY_REDISTRIBUTE_INTERVAL
-    #: How an nsqd address announced by nsqlookupd (its ``broadcast_address`` and TCP
-    #: port) becomes one this process can dial: a mapping (``{"nsqd-0:4150":
-    #: "127.0.0.1:24150"}``, or by host alone ``{"nsqd-0": "10.0.0.5"}``, keeping the
-    #: port) or a callable ``address -> address`` (see
-    #: :func:`~txnsq._wire.address.map_address`). Only discovered addresses are mapped.
-    address_map: AddressMap | None = field(default=None, hash=False)
-    #: Seconds :meth:`Subscriber.close` waits, by default, for the I/O thread to
-    #: requeue what is in flight and close the connections.
-    stop_timeout: float = 30.0
-
-    # Deprecated in 0.2.0 (accepted with a DeprecationWarning, folded into the fields
-    # above, then cleared).
-    nsqd: Sequence[str] | None = field(default=None, repr=False, compare=False)
-    lookupd: Sequence[str] | None = field(default=None, repr=False, compare=False)
-    identify: IdentifyOptions | None = field(default=None, repr=False, compare=False)
-    retry: RetryPolicy | None = field(default=None, repr=False, compare=False)
-    timeout: float | None = field(default=None, repr=False, compare=False)
-
-    _deprecated_fields: ClassVar[tuple[str, ...]] = (
-        "nsqd",
-        "lookupd",
-        "identify",
-        "retry",
-        "timeout",
-    )
-
-    def __post_init__(self) -> None:
-        self._take_deprecated()
-        self._check_connection()
-        validate_topic_name(self.topic)
-        validate_channel_name(self.channel)
-        for name in ("nsqd_tcp_addresses", "lookupd_http_addresses"):
-            value = getattr(self, name)
-            if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-                raise TypeError(f"{name} must be a sequence of addresses, not one address")
-        nsqd = tuple(
-            dict.fromkeys(parse_nsqd_address(a).label for a in self.nsqd_tcp_addresses)
-        )
-        lookupd = tuple(dict.fromkeys(self.lookupd_http_addresses))
-        for address in lookupd:
-            if not isinstance(address, str):
-                raise TypeError(
-                    f"lookupd_http_addresses must hold str, not {type(address).__name__}"
-                )
-            lookup_url(address, self.topic)  # ValueError for a bad one
-        if not nsqd and not lookupd:
-            raise ValueError("give nsqd_tcp_addresses or lookupd_http_addresses (or both)")
-        object.__setattr__(self, "nsqd_tcp_addresses", nsqd)
-        object.__setattr__(self, "lookupd_http_addresses", lookupd)
-        check_number(self.max_in_flight, "max_in_flight", integer=True, minimum=1)
-        check_number(
-            self.connections_per_nsqd,
-            "connections_per_nsqd",
-            integer=True,
-            minimum=1,
-            maximum=MAX_CONNECTIONS_PER_NSQD,
-            allow_none=True,
-        )
-        for name in (
-            "lookupd_poll_interval",
-            "lookupd_request_timeout",
-            "rdy_redistribute_interval",
-        ):
-            check_number(getattr(self, name), name, positive=True)
-        check_number(self.lookupd_poll_jitter, "lookupd_poll_jitter", minimum=0, maximum=1)
-        check_number(self.stop_timeout, "stop_timeout", minimum=0)
-        check_address_map(self.address_map)
-
-    def _take_deprecated(self) -> None:
-        for old, new in (("nsqd", "nsqd_tcp_addresses"), ("lookupd", "lookupd_http_addresses")):
-            value = getattr(self, old)
-            if value is None:
-                continue
-            warn_deprecated(
-                f"SubscriberOptions({old}=...)", f"SubscriberOptions({new}=...)", stacklevel=6
-            )
-            if getattr(self, new):
-                raise ValueError(f"give {new} or the deprecated {old}, not both")
-            object.__setattr__(self, new, value)
-            object.__setattr__(self, old, None)
-        self._take_identify(self.identify, "SubscriberOptions")
-        object.__setattr__(self, "identify", None)
-        if self.retry is not None:
-            warn_deprecated(
-                "SubscriberOptions(retry=...)",
-                "SubscriberOptions(reconnect_policy=...)",
-                stacklevel=6,
-            )
-            if not isinstance(self.retry, RetryPolicy):
-                raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
-            object.__setattr__(self, "reconnect_policy", self.retry)
-            object.__setattr__(self, "retry", None)
-        if self.timeout is not None:
-            warn_deprecated(
-                "SubscriberOptions(timeout=...)",
-                "SubscriberOptions(connect_timeout=..., handshake_timeout=..., "
-                "command_timeout=..., lookupd_request_timeout=...)",
-                stacklevel=6,
-            )
-            for name in (
-                "connect_timeout",
-                "handshake_timeout",
-                "command_timeout",
-                "lookupd_request_timeout",
-            ):
-                object.__setattr__(self, name, self.timeout)
-            object.__setattr__(self, "timeout", None)
-
-    def connections_for(self, max_rdy_count: int) -> int:
-        """How many connections to open to an nsqd whose ``max_rdy_count`` is given:
-        ``connections_per_nsqd``, or enough that ``max_in_flight`` fits under it."""
-        if self.connections_per_nsqd is not None:
-            return self.connections_per_nsqd
-        needed = math.ceil(self.max_in_flight / max(1, max_rdy_count))
-        return max(1, min(MAX_CONNECTIONS_PER_NSQD, needed))
 
 
 _SUBSCRIBER_FIELDS: Final = frozenset(f.name for f in fields(SubscriberOptions))
 _DEPRECATED_FIELDS: Final = frozenset(SubscriberOptions._deprecated_fields)
 #: The keyword parameters of :class:`Subscriber` besides the options' fields.
 _SUBSCRIBER_PARAMETERS: Final = ("options", "clock", "connect", "fetch", "rng")
-
-
-# -- what the Subscriber is given ---------------------------------------------------------
-
-
-class SubscriberConnection(Protocol):
-    """What a :class:`Subscriber` needs of one subscribed connection to nsqd
-    (:class:`~txnsq.blocking.Connection` is one; tests give fakes)."""
-
-    #: seconds a wait for nsqd may take (lowered by :meth:`Subscriber.close`)
-    command_timeout: float | None
-
-    @property
-    def address(self) -> str:
-        """``"host:port"`` of the nsqd."""
-
-    @property
-    def features(self) -> Features:
-        """What nsqd agreed to in IDENTIFY."""
-
-    @property
-    def reads(self) -> int:
-        """A count of reads that returned bytes (heartbeats included); only grows."""
-
-    @property
-    def liveness_timeout(self) -> float:
-        """Seconds of silence after which the connection is presumed dead."""
-
-    def fileno(self) -> int:
-        """The socket's file descriptor, for a selector."""
-
-    def has_buffered_input(self) -> bool:
-        """Whether :meth:`receive` has something without the socket being readable."""
-
-    def receive(self, timeout: float | None = None) -> list[MessageFrame]:
-        """The messages that arrived (``timeout=0``: without waiting)."""
-
-    def rdy(self, count: int) -> None:
-        """Send ``RDY count``."""
-
-    def finish_many(self, message_ids: Iterable[bytes]) -> None:
-        """``FIN`` these messages."""
-
-    def requeue_many(self, message_ids: Iterable[bytes], delay: float = 0.0) -> None:
-        """``REQ`` these messages."""
-
-    def touch_many(self, message_ids: Iterable[bytes]) -> None:
-        """``TOUCH`` these messages."""
-
-    def close_cleanly(self) -> None:
-        """Send ``CLS`` and wait for ``CLOSE_WAIT``."""
-
-    def close(self) -> None:
-        """Close at once."""
-
-
-#: ``connect(address) -> connection``: dial nsqd at ``address``, do the handshake and SUB
-#: to the subscriber's topic and channel, and return the connection (RDY still 0).
-#: Raises :class:`~txnsq.errors.NSQError` or :class:`OSError` when that fails.
-ConnectionFactory = Callable[[str], SubscriberConnection]
-
-#: ``fetch(url, timeout) -> (HTTP status, body)``: one nsqlookupd ``/lookup`` request,
-#: for tests (the answer is then read as :class:`~txnsq.blocking.LookupdHTTPClient`
-#: reads it). Raises :class:`OSError` (or an :class:`~txnsq.errors.NSQError`) when there
-#: is no answer.
-LookupdFetcher = Callable[[str, float], tuple[int, bytes]]
-
-
-# -- state --------------------------------------------------------------------------------
-
-
-class ConnectionState:
-    """One subscribed connection and what is in flight on it (owned by the I/O thread).
-
-    :ivar address: the nsqd's ``"host:port"``.
-    :ivar alive: ``False`` once the connection is lost or closed; messages taken from it
-        can no longer be answered (nsqd redelivers them).
-    """
-
-    __slots__ = (
-        "address",
-        "alive",
-        "conn",
-        "fd",
-        "inflight",
-        "liveness",
-        "paused",
-        "rdy",
-        "warned_old",
-    )
-
-    def __init__(self, conn: SubscriberConnection) -> None:
-        self.conn = conn
-        self.address = conn.address
-        self.fd = -1
-        self.alive = True
-        #: the liveness rule on the subscriber's clock (from when the I/O thread adopts it)
-        self.liveness: Liveness | None = None
-        #: message id -> time of delivery (the subscriber's clock), for TOUCH and shutdown
-        self.inflight: dict[bytes, float] = {}
-        self.rdy = 0  # the RDY last sent
-        self.paused = False  # a message past the cutoff came: RDY 0 from then on
-        self.warned_old = False
-
-    def __repr__(self) -> str:
-        return f"<ConnectionState {self.address} in flight {len(self.inflight)} rdy {self.rdy}>"
-
-
-#: A run of messages from one connection, in arrival order.
-Chunk = tuple[ConnectionState, list[MessageFrame]]
 
 
 class _TouchGroup:
@@ -404,7 +106,7 @@ class _TouchGroup:
 # -- the subscriber -----------------------------------------------------------------------
 
 
-class Subscriber:
+class Subscriber(SubscriberDiscovery):
     """Reads one topic/channel from every nsqd and buffers messages for the caller.
 
     :param options: what to read and how: a :class:`SubscriberOptions`, or a
@@ -1026,180 +728,6 @@ class Subscriber:
         self._states = []
         self._touches = []
         self._conn_count = 0
-
-    # -- discovery thread ---------------------------------------------------------------
-
-    def _discovery_loop(self) -> None:
-        while not self._stopping.is_set():
-            due = self._discover(self._clock())
-            wait = min(max(due - self._clock(), 0.05), _DISCOVERY_MAX_WAIT_S)
-            self._discovery_wake.wait(wait)
-            self._discovery_wake.clear()
-
-    def _discover(self, now: float) -> float:
-        """Poll nsqlookupd when due, dial every nsqd short of connections whose retry
-        time has come; return when there is something to do next."""
-        if self._lookupd_askers and now >= self._lookup_due():
-            self._poll_lookupd()
-            now = self._clock()
-            self._polled(now)
-        due = [self._lookup_due()] if self._lookupd_askers else []
-        for address in self._addresses(now):
-            if self._stopping.is_set():
-                break
-            with self._lock:
-                have = len(self._per_address.get(address, ()))
-                want = self._wanted.get(address)
-                retry_at = self._next_attempt.get(address)
-            if want is not None and have >= want:
-                continue
-            if retry_at is not None and retry_at > now:
-                due.append(retry_at)
-                continue
-            try:
-                self._connect_address(address)
-            except (NSQError, OSError) as e:
-                _log.warning("nsq subscriber: cannot connect to %s: %s", address, e)
-                due.append(self._failed(address))
-        return min(due) if due else now + _DISCOVERY_MAX_WAIT_S
-
-    def _lookup_due(self) -> float:
-        """When nsqlookupd is to be polled next (at once before the first poll)."""
-        with self._lock:
-            due = self._recheck.due
-        return 0.0 if due is None else due
-
-    def _polled(self, now: float) -> None:
-        """nsqlookupd was polled at ``now``: schedule the next poll, and forget the failed
-        attempts of the discovered nsqds it no longer lists (they are not dialled any
-        more), so that one listed again (back from an outage) is dialled at once, not
-        when its reconnect backoff would have ended."""
-        listed = set(self._addresses(now))
-        with self._lock:
-            self._recheck.polled(now, self._rng.random)
-            for address in [a for a in self._next_attempt if a not in listed]:
-                del self._next_attempt[address]
-                self._attempts.pop(address, None)
-
-    def _addresses(self, now: float) -> list[str]:
-        """The nsqds to read from: the static ones always, the discovered ones while
-        nsqlookupd lists them."""
-        static = self.options.nsqd_tcp_addresses
-        found = self._lookup.producers(now) if self._lookupd_askers else frozenset()
-        return list(static) + sorted(found.difference(static))
-
-    def _mapped(self, announced: frozenset[str]) -> frozenset[str]:
-        """The nsqds nsqlookupd ``announced`` (broadcast addresses), as addresses to dial
-        through ``address_map``; one the map cannot translate is left out (logged)."""
-        mapping = self.options.address_map
-        if mapping is None:
-            return announced
-        dial: set[str] = set()
-        for address in announced:
-            try:
-                dial.add(map_address(address, mapping))
-            except Exception as e:  # a callable map is user code: log, skip, go on
-                _log.warning("nsq subscriber: address map failed for %s: %r", address, e)
-        return frozenset(dial)
-
-    def _asker(self, lookupd: str, fetch: LookupdFetcher | None) -> Callable[[], LookupResult]:
-        """How to ask ``lookupd`` for the topic's producers: its
-        :class:`~txnsq.blocking.LookupdHTTPClient`, or ``fetch`` (tests) with the answer
-        read as that client reads it."""
-        topic = self.options.topic
-        timeout = self.options.lookupd_request_timeout
-        if fetch is None:
-            client = LookupdHTTPClient(
-                lookupd_http_address(lookupd),
-                timeout=timeout,
-                max_response_size=MAX_LOOKUP_RESPONSE_SIZE,
-            )
-            return lambda: client.lookup(topic)
-        url, request = lookup_url(lookupd, topic), lookupd_lookup(topic)
-
-        def ask() -> LookupResult:
-            status, body = fetch(url, timeout)
-            check_response_size(len(body), MAX_LOOKUP_RESPONSE_SIZE)
-            return request.response(status, body)
-
-        return ask
-
-    def _poll_lookupd(self) -> None:
-        """Ask every nsqlookupd once; feed the answers to the merge rule."""
-        for lookupd, ask in self._lookupd_askers:
-            try:
-                result = ask()
-            except (NSQError, OSError) as e:
-                if topic_unknown(e):  # the topic is unknown there: no producers
-                    result = LookupResult((), ())
-                else:
-                    _log.warning("nsq subscriber: nsqlookupd %s failed: %s", lookupd, e)
-                    self._lookup.failed(lookupd)
-                    continue
-            for problem in result.problems:
-                _log.warning("nsq subscriber: nsqlookupd %s: %s", lookupd, problem)
-            producers = self._mapped(discovered(result))
-            if self._lookup.answered(lookupd, producers, self._clock()):
-                _log.info("nsq subscriber: nsqlookupd %s answers again", lookupd)
-
-    def _open_count(self) -> int:
-        with self._lock:
-            return sum(len(v) for v in self._per_address.values())
-
-    def _connect_address(self, address: str) -> None:
-        """Open the connections ``address`` should have (blocking; not the I/O thread).
-
-        :raises NSQError, OSError: when one cannot be opened.
-        """
-        with self._lock:
-            have = len(self._per_address.get(address, ()))
-            want = self._wanted.get(address)
-        opened: list[ConnectionState] = []
-        try:
-            while want is None or have < want:
-                state = ConnectionState(self._connect(address))
-                if want is None:
-                    want = self.options.connections_for(state.conn.features.max_rdy_count)
-                with self._lock:
-                    self._wanted[address] = want
-                    self._per_address.setdefault(address, []).append(state)
-                opened.append(state)
-                have += 1
-                if self._stopping.is_set():
-                    return
-        finally:
-            if opened:  # handed over together, so that RDY is shared once
-                self._command("add", opened)
-        with self._lock:
-            self._attempts.pop(address, None)
-            self._next_attempt.pop(address, None)
-            self._lost_logged.discard(address)
-            self._recheck.connected(address)
-
-    def _failed(self, address: str) -> float:
-        """A dial of ``address`` failed: return when to try again."""
-        with self._lock:
-            return self._schedule_retry(address, self._clock())
-
-    def _schedule_retry(self, address: str, now: float) -> float:
-        """One more failed attempt (or a loss) for ``address``; ``_lock`` is held."""
-        attempt = self._attempts.get(address, 0) + 1
-        self._attempts[address] = attempt
-        at = now + self._retry.delay(attempt, self._rng.random)
-        self._next_attempt[address] = at
-        return at
-
-    def _open(self, address: str) -> SubscriberConnection:
-        """The default :data:`ConnectionFactory`."""
-        opts = self.options
-        conn = Connection(address, options=opts.connection_options())
-        try:
-            conn.connect()
-            conn.subscribe(opts.topic, opts.channel)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
 
 
 def _fit(messages: list[MessageFrame], count: int, budget: int, first: bool) -> tuple[int, int]:

@@ -1,0 +1,205 @@
+"""What a blocking :class:`~txnsq.blocking.Subscriber` reads and how:
+:class:`SubscriberOptions`, checked at construction, with its deprecated spellings.
+
+This module needs neither Twisted nor pyspark.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Final
+
+from txnsq._deprecate import suggest_names, warn_deprecated
+from txnsq._fielddocs import document_fields
+from txnsq._wire.address import AddressMap, check_address_map, parse_nsqd_address
+from txnsq._wire.commands import validate_channel_name, validate_topic_name
+from txnsq._wire.identify import IdentifyOptions
+from txnsq._wire.lookup import (
+    DEFAULT_LOOKUPD_POLL_INTERVAL,
+    DEFAULT_LOOKUPD_POLL_JITTER,
+    DEFAULT_LOOKUPD_REQUEST_TIMEOUT,
+    lookup_url,
+)
+from txnsq._wire.numbers import check_number
+from txnsq._wire.rdy import DEFAULT_RDY_REDISTRIBUTE_INTERVAL
+from txnsq._wire.retry import RetryPolicy
+from txnsq.options import ConnectionOptions
+
+__all__ = ["MAX_CONNECTIONS_PER_NSQD", "SubscriberOptions"]
+
+#: Upper bound on the connections a Subscriber opens to one nsqd.
+MAX_CONNECTIONS_PER_NSQD: Final = 200
+
+
+@document_fields
+@suggest_names
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubscriberOptions(ConnectionOptions):
+    """What a :class:`Subscriber` reads and how, validated at construction: every
+    :class:`~txnsq.options.ConnectionOptions` field (TLS, AUTH, compression, IDENTIFY's
+    settings, the timeouts, ``reconnect_policy``; the same names and defaults as the
+    Consumer's) and these. Times are seconds. At least one of ``nsqd_tcp_addresses``
+    and ``lookupd_http_addresses`` is needed.
+
+    ``connect_timeout`` bounds each TCP connect, ``handshake_timeout`` the handshake and
+    SUB, ``command_timeout`` any other wait for nsqd; a connection silent for
+    ``heartbeats_missed`` heartbeat intervals (``read_timeout`` with heartbeats off) is
+    presumed dead, closed and replaced (nsqd redelivers its messages after
+    ``msg_timeout``).
+
+    Deprecated (accepted with a :class:`DeprecationWarning`, folded into the fields
+    above, then cleared to ``None``): ``nsqd`` (``nsqd_tcp_addresses``), ``lookupd``
+    (``lookupd_http_addresses``), ``identify`` (the seconds fields), ``retry``
+    (``reconnect_policy``), ``timeout`` (sets ``connect_timeout``,
+    ``handshake_timeout``, ``command_timeout`` and ``lookupd_request_timeout``).
+
+    :raises TypeError: for a value of the wrong type (one address string where a
+        sequence is expected, a non-int count, ...), or an unknown field (naming the
+        nearest one).
+    :raises ValueError: for an invalid topic, channel, address or number, or neither
+        ``nsqd_tcp_addresses`` nor ``lookupd_http_addresses``.
+    """
+
+    #: The topic to read.
+    topic: str
+    #: The channel to read it through.
+    channel: str
+    #: nsqd TCP addresses (``"host:port"``, ``"[v6]:port"``, ``"host"``) to read from
+    #: for as long as the subscriber runs; kept as ``"host:port"``, dialled as they are.
+    nsqd_tcp_addresses: Sequence[str] = ()
+    #: nsqlookupd HTTP addresses (``"host:port"``, ``"http://..."``, ``"https://..."``)
+    #: polled for the topic's nsqds.
+    lookupd_http_addresses: Sequence[str] = ()
+    #: Messages in flight over all connections (taken and not yet answered, or
+    #: buffered); the sum of RDY never exceeds it.
+    max_in_flight: int = 1
+    #: Connections to open to each nsqd; ``None`` opens enough that ``max_in_flight``
+    #: fits under nsqd's ``max_rdy_count`` per connection (at most
+    #: :data:`MAX_CONNECTIONS_PER_NSQD`).
+    connections_per_nsqd: int | None = None
+    #: Seconds between two polls of nsqlookupd.
+    lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL
+    #: Each poll interval is shortened by up to this fraction at random (0-1).
+    lookupd_poll_jitter: float = DEFAULT_LOOKUPD_POLL_JITTER
+    #: Seconds one nsqlookupd request may take.
+    lookupd_request_timeout: float = DEFAULT_LOOKUPD_REQUEST_TIMEOUT
+    #: Seconds between two RDY redistributions when there are more connections than
+    #: ``max_in_flight``.
+    rdy_redistribute_interval: float = DEFAULT_RDY_REDISTRIBUTE_INTERVAL
+    #: How an nsqd address announced by nsqlookupd (its ``broadcast_address`` and TCP
+    #: port) becomes one this process can dial: a mapping (``{"nsqd-0:4150":
+    #: "127.0.0.1:24150"}``, or by host alone ``{"nsqd-0": "10.0.0.5"}``, keeping the
+    #: port) or a callable ``address -> address`` (see
+    #: :func:`~txnsq._wire.address.map_address`). Only discovered addresses are mapped.
+    address_map: AddressMap | None = field(default=None, hash=False)
+    #: Seconds :meth:`Subscriber.close` waits, by default, for the I/O thread to
+    #: requeue what is in flight and close the connections.
+    stop_timeout: float = 30.0
+
+    # Deprecated in 0.2.0 (accepted with a DeprecationWarning, folded into the fields
+    # above, then cleared).
+    nsqd: Sequence[str] | None = field(default=None, repr=False, compare=False)
+    lookupd: Sequence[str] | None = field(default=None, repr=False, compare=False)
+    identify: IdentifyOptions | None = field(default=None, repr=False, compare=False)
+    retry: RetryPolicy | None = field(default=None, repr=False, compare=False)
+    timeout: float | None = field(default=None, repr=False, compare=False)
+
+    _deprecated_fields: ClassVar[tuple[str, ...]] = (
+        "nsqd",
+        "lookupd",
+        "identify",
+        "retry",
+        "timeout",
+    )
+
+    def __post_init__(self) -> None:
+        self._take_deprecated()
+        self._check_connection()
+        validate_topic_name(self.topic)
+        validate_channel_name(self.channel)
+        for name in ("nsqd_tcp_addresses", "lookupd_http_addresses"):
+            value = getattr(self, name)
+            if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+                raise TypeError(f"{name} must be a sequence of addresses, not one address")
+        nsqd = tuple(
+            dict.fromkeys(parse_nsqd_address(a).label for a in self.nsqd_tcp_addresses)
+        )
+        lookupd = tuple(dict.fromkeys(self.lookupd_http_addresses))
+        for address in lookupd:
+            if not isinstance(address, str):
+                raise TypeError(
+                    f"lookupd_http_addresses must hold str, not {type(address).__name__}"
+                )
+            lookup_url(address, self.topic)  # ValueError for a bad one
+        if not nsqd and not lookupd:
+            raise ValueError("give nsqd_tcp_addresses or lookupd_http_addresses (or both)")
+        object.__setattr__(self, "nsqd_tcp_addresses", nsqd)
+        object.__setattr__(self, "lookupd_http_addresses", lookupd)
+        check_number(self.max_in_flight, "max_in_flight", integer=True, minimum=1)
+        check_number(
+            self.connections_per_nsqd,
+            "connections_per_nsqd",
+            integer=True,
+            minimum=1,
+            maximum=MAX_CONNECTIONS_PER_NSQD,
+            allow_none=True,
+        )
+        for name in (
+            "lookupd_poll_interval",
+            "lookupd_request_timeout",
+            "rdy_redistribute_interval",
+        ):
+            check_number(getattr(self, name), name, positive=True)
+        check_number(self.lookupd_poll_jitter, "lookupd_poll_jitter", minimum=0, maximum=1)
+        check_number(self.stop_timeout, "stop_timeout", minimum=0)
+        check_address_map(self.address_map)
+
+    def _take_deprecated(self) -> None:
+        for old, new in (("nsqd", "nsqd_tcp_addresses"), ("lookupd", "lookupd_http_addresses")):
+            value = getattr(self, old)
+            if value is None:
+                continue
+            warn_deprecated(
+                f"SubscriberOptions({old}=...)", f"SubscriberOptions({new}=...)", stacklevel=6
+            )
+            if getattr(self, new):
+                raise ValueError(f"give {new} or the deprecated {old}, not both")
+            object.__setattr__(self, new, value)
+            object.__setattr__(self, old, None)
+        self._take_identify(self.identify, "SubscriberOptions")
+        object.__setattr__(self, "identify", None)
+        if self.retry is not None:
+            warn_deprecated(
+                "SubscriberOptions(retry=...)",
+                "SubscriberOptions(reconnect_policy=...)",
+                stacklevel=6,
+            )
+            if not isinstance(self.retry, RetryPolicy):
+                raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
+            object.__setattr__(self, "reconnect_policy", self.retry)
+            object.__setattr__(self, "retry", None)
+        if self.timeout is not None:
+            warn_deprecated(
+                "SubscriberOptions(timeout=...)",
+                "SubscriberOptions(connect_timeout=..., handshake_timeout=..., "
+                "command_timeout=..., lookupd_request_timeout=...)",
+                stacklevel=6,
+            )
+            for name in (
+                "connect_timeout",
+                "handshake_timeout",
+                "command_timeout",
+                "lookupd_request_timeout",
+            ):
+                object.__setattr__(self, name, self.timeout)
+            object.__setattr__(self, "timeout", None)
+
+    def connections_for(self, max_rdy_count: int) -> int:
+        """How many connections to open to an nsqd whose ``max_rdy_count`` is given:
+        ``connections_per_nsqd``, or enough that ``max_in_flight`` fits under it."""
+        if self.connections_per_nsqd is not None:
+            return self.connections_per_nsqd
+        needed = math.ceil(self.max_in_flight / max(1, max_rdy_count))
+        return max(1, min(MAX_CONNECTIONS_PER_NSQD, needed))

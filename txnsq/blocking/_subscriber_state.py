@@ -1,0 +1,133 @@
+"""What a blocking :class:`~txnsq.blocking.Subscriber` is given and keeps per connection:
+the :class:`SubscriberConnection` it reads from (and the factories that make one or ask
+nsqlookupd), and the :class:`ConnectionState` its I/O and discovery threads share.
+
+This module needs neither Twisted nor pyspark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from txnsq._wire.frames import MessageFrame
+from txnsq._wire.identify import Features
+from txnsq._wire.liveness import Liveness
+
+__all__ = [
+    "Chunk",
+    "ConnectionFactory",
+    "ConnectionState",
+    "LookupdFetcher",
+    "SubscriberConnection",
+]
+
+
+# -- what the Subscriber is given ---------------------------------------------------------
+
+
+class SubscriberConnection(Protocol):
+    """What a :class:`Subscriber` needs of one subscribed connection to nsqd
+    (:class:`~txnsq.blocking.Connection` is one; tests give fakes)."""
+
+    #: seconds a wait for nsqd may take (lowered by :meth:`Subscriber.close`)
+    command_timeout: float | None
+
+    @property
+    def address(self) -> str:
+        """``"host:port"`` of the nsqd."""
+
+    @property
+    def features(self) -> Features:
+        """What nsqd agreed to in IDENTIFY."""
+
+    @property
+    def reads(self) -> int:
+        """A count of reads that returned bytes (heartbeats included); only grows."""
+
+    @property
+    def liveness_timeout(self) -> float:
+        """Seconds of silence after which the connection is presumed dead."""
+
+    def fileno(self) -> int:
+        """The socket's file descriptor, for a selector."""
+
+    def has_buffered_input(self) -> bool:
+        """Whether :meth:`receive` has something without the socket being readable."""
+
+    def receive(self, timeout: float | None = None) -> list[MessageFrame]:
+        """The messages that arrived (``timeout=0``: without waiting)."""
+
+    def rdy(self, count: int) -> None:
+        """Send ``RDY count``."""
+
+    def finish_many(self, message_ids: Iterable[bytes]) -> None:
+        """``FIN`` these messages."""
+
+    def requeue_many(self, message_ids: Iterable[bytes], delay: float = 0.0) -> None:
+        """``REQ`` these messages."""
+
+    def touch_many(self, message_ids: Iterable[bytes]) -> None:
+        """``TOUCH`` these messages."""
+
+    def close_cleanly(self) -> None:
+        """Send ``CLS`` and wait for ``CLOSE_WAIT``."""
+
+    def close(self) -> None:
+        """Close at once."""
+
+
+#: ``connect(address) -> connection``: dial nsqd at ``address``, do the handshake and SUB
+#: to the subscriber's topic and channel, and return the connection (RDY still 0).
+#: Raises :class:`~txnsq.errors.NSQError` or :class:`OSError` when that fails.
+ConnectionFactory = Callable[[str], SubscriberConnection]
+
+#: ``fetch(url, timeout) -> (HTTP status, body)``: one nsqlookupd ``/lookup`` request,
+#: for tests (the answer is then read as :class:`~txnsq.blocking.LookupdHTTPClient`
+#: reads it). Raises :class:`OSError` (or an :class:`~txnsq.errors.NSQError`) when there
+#: is no answer.
+LookupdFetcher = Callable[[str, float], tuple[int, bytes]]
+
+
+# -- state --------------------------------------------------------------------------------
+
+
+class ConnectionState:
+    """One subscribed connection and what is in flight on it (owned by the I/O thread).
+
+    :ivar address: the nsqd's ``"host:port"``.
+    :ivar alive: ``False`` once the connection is lost or closed; messages taken from it
+        can no longer be answered (nsqd redelivers them).
+    """
+
+    __slots__ = (
+        "address",
+        "alive",
+        "conn",
+        "fd",
+        "inflight",
+        "liveness",
+        "paused",
+        "rdy",
+        "warned_old",
+    )
+
+    def __init__(self, conn: SubscriberConnection) -> None:
+        self.conn = conn
+        self.address = conn.address
+        self.fd = -1
+        self.alive = True
+        #: the liveness rule on the subscriber's clock (from when the I/O thread adopts it)
+        self.liveness: Liveness | None = None
+        #: message id -> time of delivery (the subscriber's clock), for TOUCH and shutdown
+        self.inflight: dict[bytes, float] = {}
+        self.rdy = 0  # the RDY last sent
+        self.paused = False  # a message past the cutoff came: RDY 0 from then on
+        self.warned_old = False
+
+    def __repr__(self) -> str:
+        return f"<ConnectionState {self.address} in flight {len(self.inflight)} rdy {self.rdy}>"
+
+
+#: A run of messages from one connection, in arrival order.
+Chunk = tuple[ConnectionState, list[MessageFrame]]
