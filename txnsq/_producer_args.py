@@ -11,10 +11,8 @@ from typing import Any, Final, cast
 from twisted.internet.interfaces import IStreamClientEndpoint
 
 from txnsq._deprecate import warn_deprecated
-from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.retry import RetryPolicy
-from txnsq.options import identify_to_settings
-from txnsq.tls import TLSOptions
+from txnsq.options import fold_identify
 
 __all__ = ["address_list", "is_pair", "take_deprecated"]
 
@@ -39,25 +37,7 @@ def take_deprecated(settings: dict[str, Any]) -> Callable[[int], float] | None:
             if new in settings:
                 raise TypeError(f"give {new} or the deprecated {old}, not both")
             settings[new] = settings.pop(old)
-    if "identify" in settings:
-        identify = settings.pop("identify")
-        warn_deprecated(
-            "Producer(identify=IdentifyOptions(...))",
-            "Producer's own fields (heartbeat_interval, msg_timeout, compression, ... "
-            "in seconds)",
-            stacklevel=4,
-        )
-        if identify is not None:
-            if not isinstance(identify, IdentifyOptions):
-                raise TypeError(
-                    f"identify must be an IdentifyOptions, not {type(identify).__name__}"
-                )
-            for name, value in identify_to_settings(identify).items():
-                if name == "tls":
-                    if value and settings.get("tls") is None:
-                        settings["tls"] = TLSOptions()
-                else:
-                    settings.setdefault(name, value)
+    fold_identify(settings, "Producer")
     if "retry_policy" not in settings:
         return None
     policy = settings.pop("retry_policy")

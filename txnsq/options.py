@@ -312,6 +312,39 @@ def client_options(
     return cls.from_options(options, **settings)
 
 
+def fold_identify(
+    settings: dict[str, Any], call: str, *, tls: TLSOptions | None = None
+) -> None:
+    """Replace a deprecated ``identify=IdentifyOptions(...)`` in ``settings`` (a client's
+    keyword arguments, changed in place) by the seconds settings it stands for, with the
+    one DeprecationWarning (pointing at the user's line). Settings given beside it win.
+
+    :param call: the call the user made, for the warning (``"Producer"``).
+    :param tls: TLS options given another way (an options object); TLS asked for in
+        IDENTIFY (``tls_v1``) takes the default :class:`~txnsq.tls_options.TLSOptions`
+        only when there are none.
+    :raises TypeError: for an ``identify`` that is not an ``IdentifyOptions``.
+    """
+    if "identify" not in settings:
+        return
+    identify = settings.pop("identify")
+    warn_deprecated(
+        f"{call}(identify=IdentifyOptions(...))",
+        f"{call}'s own settings (heartbeat_interval, msg_timeout, compression, ... "
+        "in seconds)",
+        stacklevel=outside_stacklevel(),
+    )
+    if identify is None:
+        return
+    if not isinstance(identify, IdentifyOptions):
+        raise TypeError(f"identify must be an IdentifyOptions, not {type(identify).__name__}")
+    folded = identify_to_settings(identify)
+    if folded.pop("tls") and (settings.get("tls") or tls) is None:
+        folded["tls"] = TLSOptions()  # TLS asked for in IDENTIFY: the defaults
+    for name, value in folded.items():
+        settings.setdefault(name, value)
+
+
 def identify_to_settings(identify: IdentifyOptions) -> dict[str, Any]:
     """The :class:`ConnectionOptions` fields an old ``IdentifyOptions`` stands for
     (``tls``: whether it asked for TLS)."""

@@ -38,7 +38,7 @@ from txnsq.errors import (
     NSQServerError,
     ProtocolError,
 )
-from txnsq.options import ConnectionOptions, identify_to_settings
+from txnsq.options import ConnectionOptions, fold_identify
 from txnsq.tls_options import TLSOptions
 
 __all__ = [
@@ -1039,24 +1039,7 @@ def connection_options(
             raise unexpected_keyword(call, name, valid)
     if settings.get("connect_timeout", 0) is None:
         del settings["connect_timeout"]  # it used to mean: the same as timeout
-    if "identify" in settings:
-        identify = settings.pop("identify")
-        warn_deprecated(
-            f"{call}(identify=IdentifyOptions(...))",
-            f"{call}'s own settings (heartbeat_interval, msg_timeout, compression, ... "
-            "in seconds)",
-            stacklevel=4,
-        )
-        if identify is not None:
-            if not isinstance(identify, IdentifyOptions):
-                raise TypeError(
-                    f"identify must be an IdentifyOptions, not {type(identify).__name__}"
-                )
-            folded = identify_to_settings(identify)
-            given_tls = settings.get("tls") or (options.tls if options is not None else None)
-            if folded.pop("tls") and given_tls is None:
-                folded["tls"] = TLSOptions()  # TLS asked for in IDENTIFY: the defaults
-            settings = {**folded, **settings}
+    fold_identify(settings, call, tls=options.tls if options is not None else None)
     if "timeout" in settings:
         timeout = settings.pop("timeout")
         warn_deprecated(
