@@ -212,7 +212,7 @@ class Consumer(Service):
         for address in nsqd_tcp_addresses:
             target = nsqd_target(
                 address, reactor, connect_timeout=self.options.connect_timeout,
-                endpoint_factory=endpoint_factory,
+                endpoint_factory=endpoint_factory, tls=self.options.tls,
             )
             self._targets.setdefault(target.label, target)
         self.topic = topic

@@ -223,7 +223,7 @@ class Producer(Service):
         self._addresses: list[NSQDTarget] = [
             nsqd_target(
                 a, reactor, connect_timeout=opts.connect_timeout,
-                endpoint_factory=endpoint_factory,
+                endpoint_factory=endpoint_factory, tls=opts.tls,
             )
             for a in address_list(nsqd_tcp_addresses)
         ]

@@ -240,6 +240,17 @@ class EveryClientTests(SynchronousTestCase):
         with self.assertRaises(ValueError) as blocking:
             Connection("unix:/run/nsqd.sock", tls=TLSOptions())
         self.assertEqual(str(blocking.exception), str(caught.exception))
+        # The Twisted clients refuse it when they are made, as the blocking one does.
+        for make in (
+            lambda: Producer("unix:/run/nsqd.sock", tls=TLSOptions(), reactor=Clock()),
+            lambda: Consumer(
+                "t", "c", lambda m: None, nsqd_tcp_addresses=["unix:/run/nsqd.sock"],
+                tls=TLSOptions(), reactor=Clock(),
+            ),
+        ):
+            with self.assertRaises(ValueError) as client:
+                make()
+            self.assertEqual(str(client.exception), str(caught.exception))
         target = nsqd_target(
             "unix:/run/nsqd.sock", MemoryReactorClock(), tls=TLSOptions(hostname="nsqd")
         )
