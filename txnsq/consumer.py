@@ -93,7 +93,7 @@ class _SessionOwner:
         self.in_backoff = False
         self.draining = False
         flow = consumer._flow
-        self.messages_received = flow.rdy.messages_received
+        self.messages_received = flow.messages_received
         self.messages_answered = flow.rdy.messages_answered
         self.send_rdy = flow.send
         self.give_up = consumer._give_ups.give_up
