@@ -157,6 +157,14 @@ class Flow:
                     error=e,
                 )
 
+    def rdy_sent(self, session: Session) -> int:
+        """The RDY last sent on ``session`` (the controller's, capped by the rate limit).
+
+        :raises KeyError: for a session the controller does not know.
+        """
+        rdy = self.rdy.rdy(session)
+        return rdy if self.throttle is None else min(rdy, self.throttle.rdy(session))
+
     def set_max_in_flight(self, max_in_flight: int) -> None:
         """Share ``max_in_flight`` from now on (0 pauses: RDY 0 everywhere)."""
         self.send(self.rdy.set_max_in_flight(max_in_flight, self._reactor.seconds()))

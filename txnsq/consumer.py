@@ -353,7 +353,7 @@ class Consumer(Service):
             live = session is not None and session.subscribed and not session.closed
             in_flight = len(session.unanswered) if session is not None else 0
             rdy = (
-                self._rdy.rdy(session)
+                self._flow.rdy_sent(session)
                 if session is not None and live and session in self._rdy
                 else 0
             )

@@ -77,6 +77,9 @@ class ThrottledConsumerTests(FakeTestCase):
             elif event.kind == "finished":
                 self.assertEqual(event.time, delivered[event.id])
         self.assertEqual(self.nsqd.channel_stats(TOPIC, CHANNEL).in_flight, 0)
+        # stats() reports the RDY sent, not the share of max_in_flight.
+        assert self.throttled is not None
+        self.assertEqual(self.throttled.stats()["rdy"], self.nsqd.clients()[0].rdy)
 
     def test_rate_is_shared_over_connections(self) -> None:
         other = FakeNSQD(self.clock, "127.0.0.1:4250")

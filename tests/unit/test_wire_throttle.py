@@ -118,6 +118,29 @@ class ThrottleTests(SynchronousTestCase):
         t.remove("a")
         self.assertEqual(t.grant(0.0), [RdyUpdate("b", 10)])
 
+    def test_testing_the_waters_waits_for_a_token(self) -> None:
+        t: Throttle[str] = Throttle(200.0, 0.0)
+        t.targets([RdyUpdate("a", 100)], 0.0)
+        t.received("a", 10, 0.0)
+        self.assertEqual(t.targets([RdyUpdate("a", 0)], 0.0), [])  # backoff: already 0
+        self.assertEqual(t.targets([RdyUpdate("a", 1)], 0.0), [])  # test RDY 1: no token
+        due = t.next_grant_at(0.0)
+        assert due is not None
+        self.assertAlmostEqual(due, 0.005, places=4)  # one token, not a whole step
+        self.assertEqual(t.grant(due), [RdyUpdate("a", 1)])
+
+    def test_late_arrivals_are_paid_for_later(self) -> None:
+        """Messages beyond the allowance (an nsqd that ignored a lowering) overdraw the
+        bucket: the next grant waits until the debt is repaid."""
+        t: Throttle[str] = Throttle(200.0, 0.0)
+        t.targets([RdyUpdate("a", 100)], 0.0)
+        t.received("a", 30, 0.0)  # 20 more than the 10 tokens
+        due = t.next_grant_at(0.0)
+        assert due is not None
+        self.assertAlmostEqual(due, 0.125, places=4)  # 20 owed + a step of 5, at 200/s
+        self.assertEqual(t.rdy("a"), 0)
+        self.assertEqual(t.rdy("unknown"), 0)
+
     def test_bad_rate(self) -> None:
         for rate in (0.0, -3.0, float("nan")):
             with self.assertRaises(ValueError):

@@ -128,8 +128,9 @@ class Throttle(Generic[K]):
         self._conns: dict[K, _Conn] = {}
 
     def rdy(self, key: K) -> int:
-        """The RDY last answered for ``key``. :raises KeyError: for an unknown one."""
-        return self._conns[key].sent
+        """The RDY last answered for ``key`` (0 for a key never given any)."""
+        c = self._conns.get(key)
+        return c.sent if c is not None else 0
 
     @property
     def allowed(self) -> int:
