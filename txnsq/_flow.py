@@ -6,6 +6,11 @@ connection's ``max_rdy_count``), :class:`~txnsq._wire.backoff.Backoff` decides w
 back off and resume. :class:`Flow` drives them: it writes their RDY changes to the
 sessions' connections, runs the timers (redistribution, held-back raises, the backoff
 window), flips the sessions' ``in_backoff`` flag and tells the observers.
+
+With ``max_messages_per_second``, every RDY also goes through a
+:class:`~txnsq._wire.throttle.Throttle`, which caps it by the tokens of a message-rate
+bucket; :class:`Flow` feeds it the arrivals and runs the timer that grants RDY again as
+tokens come back. Without it, nothing is added per message.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from twisted.logger import Logger
 from txnsq._session import Session
 from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep
 from txnsq._wire.rdy import RdyController, RdyUpdate
+from txnsq._wire.throttle import Throttle
 from txnsq.errors import NotReady
 from txnsq.options import ConsumerOptions
 
@@ -46,7 +52,8 @@ class Flow:
     """RDY and backoff for one consumer's sessions.
 
     :param options: the consumer's options (``max_in_flight``, the RDY timings, the
-        backoff multiplier and bound, ``rdy_redistribute_interval``).
+        backoff multiplier and bound, ``rdy_redistribute_interval``,
+        ``max_messages_per_second``).
     :param reactor: the clock of every timer.
     :param rng: the random source of RDY redistribution.
     :param running: whether the consumer runs (no new timer once it stops).
@@ -78,6 +85,17 @@ class Flow:
         self._backoff_timer: IDelayedCall | None = None
         self._release_timer: IDelayedCall | None = None
         self._loop: LoopingCall | None = None
+        rate = options.max_messages_per_second
+        #: The message-rate cap on RDY (``None``: no cap).
+        self.throttle: Throttle[Session] | None = None
+        #: What the sessions call when messages arrive (see ``RdyController``).
+        self.messages_received: Callable[[Session, int, float], list[RdyUpdate[Session]]]
+        if rate is None:
+            self.messages_received = self.rdy.messages_received  # nothing added per read
+        else:
+            self.throttle = Throttle(rate, reactor.seconds())
+            self.messages_received = self._throttled_received
+        self._grant_timer: IDelayedCall | None = None
 
     @property
     def backoff_timer(self) -> IDelayedCall | None:
@@ -101,12 +119,24 @@ class Flow:
         if loop is not None and loop.running:
             loop.stop()
         self._cancel_backoff_timer()
-        release, self._release_timer = self._release_timer, None
-        if release is not None and release.active():
-            release.cancel()
+        for timer in (self._release_timer, self._grant_timer):
+            if timer is not None and timer.active():
+                timer.cancel()
+        self._release_timer = self._grant_timer = None
 
     def send(self, updates: list[RdyUpdate[Session]]) -> None:
-        """Write RDY changes to their sessions' connections."""
+        """Write the RDY changes the controller answered to their sessions' connections
+        (capped by the rate limit first, when there is one)."""
+        throttle = self.throttle
+        if throttle is not None:
+            updates = throttle.targets(updates, self._reactor.seconds())
+            self._write(updates)
+            self._schedule_grant()
+        else:
+            self._write(updates)
+        self._schedule_release()
+
+    def _write(self, updates: list[RdyUpdate[Session]]) -> None:
         # The controller lists lowerings first. Over several connections each command is
         # written at once, in that order: a connection's writes otherwise wait for the
         # end of its read or the next reactor turn, so a raise on the connection being
@@ -126,7 +156,14 @@ class Flow:
                     nsqd=session.nsqd.address,
                     error=e,
                 )
-        self._schedule_release()
+
+    def rdy_sent(self, session: Session) -> int:
+        """The RDY last sent on ``session`` (the controller's, capped by the rate limit).
+
+        :raises KeyError: for a session the controller does not know.
+        """
+        rdy = self.rdy.rdy(session)
+        return rdy if self.throttle is None else min(rdy, self.throttle.rdy(session))
 
     def set_max_in_flight(self, max_in_flight: int) -> None:
         """Share ``max_in_flight`` from now on (0 pauses: RDY 0 everywhere)."""
@@ -138,6 +175,8 @@ class Flow:
 
     def remove_session(self, session: Session) -> None:
         """``session`` is gone: share its RDY among the others."""
+        if self.throttle is not None:
+            self.throttle.remove(session)
         self.send(self.rdy.remove_connection(session, self._reactor.seconds()))
 
     def finished_in_backoff(self) -> None:
@@ -156,15 +195,44 @@ class Flow:
         """A raise held back by a recent lowering is granted when the lowering stops
         counting (see RdyController): make sure a timer is set for that moment."""
         due = self.rdy.next_release_at
+        self._release_timer = self._rearm(self._release_timer, due, self._release)
+
+    def _rearm(
+        self, timer: IDelayedCall | None, due: float | None, call: Callable[[], None]
+    ) -> IDelayedCall | None:
+        """``timer``, or a new one for ``call``, so that it fires by ``due`` (``None``:
+        nothing due; no new timer once the consumer stops)."""
         if due is None or not self._running():
-            return
-        timer = self._release_timer
+            return timer
         if timer is not None and timer.active():
             if timer.getTime() <= due:
-                return
+                return timer
             timer.cancel()
-        delay = max(due - self._reactor.seconds(), 0.0)
-        self._release_timer = self._reactor.callLater(delay, self._release)
+        new: IDelayedCall = self._reactor.callLater(max(due - self._reactor.seconds(), 0.0), call)
+        return new
+
+    def _throttled_received(
+        self, session: Session, count: int, now: float
+    ) -> list[RdyUpdate[Session]]:
+        """``messages_received`` under a rate limit: the lowered RDY goes out at once,
+        before the session can answer (and so reopen nsqd's window for) the messages."""
+        assert self.throttle is not None
+        updates = self.rdy.messages_received(session, count, now)
+        self._write(self.throttle.received(session, count, now))
+        self._schedule_grant()
+        return updates
+
+    def _schedule_grant(self) -> None:
+        """RDY held back for lack of tokens is granted once enough are back."""
+        assert self.throttle is not None
+        due = self.throttle.next_grant_at(self._reactor.seconds())
+        self._grant_timer = self._rearm(self._grant_timer, due, self._grant)
+
+    def _grant(self) -> None:
+        self._grant_timer = None
+        assert self.throttle is not None
+        self._write(self.throttle.grant(self._reactor.seconds()))
+        self._schedule_grant()
 
     def _release(self) -> None:
         self._release_timer = None

@@ -192,6 +192,9 @@ class Options(usage.Options):
          "a --handler-setting KEY=VALUE overrides its entry."],
         ["max-in-flight", None, _default("max_in_flight"),
          "Messages in flight at once over all connections."],
+        ["max-messages-per-second", None, None,
+         "Receive at most this many messages a second over all connections (by RDY: "
+         "heartbeats keep flowing, nothing waits in flight); default: no cap."],
         ["handler-threads", None, _default("handler_threads"),
          "Run the handler (a blocking function) in a pool of at most this many threads, "
          "so the reactor keeps answering heartbeats; 0: on the reactor thread. Give "
@@ -310,6 +313,7 @@ class Options(usage.Options):
         try:
             self["consumer_options"] = ConsumerOptions(
                 max_in_flight=numbers["max-in-flight"],
+                max_messages_per_second=numbers["max-messages-per-second"],
                 max_attempts=numbers["max-attempts"],
                 requeue_delay=numbers["requeue-delay"],
                 max_requeue_delay=numbers["max-requeue-delay"],
@@ -453,6 +457,11 @@ class Options(usage.Options):
         n["msg-timeout"] = (
             _number("msg-timeout", self["msg-timeout"], minimum=1)
             if self["msg-timeout"] is not None
+            else None
+        )
+        n["max-messages-per-second"] = (
+            _number("max-messages-per-second", self["max-messages-per-second"], positive=True)
+            if self["max-messages-per-second"] is not None
             else None
         )
         n["deflate-level"] = (

@@ -93,7 +93,7 @@ class _SessionOwner:
         self.in_backoff = False
         self.draining = False
         flow = consumer._flow
-        self.messages_received = flow.rdy.messages_received
+        self.messages_received = flow.messages_received
         self.messages_answered = flow.rdy.messages_answered
         self.send_rdy = flow.send
         self.give_up = consumer._give_ups.give_up
@@ -353,7 +353,7 @@ class Consumer(Service):
             live = session is not None and session.subscribed and not session.closed
             in_flight = len(session.unanswered) if session is not None else 0
             rdy = (
-                self._rdy.rdy(session)
+                self._flow.rdy_sent(session)
                 if session is not None and live and session in self._rdy
                 else 0
             )

@@ -444,6 +444,11 @@ class ConsumerOptions(ConnectionOptions):
 
     #: Messages in flight over all connections (the sum of RDY); 0 pauses.
     max_in_flight: int = 1
+    #: Messages a second the consumer receives at most, over all its connections
+    #: (``None``: no cap). Enforced by RDY, not by waiting: RDY drops to 0 when the
+    #: budget is spent and comes back as it refills, heartbeats keep flowing and no
+    #: message waits in flight. See the how-to "Throttle a consumer".
+    max_messages_per_second: float | None = None
     #: A message delivered more than this many times is given up (with 3: handled on
     #: its 1st to 3rd delivery, given up on the 4th): published to ``dead_letter`` if
     #: set, else finished and handed to ``giving_up`` (which logs it). 0: no limit.
@@ -516,6 +521,9 @@ class ConsumerOptions(ConnectionOptions):
         self._take_deprecated()
         self._check_connection()
         check_number(self.max_in_flight, "max_in_flight", integer=True, minimum=0)
+        check_number(
+            self.max_messages_per_second, "max_messages_per_second", positive=True, allow_none=True
+        )
         check_number(self.max_attempts, "max_attempts", integer=True, minimum=0, maximum=65535)
         check_number(self.handler_threads, "handler_threads", integer=True, minimum=0)
         for name in (

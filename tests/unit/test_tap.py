@@ -114,6 +114,7 @@ class DefaultsTests(SynchronousTestCase):
             "tls-ca", "tls-cert", "tls-key", "tls-hostname", "tls-insecure", "snappy",
             "deflate", "deflate-level", "auth-secret", "auth-secret-file", "client-id",
             "user-agent", "msg-timeout", "auto-touch", "stop-timeout", "stats-interval",
+            "max-messages-per-second",
         ):
             self.assertIn(f"--{name}", text)
         self.assertIn("[default: 5]", text)  # max-attempts, from ConsumerOptions
@@ -152,6 +153,7 @@ class OptionTests(SynchronousTestCase):
             "--max-requeue-delay", "60", "--backoff-multiplier", "0.5",
             "--max-backoff-duration", "10", "--lookupd-poll-interval", "15",
             "--stop-timeout", "3", "--stats-interval", "10", "--msg-timeout", "45",
+            "--max-messages-per-second", "12.5",
         )
         co = options["consumer_options"]
         self.assertEqual(co.max_in_flight, 200)
@@ -163,6 +165,7 @@ class OptionTests(SynchronousTestCase):
         self.assertEqual(co.lookupd_poll_interval, 15)
         self.assertEqual(co.stop_timeout, 3)
         self.assertEqual(co.msg_timeout, 45)
+        self.assertEqual(co.max_messages_per_second, 12.5)
         self.assertEqual(co.identify_options().msg_timeout_ms, 45_000)
         self.assertEqual(options["stats_interval"], 10)
 
@@ -377,6 +380,10 @@ class OptionErrorTests(SynchronousTestCase):
         )
         self.assertUsageError(
             [*BASE, "--msg-timeout", "0.5"], "--msg-timeout must be a number >= 1, not 0.5"
+        )
+        self.assertUsageError(
+            [*BASE, "--max-messages-per-second", "0"],
+            "--max-messages-per-second must be a number > 0, not 0",
         )
         self.assertUsageError(
             [*BASE, "--backoff-multiplier", "0"], "--backoff-multiplier must be a number > 0"
