@@ -1,0 +1,91 @@
+"""Tracing across a real nsqd: a traced Producer publishes with the envelope, a traced
+Consumer consumes, and the consumer's spans continue the producer's traces
+(``tests/unit/test_tracing.py`` covers the details on the fake nsqd)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from twisted.internet import defer, reactor
+from twisted.internet.task import deferLater
+from twisted.trial.unittest import TestCase
+
+from tests.support.processes import start_nsqd
+from txnsq.consumer import Consumer
+from txnsq.message import Message
+from txnsq.producer import Producer
+from txnsq.tracing import Tracing
+
+pytestmark = pytest.mark.integration
+
+
+class TracingIntegrationTests(TestCase):
+    timeout = 60
+
+    @defer.inlineCallbacks
+    def test_the_consumers_spans_continue_the_producers_traces(self) -> Generator[Any, Any, None]:
+        nsqd = start_nsqd(self)
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        self.addCleanup(provider.shutdown)
+        tracing = Tracing(tracer_provider=provider, envelope=True)
+        topic = "trace-" + uuid.uuid4().hex[:12]
+        bodies = [b"message %d" % i for i in range(3)]
+
+        producer = Producer(nsqd.tcp_address, tracing=tracing)
+        producer.startService()
+        self.addCleanup(producer.stopService)
+        yield producer.publish(topic, bodies[0])
+        yield producer.multi_publish(topic, bodies[1:])
+
+        seen: list[bytes] = []
+        done: defer.Deferred[None] = defer.Deferred()
+
+        def handler(message: Message) -> None:
+            seen.append(message.body)
+            if len(seen) == len(bodies):
+                done.callback(None)
+
+        consumer = Consumer(topic, "tracing", handler, nsqd_tcp_addresses=[nsqd.tcp_address],
+                            max_in_flight=10, tracing=tracing)
+        consumer.startService()
+        self.addCleanup(consumer.stopService)
+        yield done
+        yield deferLater(reactor, 0, lambda: None)  # the last handler's span ends
+        self.assertEqual(sorted(seen), bodies)  # the handler sees the original bodies
+
+        spans = exporter.get_finished_spans()
+        sends = [s for s in spans if s.kind == SpanKind.PRODUCER]
+        processes = [s for s in spans if s.kind == SpanKind.CONSUMER]
+        self.assertEqual([s.name for s in sends], [f"send {topic}"] * 2)
+        self.assertEqual([(s.attributes or {}).get("messaging.batch.message_count")
+                          for s in sends], [None, 2])
+        self.assertEqual(len(processes), 3)
+        by_span = {s.context.span_id: s for s in sends}
+        host, port = nsqd.tcp_address.rsplit(":", 1)
+        for span in processes:
+            assert span.parent is not None
+            parent = by_span[span.parent.span_id]
+            self.assertEqual(span.context.trace_id, parent.context.trace_id)
+            attributes = span.attributes or {}
+            self.assertEqual(span.name, f"process {topic}")
+            self.assertEqual(attributes["messaging.system"], "nsq")
+            self.assertEqual(attributes["messaging.destination.name"], topic)
+            self.assertEqual(attributes["messaging.consumer.group.name"], "tracing")
+            self.assertEqual(attributes["messaging.nsq.message.attempts"], 1)
+            self.assertEqual(len(str(attributes["messaging.message.id"])), 16)
+            self.assertEqual((attributes["server.address"], attributes["server.port"]),
+                             (host, int(port)))
+        # Each message of the MPUB is a child of the MPUB's span.
+        self.assertEqual(
+            sorted(by_span[s.parent.span_id].name for s in processes if s.parent),
+            [f"send {topic}"] * 3,
+        )
