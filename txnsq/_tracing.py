@@ -24,7 +24,7 @@ try:
     from opentelemetry import trace
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-except ImportError as e:  # pragma: no cover - the otel extra is installed in tests
+except ImportError as e:
     raise ImportError(
         "txnsq's tracing needs OpenTelemetry's API: pip install 'txnsq[otel]'"
     ) from e

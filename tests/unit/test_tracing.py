@@ -4,6 +4,8 @@ MPUB. ``tests/integration/test_tracing.py`` checks a trace across a real nsqd.""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -263,3 +265,38 @@ class OptionTests(TracingTestCase):
         self.assertRaises(TypeError, Tracing, None, True)  # type: ignore[misc]
         with self.assertRaises(AttributeError):
             tracing.envelope = False  # type: ignore[misc]
+
+
+class OffTests(TracingTestCase):
+    def test_untraced_consumers_call_the_handler_itself(self) -> None:
+        def handler(message: Message) -> None:
+            pass
+
+        consumer = self.consumer(handler)
+        self.assertIs(consumer._handler, handler)
+
+    def test_opentelemetry_is_not_imported_without_tracing(self) -> None:
+        """The clients and txnsq.tracing import nothing of OpenTelemetry (so neither its
+        absence nor its import time matters until ``tracing=`` is given)."""
+        code = (
+            "import sys, txnsq, txnsq.producer, txnsq.consumer, txnsq.tracing\n"
+            "assert not [m for m in sys.modules if m.startswith(('opentelemetry', "
+            "'txnsq._tracing'))], sorted(sys.modules)\n"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+    def test_tracing_without_opentelemetry_says_what_to_install(self) -> None:
+        saved = {k: v for k, v in sys.modules.items()
+                 if k == "txnsq._tracing" or k.startswith("opentelemetry")}
+        for name in saved:
+            del sys.modules[name]
+        sys.modules["opentelemetry"] = None  # type: ignore[assignment]
+
+        def restore() -> None:
+            del sys.modules["opentelemetry"]
+            sys.modules.update(saved)
+
+        self.addCleanup(restore)
+        with self.assertRaises(ImportError) as caught:
+            Producer("127.0.0.1:4150", reactor=self.clock, tracing=Tracing())
+        self.assertIn("pip install 'txnsq[otel]'", str(caught.exception))
