@@ -51,10 +51,10 @@ def server_attributes(label: str | None, cache: dict[str | None, dict[str, Any]]
         found = {}
         if label:
             host, sep, port = label.rpartition(":")
-            if sep and port.isdigit() and host and not host.startswith("unix"):
-                found = {"server.address": host.strip("[]"), "server.port": int(port)}
-            else:
+            if label.startswith(("unix:", "/")) or not (sep and host and port.isdigit()):
                 found = {"server.address": label}
+            else:
+                found = {"server.address": host.strip("[]"), "server.port": int(port)}
         cache[label] = found
     return found
 
@@ -86,8 +86,9 @@ def _inject(span: Span) -> dict[str, str]:
 
 
 def _wrap(headers: dict[str, str], body: Any) -> Any:
-    """``body`` in an envelope; anything not bytes is left for the producer to refuse."""
-    return envelope.encode(headers, body) if type(body) is bytes else body
+    """``body`` in an envelope; anything else than non-empty bytes is left for the
+    producer to refuse."""
+    return envelope.encode(headers, body) if type(body) is bytes and body else body
 
 
 # ------------------------------------------------------------------------ producer

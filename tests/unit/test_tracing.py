@@ -79,7 +79,24 @@ class ProducerSpanTests(TracingTestCase):
         producer = self.producer(tracing=self.tracing(envelope=True))
         self.assertRaises(ValueError, producer.publish, "bad topic!", b"x")
         self.assertRaises(TypeError, producer.publish, "t", "text")
-        self.assertEqual([s.status.status_code for s in self.spans()], [StatusCode.ERROR] * 2)
+        self.assertRaises(ValueError, producer.publish, "t", b"")  # not made non-empty
+        self.assertRaises(ValueError, producer.multi_publish, "t", [b"x", b""])
+        self.assertEqual([s.status.status_code for s in self.spans()], [StatusCode.ERROR] * 4)
+
+    def test_server_attributes(self) -> None:
+        from txnsq._tracing import server_attributes
+
+        cache: dict[str | None, dict[str, Any]] = {}
+        for label, expected in [
+            ("127.0.0.1:4150", {"server.address": "127.0.0.1", "server.port": 4150}),
+            ("[::1]:4152", {"server.address": "::1", "server.port": 4152}),
+            ("unixhost:4150", {"server.address": "unixhost", "server.port": 4150}),
+            ("unix:/run/nsqd:4150", {"server.address": "unix:/run/nsqd:4150"}),
+            ("/run/nsqd.sock", {"server.address": "/run/nsqd.sock"}),
+            (None, {}),
+        ]:
+            self.assertEqual(server_attributes(label, cache), expected, label)
+            self.assertIs(server_attributes(label, cache), cache[label])
 
     def test_batched_publishes_have_a_span_per_mpub(self) -> None:
         producer = self.producer(tracing=self.tracing(envelope=True), batch=True)
