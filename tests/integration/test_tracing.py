@@ -29,14 +29,17 @@ pytestmark = pytest.mark.integration
 class TracingIntegrationTests(TestCase):
     timeout = 60
 
-    @defer.inlineCallbacks
-    def test_the_consumers_spans_continue_the_producers_traces(self) -> Generator[Any, Any, None]:
-        nsqd = start_nsqd(self)
+    def exporter(self) -> tuple[InMemorySpanExporter, Tracing]:
         exporter = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         self.addCleanup(provider.shutdown)
-        tracing = Tracing(tracer_provider=provider, envelope=True)
+        return exporter, Tracing(tracer_provider=provider, envelope=True)
+
+    @defer.inlineCallbacks
+    def test_the_consumers_spans_continue_the_producers_traces(self) -> Generator[Any, Any, None]:
+        nsqd = start_nsqd(self)
+        exporter, tracing = self.exporter()
         topic = "trace-" + uuid.uuid4().hex[:12]
         bodies = [b"message %d" % i for i in range(3)]
 
@@ -88,4 +91,45 @@ class TracingIntegrationTests(TestCase):
         self.assertEqual(
             sorted(by_span[s.parent.span_id].name for s in processes if s.parent),
             [f"send {topic}"] * 3,
+        )
+
+    @defer.inlineCallbacks
+    def test_handler_threads(self) -> Generator[Any, Any, None]:
+        """A blocking handler run in the consumer's threads: each message's span is made
+        in its thread, continues the producer's trace, and ends when the handler returns."""
+        nsqd = start_nsqd(self)
+        exporter, tracing = self.exporter()
+        topic = "trace-" + uuid.uuid4().hex[:12]
+        producer = Producer(nsqd.tcp_address, tracing=tracing)
+        producer.startService()
+        self.addCleanup(producer.stopService)
+        yield producer.multi_publish(topic, [b"a", b"b", b"c", b"d"])
+
+        seen: list[bytes] = []
+        done: defer.Deferred[None] = defer.Deferred()
+
+        def handler(message: Message) -> bool:
+            seen.append(message.body)  # list.append is atomic
+            if len(seen) == 4:
+                reactor.callFromThread(done.callback, None)
+            return message.body != b"d"
+
+        consumer = Consumer(topic, "threads", handler, nsqd_tcp_addresses=[nsqd.tcp_address],
+                            max_in_flight=10, handler_threads=2, max_attempts=1,
+                            tracing=tracing)
+        consumer.startService()
+        self.addCleanup(consumer.stopService)
+        yield done
+        for _ in range(100):  # the last span ends in its thread after the handler returns
+            if len(exporter.get_finished_spans()) == 5:
+                break
+            yield deferLater(reactor, 0.05, lambda: None)
+        self.assertEqual(sorted(seen), [b"a", b"b", b"c", b"d"])
+        [send] = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.PRODUCER]
+        processes = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.CONSUMER]
+        self.assertEqual(len(processes), 4)
+        self.assertEqual({s.context.trace_id for s in processes}, {send.context.trace_id})
+        self.assertEqual(
+            sorted(s.status.status_code.name for s in processes),
+            ["ERROR", "UNSET", "UNSET", "UNSET"],  # d was requeued
         )
