@@ -133,3 +133,36 @@ class TracingIntegrationTests(TestCase):
             sorted(s.status.status_code.name for s in processes),
             ["ERROR", "UNSET", "UNSET", "UNSET"],  # d was requeued
         )
+
+    @defer.inlineCallbacks
+    def test_coroutine_handler(self) -> Generator[Any, Any, None]:
+        """An ``async def`` handler (an asyncio task on the asyncio reactor): its span is
+        current across its awaits, so the spans it makes are children of it."""
+        nsqd = start_nsqd(self)
+        exporter, tracing = self.exporter()
+        tracer = tracing.tracer_provider.get_tracer("test")
+        topic = "trace-" + uuid.uuid4().hex[:12]
+        producer = Producer(nsqd.tcp_address, tracing=tracing)
+        producer.startService()
+        self.addCleanup(producer.stopService)
+        yield producer.publish(topic, b"a")
+        done: defer.Deferred[None] = defer.Deferred()
+
+        async def handler(message: Message) -> None:
+            await deferLater(reactor, 0.01, lambda: None)
+            with tracer.start_as_current_span("inside"):
+                pass
+            reactor.callLater(0, done.callback, None)
+
+        consumer = Consumer(topic, "async", handler, nsqd_tcp_addresses=[nsqd.tcp_address],
+                            tracing=tracing)
+        consumer.startService()
+        self.addCleanup(consumer.stopService)
+        yield done
+        yield deferLater(reactor, 0.01, lambda: None)
+        spans = {s.name: s for s in exporter.get_finished_spans()}
+        send, process, inside = (spans[f"send {topic}"], spans[f"process {topic}"],
+                                 spans["inside"])
+        assert process.parent is not None and inside.parent is not None
+        self.assertEqual(process.parent.span_id, send.context.span_id)
+        self.assertEqual(inside.parent.span_id, process.context.span_id)
