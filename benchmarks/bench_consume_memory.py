@@ -53,7 +53,7 @@ class _DroppingTransport(StringTransport):
         pass
 
 
-class _Endpoint:
+class DroppingEndpoint:
     """Connects at once to a dropping transport; keeps the protocol."""
 
     def __init__(self) -> None:
@@ -66,10 +66,13 @@ class _Endpoint:
         return defer.succeed(protocol)
 
 
-def subscribed_consumer(handler: Callable[[Message], Any]) -> tuple[Consumer, Any, task.Clock]:
-    """A started Consumer whose one connection has done IDENTIFY and SUB."""
+def subscribed_consumer(
+    handler: Callable[[Message], Any], **settings: Any
+) -> tuple[Consumer, Any, task.Clock]:
+    """A started Consumer whose one connection has done IDENTIFY and SUB (``settings``:
+    more Consumer keywords)."""
     clock = task.Clock()
-    endpoint = _Endpoint()
+    endpoint = DroppingEndpoint()
     consumer = Consumer(
         "bench",
         "bench",
@@ -79,6 +82,7 @@ def subscribed_consumer(handler: Callable[[Message], Any]) -> tuple[Consumer, An
         endpoint_factory=lambda reactor, host, port: endpoint,
         max_in_flight=MAX_IN_FLIGHT,
         rdy_settle_time=0.0,
+        **settings,
     )
     consumer.startService()
     [protocol] = endpoint.protocols
@@ -107,8 +111,13 @@ def bench(mode: str, rounds: int, runs: int) -> None:
     stats = consumer.stats()
     if stats["finished"] != stats["received"] or stats["in_flight"]:
         raise RuntimeError(f"messages left unanswered: {stats}")
+    print_per_message(f"{mode:<8}", per_message)
+
+
+def print_per_message(label: str, per_message: list[float]) -> None:
+    """Print the best and median µs per message of the runs."""
     print(
-        f"{mode:<8} {min(per_message):6.3f} µs/msg best   "
+        f"{label} {min(per_message):6.3f} µs/msg best   "
         f"{statistics.median(per_message):6.3f} median",
         flush=True,
     )

@@ -178,8 +178,13 @@ class Batcher:
             state.max_batch = n
         state.batch_sizes[batch_size_bucket(n)] += 1
         connection.counters.batches += 1
+        self.batch_sent(inner, connection, n)
         inner.addBoth(self.answered, connection, bodies, tokens, times)
         return True
+
+    def batch_sent(self, inner: Deferred[bytes], connection: NSQDLink, count: int) -> None:
+        """Called once per batch sent, before its answer is read (``inner`` fires with
+        it): nothing here; the traced batcher (``txnsq._tracing``) makes its span."""
 
     def answered(
         self,

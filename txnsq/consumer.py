@@ -44,6 +44,7 @@ from txnsq.message import Message, awaits_auto_answer
 from txnsq.observers import IConsumerObserver
 from txnsq.options import ConnectionOptions, ConsumerOptions, client_options
 from txnsq.protocol import NSQProtocol, connection_protocol
+from txnsq.tracing import Tracing
 
 __all__ = ["Consumer", "ConsumerOptions", "DeadLetter", "DeadLetterPublisher", "Handler"]
 
@@ -163,6 +164,10 @@ class Consumer(Service):
         use those); by default ``TCP4ClientEndpoint``/``TCP6ClientEndpoint`` for an IP
         address, else ``HostnameEndpoint``. Lets tests and users plug in their own.
     :param agent: the ``IAgent`` used to poll nsqlookupd.
+    :param tracing: a :class:`~txnsq.tracing.Tracing` to make an OpenTelemetry span per
+        handled message (and, with ``envelope=True``, unwrap the trace context
+        producers put in the bodies); ``None`` (the default): no tracing, nothing paid
+        for it.
     :raises ValueError, TypeError: on an invalid name, address or option; a keyword
         that is neither a parameter nor a :class:`~txnsq.options.ConsumerOptions`
         field is a TypeError naming the nearest valid name.
@@ -188,6 +193,7 @@ class Consumer(Service):
         endpoint_factory: EndpointFactory | None = None,
         agent: Any = None,
         rng: random.Random | None = None,
+        tracing: Tracing | None = None,
         **settings: Any,
     ) -> None:
         # Unknown keywords first: a misspelt address keyword must be named as such.
@@ -218,6 +224,10 @@ class Consumer(Service):
         self.topic = topic
         self.channel = channel
         self._handler = handler
+        if tracing is not None:  # the traced path, chosen once (txnsq.tracing)
+            from txnsq._tracing import trace_handler
+
+            self._handler = trace_handler(handler, topic, channel, tracing)
         self._observers: list[IConsumerObserver] = list(observers)
         self._tracebacks = OncePerInterval(HANDLER_TRACEBACK_INTERVAL)
         self._reactor = reactor

@@ -70,6 +70,7 @@ from txnsq.errors import (
     PublishQueueFull,
 )
 from txnsq.options import ConnectionOptions, ProducerOptions, client_options
+from txnsq.tracing import Tracing
 
 __all__ = ["Producer", "ProducerStopped", "PublishQueueFull", "default_retry_policy"]
 
@@ -171,6 +172,9 @@ class Producer(Service):
         endpoint_factory=nsqd.endpoint_factory)`` for a :class:`~txnsq.testing.FakeNSQD`).
     :param rng: the random source of the reconnect policy's jitter (a seeded
         :class:`random.Random` gives the same delays as a Consumer with the same seed).
+    :param tracing: a :class:`~txnsq.tracing.Tracing` to make OpenTelemetry spans of
+        the publishes (and, with ``envelope=True``, carry the trace context in the
+        bodies); ``None`` (the default): no tracing, nothing paid for it.
 
     With ``batch=True``, :meth:`publish` calls to the same topic are coalesced into
     MPUBs: each publish keeps its own Deferred, fired when nsqd has acknowledged
@@ -195,6 +199,7 @@ class Producer(Service):
         reactor: Any = None,
         endpoint_factory: EndpointFactory | None = None,
         rng: random.Random | None = None,
+        tracing: Tracing | None = None,
         **settings: Any,
     ) -> None:
         policy = take_deprecated(settings)
@@ -240,6 +245,16 @@ class Producer(Service):
         self._ready_waiters: list[Deferred[None]] = []
         self._running = False
         self._stopping: Deferred[None] | None = None
+        #: Makes a topic's batcher (the traced one with tracing on).
+        self._new_batcher: Callable[[PublishState, str, ProducerOptions], Batcher] = Batcher
+        if tracing is not None:  # the traced path, chosen once (txnsq.tracing)
+            from txnsq._tracing import trace_producer
+
+            traced = trace_producer(
+                tracing, opts.batch, self.publish, self.multi_publish, self.deferred_publish
+            )
+            self.publish, self.multi_publish, self.deferred_publish = traced[:3]  # type: ignore[method-assign,assignment]
+            self._new_batcher = traced[3]
 
     def _init_batching(self, opts: ProducerOptions) -> None:
         #: Topic -> its batcher, when batching is on.
@@ -397,8 +412,9 @@ class Producer(Service):
         if topic not in batchers:
             if len(batchers) >= self._batchers_sweep_at:
                 self._forget_idle_topics()
-            batchers[topic] = Batcher(self._state, topic, self.options)
-        return self.publish(topic, body)
+            batchers[topic] = self._new_batcher(self._state, topic, self.options)
+        # The class's method: with tracing, self.publish is a wrapper that already ran.
+        return Producer.publish(self, topic, body)
 
     def _forget_idle_topics(self) -> None:
         """Drop the batching state of the topics with nothing waiting or in flight, so that
