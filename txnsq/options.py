@@ -312,6 +312,12 @@ def client_options(
     return cls.from_options(options, **settings)
 
 
+def deprecated_fields(cls: type[ConnectionOptions]) -> frozenset[str]:
+    """The fields of options type ``cls`` that are deprecated spellings: accepted with a
+    warning, never suggested for a misspelt keyword."""
+    return frozenset(cls._deprecated_fields)
+
+
 def fold_identify(
     settings: dict[str, Any], call: str, *, tls: TLSOptions | None = None
 ) -> None:

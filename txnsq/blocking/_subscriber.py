@@ -65,7 +65,7 @@ from txnsq.blocking._subscriber_state import (
     SubscriberConnection,
 )
 from txnsq.errors import NSQError
-from txnsq.options import ConnectionOptions
+from txnsq.options import ConnectionOptions, deprecated_fields
 
 __all__ = [
     "MAX_CONNECTIONS_PER_NSQD",
@@ -87,7 +87,7 @@ _MAX_WAIT_S: Final = 1.0
 
 
 _SUBSCRIBER_FIELDS: Final = frozenset(f.name for f in fields(SubscriberOptions))
-_DEPRECATED_FIELDS: Final = frozenset(SubscriberOptions._deprecated_fields)
+_DEPRECATED_FIELDS: Final = deprecated_fields(SubscriberOptions)
 #: The keyword parameters of :class:`Subscriber` besides the options' fields.
 _SUBSCRIBER_PARAMETERS: Final = ("options", "clock", "connect", "fetch", "rng")
 
