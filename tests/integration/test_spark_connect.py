@@ -128,7 +128,10 @@ class SparkConnectTests(ClusterCases, SparkTestCase):
         )
         with self.assertRaises(Exception) as failed:
             write(batchSzie="10")
-        self.assertIn("unknown option(s) for an nsq write: batchszie", str(failed.exception))
+        self.assertIn(
+            "unknown option for an nsq write: 'batchszie' (did you mean 'batchSize')",
+            str(failed.exception),
+        )
         df = self.reader(nsqd, "remote", maxMessagesPerTrigger="lots")
         with self.assertRaises(Exception) as failed:
             query = df.writeStream.format("noop").trigger(availableNow=True).start()
