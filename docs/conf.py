@@ -76,5 +76,11 @@ templates_path: list[str] = []
 html_theme = "alabaster"
 html_title = f"txnsq {release}"
 html_static_path: list[str] = []
-html_theme_options = {"description": "An NSQ client library for Twisted", "fixed_sidebar": True}
+html_theme_options = {
+    "description": "An NSQ client library for Twisted",
+    "fixed_sidebar": True,
+    # Room for the generated tables of settings (field, default, meaning).
+    "page_width": "1280px",
+    "body_max_width": "none",
+}
 html_sidebars = {"**": ["about.html", "navigation.html", "relations.html", "searchbox.html"]}
