@@ -23,6 +23,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseFailed, ResponseNeverReceived
 
+from txnsq._wire.handshake import not_an_http_port
 from txnsq.errors import WrongPeerError
 
 __all__ = ["WrongPeers", "lookupd_wrong_port"]
@@ -97,10 +98,5 @@ def lookupd_wrong_port(
             for reason in error.reasons
         )
     ):
-        named = WrongPeerError(
-            f"{address} closed the connection without an HTTP answer: this looks like an "
-            f"NSQ TCP port (nsqlookupd's is usually 4160, nsqd's 4150), not {meant}",
-            "nsq-tcp",
-        )
-        return Failure(named)  # type: ignore[no-untyped-call]
+        return Failure(not_an_http_port(address, meant))  # type: ignore[no-untyped-call]
     return failure

@@ -22,7 +22,7 @@ from tests.support.certs import nsqd_tls_args, shared_certs
 from tests.support.logs import LogCapture
 from tests.support.processes import start_lookupd, start_nsqd
 from txnsq._wire.retry import RetryPolicy
-from txnsq.blocking import Connection
+from txnsq.blocking import Connection, LookupdHTTPClient, NSQDHTTPClient
 from txnsq.consumer import Consumer
 from txnsq.errors import TLSRequiredError, WrongPeerError
 from txnsq.observers import ConsumerObserver
@@ -109,6 +109,24 @@ class BlockingConnectionTests(TestCase):
         lookupd = start_lookupd(self)
         self.assertIn(LOOKUPD_TCP, str(self.connect_fails(lookupd.tcp_address)))
         self.assertEqual(self.connect_fails(lookupd.http_address).kind, "http")
+
+    def test_nsq_tcp_ports_as_http_addresses(self) -> None:
+        """The blocking HTTP clients (the Subscriber asks nsqlookupd through one) name an
+        NSQ TCP port given where an HTTP address goes, as the Twisted ones do."""
+        lookupd = start_lookupd(self)
+        nsqd = start_nsqd(self)
+        for client, meant in (
+            (LookupdHTTPClient(lookupd.tcp_address, timeout=5), "nsqlookupd's HTTP address"),
+            (LookupdHTTPClient(nsqd.tcp_address, timeout=5), "nsqlookupd's HTTP address"),
+            (NSQDHTTPClient(nsqd.tcp_address, timeout=5), "nsqd's HTTP address"),
+        ):
+            started = time.monotonic()
+            with self.assertRaises(WrongPeerError) as caught:
+                client.ping()
+            self.assertLess(time.monotonic() - started, PROMPT)
+            self.assertEqual(caught.exception.kind, "nsq-tcp")
+            self.assertIn("this looks like an NSQ TCP port", str(caught.exception))
+            self.assertIn(f"not {meant}", str(caught.exception))
 
     def test_tls_required_nsqd_without_tls(self) -> None:
         nsqd = start_nsqd(self, nsqd_tls_args(shared_certs()))

@@ -72,6 +72,7 @@ __all__ = [
     "StartCompression",
     "StartTLS",
     "negotiated_deflate_level",
+    "not_an_http_port",
     "parse_auth_response",
     "wrong_peer",
 ]
@@ -179,6 +180,22 @@ _FIRST_BYTES: Final = 64
 # framed without a frame type (nsqlookupd's framing), then closes the connection.
 _LOOKUPD_BAD_PROTOCOL: Final = b"\x00\x00\x00\x0eE_BAD_PROTOCOL"
 _TCP_PORT: Final = "give nsqd's TCP port (usually 4150)"
+
+
+def not_an_http_port(address: str, meant: str) -> WrongPeerError:
+    """The error of an HTTP request to ``address`` whose peer closed the connection
+    without an HTTP status line, as nsqd's and nsqlookupd's TCP ports do (they answer a
+    request with ``E_BAD_PROTOCOL`` and a reset): the one wording of the Twisted and the
+    blocking HTTP clients.
+
+    :param meant: what the address should have been ("nsqlookupd's HTTP address (usually
+        4161)").
+    """
+    return WrongPeerError(
+        f"{address} closed the connection without an HTTP answer: this looks like an "
+        f"NSQ TCP port (nsqlookupd's is usually 4160, nsqd's 4150), not {meant}",
+        "nsq-tcp",
+    )
 
 
 def wrong_peer(

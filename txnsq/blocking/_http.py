@@ -36,6 +36,7 @@ from txnsq._wire.admin import (
     NSQDStats,
     Producer,
 )
+from txnsq._wire.handshake import not_an_http_port
 from txnsq.blocking._connection import unix_connect
 from txnsq.blocking._tls import describe_ssl_error
 from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError
@@ -100,6 +101,8 @@ class _AdminClient:
     """What both clients share: settings, the opener, one request and its answer."""
 
     _default_port: ClassVar[int]
+    #: What the address should have been, for the error of a peer that is an NSQ TCP port.
+    _meant: ClassVar[str]
 
     def __init__(
         self,
@@ -183,10 +186,14 @@ class _AdminClient:
                 raise HTTPTimeoutError(
                     f"{request.method} {where}: no complete answer within {timeout:g} s", reason
                 ) from e
+            if _no_status_line(reason):  # an NSQ TCP port (issue 24)
+                raise not_an_http_port(self.base_url, self._meant) from e
             raise HTTPConnectionError(
                 f"{request.method} {where}: {_describe(reason, self._tls_name)}", reason
             ) from e
         except (OSError, http.client.HTTPException) as e:
+            if _no_status_line(e):  # an NSQ TCP port (issue 24)
+                raise not_an_http_port(self.base_url, self._meant) from e
             raise HTTPConnectionError(
                 f"{request.method} {where}: {_describe(e, self._tls_name)}", e
             ) from e
@@ -208,6 +215,18 @@ class _AdminClient:
             received += len(chunk)
             admin.check_response_size(received, limit)
             chunks.append(chunk)
+
+
+def _no_status_line(error: object) -> bool:
+    """Whether the peer answered the request with something that is not HTTP and reset
+    the connection, as nsqd's and nsqlookupd's TCP ports do (``E_BAD_PROTOCOL``, then a
+    reset). A peer that closed cleanly with nothing sent is not named: a proxy whose
+    backend is down does that too."""
+    if isinstance(error, http.client.RemoteDisconnected):
+        return False
+    if isinstance(error, http.client.BadStatusLine):
+        return not str(error.args[0] if error.args else "").lstrip("'\"b").startswith("HTTP")
+    return isinstance(error, ConnectionResetError)
 
 
 def _describe(reason: object, tls_name: str | None) -> str:
@@ -243,6 +262,7 @@ class NSQDHTTPClient(_AdminClient):
     """
 
     _default_port = NSQD_HTTP_PORT
+    _meant = "nsqd's HTTP address (usually 4151)"
 
     def info(self) -> NSQDInfo:
         """``GET /info``: nsqd's version, addresses and limits."""
@@ -313,6 +333,7 @@ class LookupdHTTPClient(_AdminClient):
     the default port is 4161."""
 
     _default_port = NSQLOOKUPD_HTTP_PORT
+    _meant = "nsqlookupd's HTTP address (usually 4161)"
 
     def info(self) -> LookupdInfo:
         """``GET /info``: nsqlookupd's version."""
