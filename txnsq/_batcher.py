@@ -151,9 +151,20 @@ class Batcher:
                 return
             connection = state.pick()
             if connection is None:
-                return  # the producer sends them once a link is ready
+                wrong_peers = state.wrong_peers
+                error = None if wrong_peers is None else wrong_peers.error()
+                if error is not None:  # wrong port (issue 24): no connection can come
+                    self.fail_waiting(error)
+                return  # else the producer sends them once a link is ready
             if not self.send_batch(connection):
                 connection.unusable()
+
+    def fail_waiting(self, error: BaseException) -> None:
+        """Fail every publish queued here (none of them sent) with ``error``: every nsqd
+        address answered like a wrong port, so no connection can take them."""
+        tokens = self.queue.clear()
+        self.state.batch_queued -= len(tokens)
+        self.fail(tokens, error)
 
     def send_batch(self, connection: NSQDLink) -> bool:
         """Take the next batch and send it on ``connection``; False if it refused it."""

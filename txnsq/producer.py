@@ -239,7 +239,7 @@ class Producer(Service):
         self._connections: list[NSQDLink] = []
         self._ready = state.ready  # the same list, never replaced
         # Wrong port (issue 24): addresses that answered like one, logged once per outage.
-        state.wrong_peers = WrongPeers(len(self._addresses), self._fail_queue, _log)
+        state.wrong_peers = WrongPeers(len(self._addresses), self._fail_waiting, _log)
         self._queue: deque[_Publish] = deque()
         self._queued = 0  # live entries in _queue (cancelled/timed-out ones stay until skipped)
         self._ready_waiters: list[Deferred[None]] = []
@@ -630,6 +630,13 @@ class Producer(Service):
         queue = self._queue
         if len(queue) > 2 * self._queued + 64:
             self._queue = deque(item for item in queue if item.state == _QUEUED)
+
+    def _fail_waiting(self, error: Exception) -> None:
+        """Fail every publish waiting for a connection, batched ones included (every nsqd
+        address answered like a wrong port)."""
+        self._fail_queue(error)
+        for batcher in (self._batchers or {}).values():
+            batcher.fail_waiting(error)
 
     def _fail_queue(self, error: Exception) -> None:
         queue, self._queue = self._queue, deque()

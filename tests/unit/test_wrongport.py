@@ -250,6 +250,26 @@ class ProducerTests(SynchronousTestCase):
     def test_not_nsqd(self) -> None:
         self.check_fails_at_once(SSH_BANNER, "not-nsqd")
 
+    def test_batched_publishes_fail_at_once_too(self) -> None:
+        """With batch=True, the publishes queued in a topic's batch fail with the named
+        error as the waiting ones do, and so do later ones (not after ready_timeout)."""
+        producer = Producer(
+            "127.0.0.1:4151", reactor=self.reactor, reconnect_policy=FIXED_POLICY,
+            client_id="t", hostname="t", batch=True,
+        )
+        producer.startService()
+        self.addCleanup(self.stop, producer)
+        waiting = [producer.publish("t", b"%d" % n) for n in range(3)]
+        self.reactor.advance(0)  # the end of the turn: the batch finds no link ready
+        peer = FakeNSQD(self.reactor)
+        peer.send(HTTP_ANSWER)
+        for d in waiting:
+            self.assertEqual(self.failureResultOf(d, WrongPeerError).value.kind, "http")
+        later = producer.publish("t", b"later")
+        self.reactor.advance(0)
+        self.assertEqual(self.failureResultOf(later, WrongPeerError).value.kind, "http")
+        self.assertEqual(producer.stats()["failed"], 4)
+
     def test_closes_after_a_few_bytes(self) -> None:
         producer = self.make()
         waiting = producer.publish("t", b"x")
