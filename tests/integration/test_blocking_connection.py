@@ -87,9 +87,14 @@ class PublishConsumeTests(TestCase):
             self.assertEqual([w.category for w in caught], [DeprecationWarning] * 2)
             self.assertIn("deferred_publish(topic, body, delay_seconds)", str(caught[0].message))
         # (nsqd delivers it from its deferred queue, which it scans for a new channel only
-        # after --queue-scan-refresh-interval, 5 s: the count is enough here.)
-        stats = self.nsqd.channel_stats("dt", "ch") or {}
-        self.assertEqual((stats.get("deferred_count"), stats.get("depth")), (3, 0))
+        # after --queue-scan-refresh-interval, 5 s: the count is enough here. nsqd counts a
+        # message in the channel once its topic's pump has copied it there: wait for it.)
+        def counts() -> tuple[object, object]:
+            stats = self.nsqd.channel_stats("dt", "ch") or {}
+            return (stats.get("deferred_count"), stats.get("depth"))
+
+        wait_for(lambda: counts() == (3, 0), timeout=5, what="3 deferred messages")
+        self.assertEqual(counts(), (3, 0))
 
     def test_req_touch_and_heartbeats(self) -> None:
         self.nsqd.http_publish("rt", b"x")

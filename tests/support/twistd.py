@@ -18,7 +18,7 @@ from twisted.internet.task import deferLater
 from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 
-from tests.support.processes import NSQD, start_nsqd
+from tests.support.processes import NSQD, start_nsqd, wait_for
 from tests.support.reactors import twistd_reactor_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,6 +161,13 @@ class TwistdTestCase(TestCase):
         self.assertNotIn(b"Traceback", bytes(proto.err), proto.describe())
 
     def assert_channel_drained(self, nsqd: NSQD, topic: str, channel: str, count: int) -> None:
+        # twistd has exited, but nsqd reads the connection's last FINs and its close in its
+        # own time: wait (briefly) until it has let the client go, then look. Messages
+        # whose FIN was lost would be back in the channel then, not finished.
+        wait_for(
+            lambda: (nsqd.channel_stats(topic, channel) or {}).get("client_count") == 0,
+            timeout=5, what=f"nsqd to see the consumer of {topic}/{channel} leave",
+        )
         stats = nsqd.channel_stats(topic, channel)
         assert stats is not None, f"no channel {topic}/{channel} on nsqd"
         self.assertEqual(stats["message_count"], count, stats)
