@@ -91,8 +91,9 @@ class ExamplesTests(TestCase):
         self.assertIn("handled 3 messages", out)
         self.assert_consumed(nsqd, "events", "archive", 3)
 
+    @pytest.mark.nsqd_1_3  # left out of the older-nsqd runs (by hand: skipped there)
     def test_unix_sockets(self) -> None:
-        on_socket = start_nsqd(self, unix_sockets=True)  # skipped before nsqd v1.3.0
+        on_socket = start_nsqd(self, unix_sockets=True)
         on_tcp = start_nsqd(self)
         assert on_socket.tcp_socket is not None and on_socket.http_socket is not None
         code = example("unix_sockets.py").replace("127.0.0.1:4150", on_tcp.tcp_address)
