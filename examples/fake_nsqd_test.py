@@ -17,7 +17,7 @@ class OrdersTests(SynchronousTestCase):
         clock = Clock()
         nsqd = FakeNSQD(clock)
 
-        producer = Producer(nsqd.endpoint(), reactor=clock)
+        producer = Producer(nsqd.address, endpoint_factory=nsqd.endpoint_factory, reactor=clock)
         producer.startService()
         d = producer.publish("orders", b"order-1")
         nsqd.flush()
