@@ -162,9 +162,9 @@ class Batcher:
     def fail_waiting(self, error: BaseException) -> None:
         """Fail every publish queued here (none of them sent) with ``error``: every nsqd
         address answered like a wrong port, so no connection can take them."""
-        tokens = self.queue.clear()
+        bodies, tokens = self.queue.clear()
         self.state.batch_queued -= len(tokens)
-        self.fail(tokens, error)
+        self.fail(bodies, tokens, error)
 
     def send_batch(self, connection: NSQDLink) -> bool:
         """Take the next batch and send it on ``connection``; False if it refused it."""
@@ -228,18 +228,24 @@ class Batcher:
             else:
                 state.published += n - 1
                 connection.counters.published += n - 1
-                if state.retries:
-                    for d in tokens:
-                        state.retries.pop(d, None)
-                for d in tokens:
-                    if not d.called:
-                        d.callback(result)
+                self.delivered(bodies, tokens, result)
         finally:
             self.call = None
             state.landed(n - 1)
         self.send_due()
         if self.expiry is None and queue.bodies:
             self.arm_expiry(self.reactor.seconds())
+
+    def delivered(self, bodies: list[bytes], tokens: list[Any], result: bytes) -> None:
+        """nsqd acknowledged the batch of ``bodies``: fire its publishes' Deferreds
+        (each publish's token is its Deferred here; see ``txnsq._buffer`` for another)."""
+        retries = self.state.retries
+        if retries:
+            for d in tokens:
+                retries.pop(d, None)
+        for d in tokens:
+            if not d.called:
+                d.callback(result)
 
     def failed(
         self,
@@ -263,7 +269,7 @@ class Batcher:
             elif kind is RefusalKind.BODY_TOO_BIG and limit is not None:
                 queue.max_bytes = max(1, min(queue.max_bytes, limit))
             if len(tokens) == 1 or kind is RefusalKind.WHOLE:
-                self.fail(tokens, error, connection)
+                self.fail(bodies, tokens, error, connection)
             elif kind is RefusalKind.MESSAGE_TOO_BIG:
                 assert limit is not None
                 bad = [i for i, body in enumerate(bodies) if len(body) > limit]
@@ -272,6 +278,7 @@ class Batcher:
                     return
                 for j, i in enumerate(bad):
                     self.fail(
+                        [bodies[i]],
                         [tokens[i]],
                         error if j == 0 else BadMessageError(
                             f"MPUB message too big {len(bodies[i])} > {limit}"
@@ -290,16 +297,7 @@ class Batcher:
             # Pipelined behind a batch nsqd refused: never stored, safe to send again.
             self.resend(bodies, tokens, times)
         elif isinstance(error, ConnectionClosed) and self.retry and not state.stopped:
-            retries = state.retries
-            again = []
-            for i, d in enumerate(tokens):
-                left = retries.get(d, self.retry)
-                if left > 0 and not d.called:
-                    retries[d] = left - 1
-                    again.append(i)
-                else:
-                    retries.pop(d, None)
-                    self.fail([d], error, connection)
+            again = self.retry_lost(bodies, tokens, error, connection)
             if again:
                 _log.info(
                     "Publishing {count} messages again after a lost connection", count=len(again)
@@ -310,16 +308,46 @@ class Batcher:
                     [times[i] for i in again],
                 )
         else:
-            self.fail(tokens, failure, connection)
+            self.fail(bodies, tokens, failure, connection)
+
+    def retry_lost(
+        self,
+        bodies: list[bytes],
+        tokens: list[Any],
+        error: ConnectionClosed,
+        connection: NSQDLink,
+    ) -> list[int]:
+        """A batch's connection was lost before nsqd answered and ``publish_retries``
+        allows sending again: fail the publishes with no retry left; return the indices
+        of the others (their retry counted), to be sent again."""
+        retries = self.state.retries
+        again = []
+        for i, d in enumerate(tokens):
+            left = retries.get(d, self.retry)
+            if left > 0 and not d.called:
+                retries[d] = left - 1
+                again.append(i)
+            else:
+                retries.pop(d, None)
+                self.fail([bodies[i]], [d], error, connection)
+        return again
+
+    def live(self, tokens: list[Any]) -> list[int] | None:
+        """The indices of the publishes among ``tokens`` that still want to be sent
+        (``None``: all of them); a cancelled publish does not."""
+        live = [i for i, d in enumerate(tokens) if not d.called]
+        return None if len(live) == len(tokens) else live
 
     def fail(
         self,
-        tokens: list[Deferred[bytes]],
+        bodies: list[bytes],
+        tokens: list[Any],
         error: BaseException | Failure,
         connection: NSQDLink | None = None,
     ) -> None:
-        """Fail the Deferreds of ``tokens`` not fired yet with ``error``, and count them
-        (on ``connection`` too, when they were sent on one)."""
+        """Fail the publishes of ``bodies`` and ``tokens`` for good with ``error`` (here:
+        their Deferreds not fired yet), and count them (on ``connection`` too, when they
+        were sent on one)."""
         state = self.state
         count = 0
         for d in tokens:
@@ -342,10 +370,12 @@ class Batcher:
         """Put publishes of a failed batch back at the head of the queue (those whose
         Deferred was cancelled meanwhile are dropped)."""
         if self.state.stopped:
-            self.fail(tokens, ProducerStopped("the producer was stopped before nsqd stored it"))
+            self.fail(
+                bodies, tokens, ProducerStopped("the producer was stopped before nsqd stored it")
+            )
             return
-        live = [i for i, d in enumerate(tokens) if not d.called]
-        if len(live) < len(tokens):
+        live = self.live(tokens)
+        if live is not None:
             bodies = [bodies[i] for i in live]
             tokens = [tokens[i] for i in live]
             times = [times[i] for i in live]
@@ -386,10 +416,12 @@ class Batcher:
         state = self.state
         now = self.reactor.seconds()
         timeout = self.timeout
-        expired = self.queue.expire(now - timeout)
+        bodies, expired = self.queue.expire(now - timeout)
         if expired:
             state.batch_queued -= len(expired)
-            self.fail(expired, NotReady(f"the publish could not be sent within {timeout} s"))
+            self.fail(
+                bodies, expired, NotReady(f"the publish could not be sent within {timeout} s")
+            )
         self.arm_expiry(now)
 
     def stop(self) -> None:
@@ -404,10 +436,13 @@ class Batcher:
         while queue.bodies:
             connection = state.pick()
             if connection is None:
-                tokens = queue.clear()
+                bodies, tokens = queue.clear()
                 state.batch_queued -= len(tokens)
-                self.fail(tokens, ProducerStopped("the producer was stopped before a "
-                                                  "connection was ready"))
+                self.fail(
+                    bodies,
+                    tokens,
+                    ProducerStopped("the producer was stopped before a connection was ready"),
+                )
                 return
             if not self.send_batch(connection):
                 connection.unusable()

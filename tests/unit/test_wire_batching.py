@@ -119,10 +119,10 @@ class QueueTests(SynchronousTestCase):
     def test_expire(self) -> None:
         q = queue([b"a", b"b", b"c"])
         self.assertEqual(q.oldest(), 0.0)
-        self.assertEqual(q.expire(1.0), ["t0", "t1"])
-        self.assertEqual(q.expire(1.5), [])
+        self.assertEqual(q.expire(1.0), ([b"a", b"b"], ["t0", "t1"]))
+        self.assertEqual(q.expire(1.5), ([], []))
         self.assertEqual((q.oldest(), q.body_bytes), (2.0, 1))
-        self.assertEqual(q.clear(), ["t2"])
+        self.assertEqual(q.clear(), ([b"c"], ["t2"]))
         self.assertIsNone(q.oldest())
 
     def test_requeue_keeps_order_of_several_failed_batches(self) -> None:

@@ -242,8 +242,9 @@ class BatchQueue(Generic[T]):
         """When the oldest queued publish was added (``None`` when none is)."""
         return self.times[0] if self.times else None
 
-    def expire(self, before: float) -> list[T]:
-        """Remove the publishes added at or before ``before``; return their tokens.
+    def expire(self, before: float) -> tuple[list[bytes], list[T]]:
+        """Remove the publishes added at or before ``before``; return their bodies and
+        tokens.
 
         Publishes that came back from a refused batch are at the head with the time they
         were first added, so they expire with the oldest.
@@ -252,13 +253,14 @@ class BatchQueue(Generic[T]):
         # Times are in order: a requeued publish was added before every one behind it.
         n = bisect_right(times, before)
         if not n:
-            return []
+            return [], []
+        bodies = self.bodies[:n]
         tokens = self.tokens[:n]
-        self.body_bytes -= sum(map(len, self.bodies[:n]))
+        self.body_bytes -= sum(map(len, bodies))
         del self.bodies[:n], self.tokens[:n], times[:n]
         self._front = max(0, self._front - n)
         self._singles = max(0, self._singles - n)
-        return tokens
+        return bodies, tokens
 
     def requeue(
         self,
@@ -280,13 +282,13 @@ class BatchQueue(Generic[T]):
             # Items ahead of these are sent alone too: simpler, and they are few.
             self._singles = self._front
 
-    def clear(self) -> list[T]:
-        """Remove every queued publish; return their tokens."""
-        tokens = self.tokens
+    def clear(self) -> tuple[list[bytes], list[T]]:
+        """Remove every queued publish; return their bodies and tokens."""
+        bodies, tokens = self.bodies, self.tokens
         self.bodies, self.tokens, self.times = [], [], []
         self.body_bytes = 0
         self._front = self._singles = 0
-        return tokens
+        return bodies, tokens
 
 
 class RefusalKind(enum.Enum):
