@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from txnsq._wire.identify import Features
     from txnsq._wire.retry import RetryPolicy
     from txnsq.consumer import Consumer, Handler
-    from txnsq.errors import ProducerStopped, PublishQueueFull
+    from txnsq.errors import ProducerStopped, PublishBufferFull, PublishQueueFull
     from txnsq.message import Message, MessageAlreadyAnswered
     from txnsq.observers import ConsumerObserver, IConsumerObserver
     from txnsq.options import ConnectionOptions, ConsumerOptions, ProducerOptions
@@ -42,6 +42,7 @@ _LAZY = {
     "Producer": "txnsq.producer",
     "ProducerOptions": "txnsq.options",
     "ProducerStopped": "txnsq.errors",
+    "PublishBufferFull": "txnsq.errors",
     "PublishQueueFull": "txnsq.errors",
     "RetryPolicy": "txnsq._wire.retry",
     "TLSOptions": "txnsq.tls_options",
@@ -72,6 +73,7 @@ __all__ = [
     "Producer",
     "ProducerOptions",
     "ProducerStopped",
+    "PublishBufferFull",
     "PublishQueueFull",
     "RetryPolicy",
     "TLSOptions",

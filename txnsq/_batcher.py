@@ -87,7 +87,7 @@ class Batcher:
         self.state = state
         self.reactor = state.reactor
         self.topic = topic
-        self.queue: BatchQueue[Deferred[bytes]] = BatchQueue(
+        self.queue: BatchQueue[Any] = BatchQueue(  # Deferreds here; see txnsq._buffer
             options.batch_max_count,
             options.batch_max_bytes,
             linger=options.batch_linger,

@@ -57,6 +57,7 @@ class PublishState:
         "batch_sizes",
         "batched",
         "batches",
+        "buffer",
         "counters",
         "drained",
         "failed",
@@ -101,6 +102,9 @@ class PublishState:
         self.retries: dict[Deferred[bytes], int] = {}
         #: The addresses that answered like a wrong port (issue 24), set by the producer.
         self.wrong_peers: WrongPeers | None = None
+        #: What ``publish_nowait`` holds: the producer's ``txnsq._buffer.BufferLedger``
+        #: (typed loosely here: ``_buffer`` builds on this module, not the reverse).
+        self.buffer: Any = None
 
     def pick(self) -> NSQDLink | None:
         """The next ready link, in turn; ``None`` if none is ready."""

@@ -117,6 +117,11 @@ class ProducerStats(TypedDict):
     #: messages (and more than the bound before), the last index the larger ones
     batch_sizes: list[int]
     batch_size_bounds: list[int]
+    #: what ``publish_nowait`` holds now (messages, bytes of bodies), and the messages
+    #: it reported as failed, in total
+    buffered: int
+    buffered_bytes: int
+    buffer_failed: int
     #: ready connections
     connections: int
     #: per nsqd, by its address (as the producer names it in logs)

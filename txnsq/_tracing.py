@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from txnsq._batcher import Batcher
+from txnsq._buffer import BufferBatcher
 from txnsq._version import __version__
 from txnsq._wire import envelope
 from txnsq.tracing import Tracing
@@ -166,6 +167,24 @@ def trace_producer(
     )
 
 
+def trace_buffer(
+    tracing: Tracing, publish_nowait: Callable[[str, bytes], None]
+) -> tuple[
+    Callable[[str, bytes], None], Callable[[PublishState, str, ProducerOptions], Batcher]
+]:
+    """The traced ``publish_nowait`` (with ``envelope=True``: each message carries the
+    caller's context) and the maker of its batchers (a span per batch)."""
+    tr = tracer(tracing)
+
+    def enveloped_publish_nowait(topic: str, body: bytes) -> None:
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier)
+        publish_nowait(topic, _wrap(carrier, body))
+
+    traced = enveloped_publish_nowait if tracing.envelope else publish_nowait
+    return traced, partial(TracedBufferBatcher, tr)
+
+
 class TracedBatcher(Batcher):
     """A :class:`~txnsq._batcher.Batcher` that makes a span per batch it sends."""
 
@@ -191,6 +210,11 @@ class TracedBatcher(Batcher):
             f"send {self.topic}", kind=SpanKind.PRODUCER, attributes=attributes
         )
         inner.addBoth(_end_with, span)
+
+
+class TracedBufferBatcher(TracedBatcher, BufferBatcher):
+    """A :class:`~txnsq._buffer.BufferBatcher` (``publish_nowait``) that makes a span
+    per batch it sends."""
 
 
 # ------------------------------------------------------------------------ consumer

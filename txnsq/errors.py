@@ -61,6 +61,7 @@ __all__ = [
     "ProducerStopped",
     "ProtocolError",
     "PubFailedError",
+    "PublishBufferFull",
     "PublishQueueFull",
     "ReqFailedError",
     "ResponseTooLarge",
@@ -422,6 +423,14 @@ class ProducerStopped(NotReady):
 
 class PublishQueueFull(NotReady):
     """No connection was ready and the queue of waiting publishes was full."""
+
+
+class PublishBufferFull(PublishQueueFull):
+    """:meth:`~txnsq.producer.Producer.publish_nowait`'s buffer (messages handed over and
+    not yet acknowledged or reported) is at ``buffer_max_count`` messages, or the message
+    would take it past ``buffer_max_bytes``: nothing was taken. Wait for
+    :meth:`~txnsq.producer.Producer.wait_for_room` (or
+    :meth:`~txnsq.producer.Producer.flush`) and hand it over again."""
 
 
 class NSQHTTPError(NSQError):

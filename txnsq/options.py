@@ -408,13 +408,24 @@ class ProducerOptions(ConnectionOptions):
     #: Coalesce :meth:`~txnsq.producer.Producer.publish` calls to the same topic into
     #: MPUBs (each publish keeps its own Deferred).
     batch: bool = False
-    #: With ``batch``: seconds a publish may wait for others to join its batch.
+    #: With ``batch``, and always for
+    #: :meth:`~txnsq.producer.Producer.publish_nowait`: seconds a message may wait for
+    #: others to join its batch.
     batch_linger: float = 0.0
-    #: With ``batch``: at most this many messages per MPUB.
+    #: With ``batch`` (and for ``publish_nowait``): at most this many messages per MPUB.
     batch_max_count: int = DEFAULT_MAX_BATCH_COUNT
-    #: With ``batch``: at most this many bytes of MPUB body (a bigger message goes
-    #: alone, as a PUB).
+    #: With ``batch`` (and for ``publish_nowait``): at most this many bytes of MPUB body
+    #: (a bigger message goes alone, as a PUB).
     batch_max_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    #: :meth:`~txnsq.producer.Producer.publish_nowait` holds at most this many messages
+    #: (handed over and not yet acknowledged or reported); one more raises
+    #: :class:`~txnsq.errors.PublishBufferFull`. (As ``max_queued``: what waits is
+    #: bounded; at 1M messages a second this is 10 ms of traffic, which keeps the
+    #: connections busy. A larger buffer rides out longer nsqd stalls, at a CPU cost
+    #: while it is full: each batch taken from a long queue moves what is behind it.)
+    buffer_max_count: int = 10_000
+    #: ... and at most this many bytes of message bodies.
+    buffer_max_bytes: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         self._check_connection()
@@ -427,14 +438,8 @@ class ProducerOptions(ConnectionOptions):
         check_number(self.batch_linger, "batch_linger", minimum=0)
         check_number(self.batch_max_count, "batch_max_count", integer=True, minimum=1)
         check_number(self.batch_max_bytes, "batch_max_bytes", integer=True, minimum=9)
-        if not self.batch:
-            for name, default in (
-                ("batch_linger", 0.0),
-                ("batch_max_count", DEFAULT_MAX_BATCH_COUNT),
-                ("batch_max_bytes", DEFAULT_MAX_BATCH_BYTES),
-            ):
-                if getattr(self, name) != default:
-                    raise ValueError(f"{name} is only used with batch=True")
+        check_number(self.buffer_max_count, "buffer_max_count", integer=True, minimum=1)
+        check_number(self.buffer_max_bytes, "buffer_max_bytes", integer=True, minimum=1)
 
 
 @document_fields

@@ -50,6 +50,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from txnsq._batcher import Batcher
+from txnsq._buffer import BufferBatcher, BufferLedger, ErrorHandler
 from txnsq._deprecate import warn_deprecated
 from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._producer_args import address_list, take_deprecated
@@ -67,12 +68,19 @@ from txnsq.errors import (
     NotReady,
     ProducerStopped,
     PubFailedError,
+    PublishBufferFull,
     PublishQueueFull,
 )
 from txnsq.options import ConnectionOptions, ProducerOptions, client_options
 from txnsq.tracing import Tracing
 
-__all__ = ["Producer", "ProducerStopped", "PublishQueueFull", "default_retry_policy"]
+__all__ = [
+    "Producer",
+    "ProducerStopped",
+    "PublishBufferFull",
+    "PublishQueueFull",
+    "default_retry_policy",
+]
 
 # What a publish with retries left is sent again after: a connection lost before nsqd
 # answered, or nsqd's E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED (fatal: nsqd could not
@@ -93,6 +101,19 @@ _dpub = commands.dpub
 #: With batching, the topics a producer keeps state for before it forgets the idle ones
 #: (see Producer._forget_idle_topics).
 _TOPICS_BEFORE_SWEEP: Final = 64
+
+
+def _forget_idle(batchers: dict[str, Batcher]) -> int:
+    """Drop the batching state of the topics with nothing waiting or in flight, so that
+    a producer publishing to many topics in turn (one per tenant, say) keeps at most
+    about twice as many as are busy at once (a sweep costs one look at each topic, made
+    when the number of topics has doubled since the last one). Return the number of
+    topics at which to sweep next."""
+    for topic, batcher in list(batchers.items()):
+        if batcher.idle():
+            batcher.retire()
+            del batchers[topic]
+    return max(_TOPICS_BEFORE_SWEEP, 2 * len(batchers))
 
 
 def default_retry_policy() -> Callable[[int], float]:
@@ -175,6 +196,12 @@ class Producer(Service):
     :param tracing: a :class:`~txnsq.tracing.Tracing` to make OpenTelemetry spans of
         the publishes (and, with ``envelope=True``, carry the trace context in the
         bodies); ``None`` (the default): no tracing, nothing paid for it.
+    :param on_publish_error: called as ``on_publish_error(topic, body, error)`` for each
+        message handed to :meth:`publish_nowait` that could not be published (after
+        failover and ``publish_retries``): ``error`` is the exception (nsqd's refusal,
+        :class:`~txnsq.errors.ConnectionClosed`, :class:`~txnsq.errors.NotReady`,
+        :class:`ProducerStopped`...). It runs in the reactor thread; what it raises is
+        logged. ``None`` (the default): each such message is logged at error level.
 
     With ``batch=True``, :meth:`publish` calls to the same topic are coalesced into
     MPUBs: each publish keeps its own Deferred, fired when nsqd has acknowledged
@@ -200,6 +227,7 @@ class Producer(Service):
         endpoint_factory: EndpointFactory | None = None,
         rng: random.Random | None = None,
         tracing: Tracing | None = None,
+        on_publish_error: ErrorHandler | None = None,
         **settings: Any,
     ) -> None:
         policy = take_deprecated(settings)
@@ -247,14 +275,28 @@ class Producer(Service):
         self._stopping: Deferred[None] | None = None
         #: Makes a topic's batcher (the traced one with tracing on).
         self._new_batcher: Callable[[PublishState, str, ProducerOptions], Batcher] = Batcher
+        if on_publish_error is not None and not callable(on_publish_error):
+            raise TypeError(
+                "on_publish_error must be a callable (topic, body, error), not "
+                f"{type(on_publish_error).__name__}"
+            )
+        #: What publish_nowait holds, over every topic (txnsq._buffer).
+        self._ledger = state.buffer = BufferLedger(opts, on_publish_error)
+        #: Topic -> the batcher of its publish_nowait messages.
+        self._buffers: dict[str, Batcher] = {}
+        self._buffers_sweep_at = _TOPICS_BEFORE_SWEEP
+        self._new_buffer: Callable[[PublishState, str, ProducerOptions], Batcher] = BufferBatcher
         if tracing is not None:  # the traced path, chosen once (txnsq.tracing)
-            from txnsq._tracing import trace_producer
+            from txnsq._tracing import trace_buffer, trace_producer
 
             traced = trace_producer(
                 tracing, opts.batch, self.publish, self.multi_publish, self.deferred_publish
             )
             self.publish, self.multi_publish, self.deferred_publish = traced[:3]  # type: ignore[method-assign,assignment]
             self._new_batcher = traced[3]
+            self.publish_nowait, self._new_buffer = trace_buffer(  # type: ignore[method-assign,assignment]
+                tracing, self.publish_nowait
+            )
 
     def _init_batching(self, opts: ProducerOptions) -> None:
         #: Topic -> its batcher, when batching is on.
@@ -274,6 +316,7 @@ class Producer(Service):
         super().startService()  # type: ignore[no-untyped-call]
         self._running = True
         self._state.stopped = False
+        self._ledger.reopen()
         self._stopping = None
         self._connections = [
             NSQDLink(self._state, label, endpoint, host, self.options, self._retry_policy)
@@ -286,10 +329,12 @@ class Producer(Service):
         """Stop publishing and close every connection.
 
         Publishes still waiting for a connection fail at once with
-        :class:`ProducerStopped`, and so does any publish made from now on. Publishes
-        already sent may finish for up to ``stop_timeout`` seconds; then the connections
-        are closed (any still unanswered fail with
-        :class:`~txnsq.errors.ConnectionClosed`).
+        :class:`ProducerStopped`, and so does any publish made from now on. What is
+        batched (``batch=True``, :meth:`publish_nowait`) is sent now, on ready
+        connections. Publishes already sent may finish for up to ``stop_timeout``
+        seconds; then the connections are closed (any still unanswered fail with
+        :class:`~txnsq.errors.ConnectionClosed`). So a stop flushes: every message
+        handed to :meth:`publish_nowait` is acknowledged or reported before it fires.
 
         :return: a Deferred that fires with ``None`` once every connection is closed.
         """
@@ -300,9 +345,9 @@ class Producer(Service):
         self._state.stopped = True
         if self.running:
             super().stopService()  # type: ignore[no-untyped-call]
-        if self._batchers:
-            for batcher in self._batchers.values():
-                batcher.stop()
+        self._ledger.close()
+        for batcher in self._all_batchers():
+            batcher.stop()
         self._ready.clear()
         self._fail_queue(ProducerStopped("the producer was stopped before a connection was ready"))
         waiters, self._ready_waiters = self._ready_waiters, []
@@ -383,7 +428,8 @@ class Producer(Service):
         d: Deferred[bytes] = Deferred(batcher.cancel)
         now = self._seconds()
         queue = batcher.queue
-        # BatchQueue.add, inlined (this runs for every message).
+        # BatchQueue.add and the scheduling after it, inlined (this runs for every
+        # message; publish_nowait does the same with its own token).
         queue.bodies.append(body)
         queue.tokens.append(d)
         queue.times.append(now)
@@ -417,17 +463,110 @@ class Producer(Service):
         return Producer.publish(self, topic, body)
 
     def _forget_idle_topics(self) -> None:
-        """Drop the batching state of the topics with nothing waiting or in flight, so that
-        a producer publishing to many topics in turn (one per tenant, say) keeps at most
-        about twice as many as are busy at once (a sweep costs one look at each topic,
-        made when the number of topics has doubled since the last one)."""
         batchers = self._batchers
         assert batchers is not None
-        for topic, batcher in list(batchers.items()):
-            if batcher.idle():
-                batcher.retire()
-                del batchers[topic]
-        self._batchers_sweep_at = max(_TOPICS_BEFORE_SWEEP, 2 * len(batchers))
+        self._batchers_sweep_at = _forget_idle(batchers)
+
+    def _all_batchers(self) -> list[Batcher]:
+        """Every topic's batcher: ``publish`` (``batch=True``) and ``publish_nowait``."""
+        return [*(self._batchers or {}).values(), *self._buffers.values()]
+
+    # ------------------------------------------------------- fire and forget
+
+    def publish_nowait(self, topic: str, body: bytes) -> None:
+        """Hand one message over to be published, and return at once: no Deferred.
+
+        For applications that emit many messages (events, logs, metrics) and want them
+        published at the wire's speed: the messages handed over are coalesced into
+        MPUBs per topic (by the rule of ``batch=True``, whatever ``batch`` says, with
+        ``batch_linger``, ``batch_max_count`` and ``batch_max_bytes``), sent with the
+        same failover, retries (``publish_retries``), TLS and compression as
+        :meth:`publish`, and a batch nsqd refuses because of one message is sent again
+        without it, so that only that message fails. Order is kept per topic (not with
+        :meth:`publish` calls to the same topic).
+
+        A message is never lost silently: each one is either acknowledged by nsqd or
+        reported, once, to ``on_publish_error`` (see :class:`Producer`; logged at error
+        level without it) and counted in :meth:`stats` (``buffer_failed``). Messages
+        handed over while no connection is ready wait for one for ``ready_timeout``
+        seconds (then they are reported with :class:`~txnsq.errors.NotReady`).
+        :meth:`flush` waits for what was handed over; :meth:`stopService` flushes.
+
+        The messages held (handed over, not yet acknowledged or reported) are bounded
+        by ``buffer_max_count`` and ``buffer_max_bytes``: past them this raises
+        :class:`~txnsq.errors.PublishBufferFull` and takes nothing; wait for
+        :meth:`wait_for_room` and hand it over again.
+
+        :return: ``None``.
+        :raises TypeError: if ``topic`` is not a str or ``body`` not bytes.
+        :raises ValueError: for an invalid topic name or an empty body.
+        :raises PublishBufferFull: when the buffer is full (see above).
+        :raises ProducerStopped: once the producer is stopping or stopped.
+        """
+        batcher = self._buffers.get(topic)
+        ledger = self._ledger
+        if batcher is None or type(body) is not bytes or not body or ledger.closed:
+            self._publish_nowait_first(topic, body)
+            return
+        size = len(body)
+        free = ledger.free - 1
+        free_bytes = ledger.free_bytes - size
+        if free < 0 or free_bytes < 0:
+            raise ledger.full(size)
+        ledger.free = free
+        ledger.free_bytes = free_bytes
+        now = self._seconds()
+        queue = batcher.queue
+        # BatchQueue.add and the scheduling after it, inlined as in publish().
+        queue.bodies.append(body)
+        queue.tokens.append(ledger.lot)
+        queue.times.append(now)
+        queue.body_bytes += size
+        self._state.batch_queued += 1
+        call = batcher.call
+        if call is None:
+            if queue.in_flight < queue.window:
+                batcher.schedule()
+        elif batcher.lingering and queue.is_full():
+            batcher.send_soon()
+        if batcher.expiry is None:
+            batcher.arm_expiry(now)
+
+    def _publish_nowait_first(self, topic: str, body: bytes) -> None:
+        """:meth:`publish_nowait` the first time for ``topic`` (or for an argument to
+        check, or once stopped)."""
+        commands.validate_topic_name(topic)
+        body = commands.validate_message_body(body)
+        if self._ledger.closed:
+            raise ProducerStopped("the producer is stopped: publish_nowait takes nothing more")
+        buffers = self._buffers
+        if topic not in buffers:
+            if len(buffers) >= self._buffers_sweep_at:
+                self._buffers_sweep_at = _forget_idle(buffers)
+            buffers[topic] = self._new_buffer(self._state, topic, self.options)
+        # The class's method: with tracing, self.publish_nowait is a wrapper that ran.
+        Producer.publish_nowait(self, topic, body)
+
+    def flush(self) -> Deferred[None]:
+        """Wait for every message handed to :meth:`publish_nowait` before this call.
+
+        :return: a Deferred that fires with ``None`` once each of them is acknowledged by
+            nsqd or reported as failed (see :meth:`publish_nowait`); at once when none
+            is held. It never fails, and its wait is bounded: a message waits at most
+            ``ready_timeout`` for a connection and ``command_timeout`` for nsqd's answer.
+            Messages handed over after the call are not waited for.
+        """
+        return self._ledger.flush()
+
+    def wait_for_room(self) -> Deferred[None]:
+        """Wait until :meth:`publish_nowait` can take messages again.
+
+        :return: a Deferred that fires with ``None`` once the buffer is at most half full
+            (of ``buffer_max_count`` and of ``buffer_max_bytes``; at once if it is). It
+            fails with :class:`ProducerStopped` if the producer stops first. Cancelling
+            it is harmless.
+        """
+        return self._ledger.wait_for_room()
 
     def _queue_full(self) -> Deferred[bytes]:
         self._state.failed += 1
@@ -520,6 +659,10 @@ class Producer(Service):
           batches of at most ``batch_size_bounds[i]`` messages (and more than the bound
           before it) at index ``i``, and of the larger ones at the last index;
           ``batch_size_bounds``: 1, 2, 4, ..., 4096;
+        - ``buffered``, ``buffered_bytes``: the messages :meth:`publish_nowait` holds
+          now (handed over, not yet acknowledged or reported) and their bytes;
+          ``buffer_failed``: those it reported as failed, in total (they are counted in
+          ``failed`` too);
         - ``connections``: how many connections are ready;
         - ``nsqd``: per nsqd address, whether it is ``connected``, its ``published``,
           ``failed`` and ``batches``, and ``publish_latency``: a histogram of the
@@ -550,6 +693,9 @@ class Producer(Service):
             "max_batch": state.max_batch,
             "batch_sizes": list(state.batch_sizes),
             "batch_size_bounds": list(BATCH_SIZE_BOUNDS),
+            "buffered": self._ledger.count,
+            "buffered_bytes": self._ledger.nbytes,
+            "buffer_failed": self._ledger.failed,
             "connections": len(self._ready),
             "nsqd": per,
         }
@@ -635,7 +781,7 @@ class Producer(Service):
         """Fail every publish waiting for a connection, batched ones included (every nsqd
         address answered like a wrong port)."""
         self._fail_queue(error)
-        for batcher in (self._batchers or {}).values():
+        for batcher in self._all_batchers():
             batcher.fail_waiting(error)
 
     def _fail_queue(self, error: Exception) -> None:
@@ -713,8 +859,8 @@ class Producer(Service):
                 self._queued += 1
                 self._queue.appendleft(item)
                 break
-        if self._batchers and self._ready:
-            for batcher in list(self._batchers.values()):
+        if self._ready:
+            for batcher in self._all_batchers():
                 if batcher.queue.bodies and batcher.call is None:
                     batcher.send_due()
         if self._ready:

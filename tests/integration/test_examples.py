@@ -80,6 +80,19 @@ class ExamplesTests(TestCase):
         assert topic is not None
         self.assertEqual(topic["message_count"], 10_000)
 
+    def test_publish_nowait(self) -> None:
+        nsqd = start_nsqd(self)
+        code = example("publish_nowait.py")
+        out = run_python(code.replace("127.0.0.1:4150", nsqd.tcp_address))
+        match = re.search(r"published (\d+) messages in (\d+) batches, (\d+) reported", out)
+        assert match is not None, out
+        self.assertEqual(int(match.group(1)), 100_000)
+        self.assertLess(int(match.group(2)), 1000)
+        self.assertEqual(int(match.group(3)), 0)
+        topic = nsqd.topic_stats("events")
+        assert topic is not None
+        self.assertEqual(topic["message_count"], 100_000)
+
     def test_consume(self) -> None:
         lookupd = start_lookupd(self)
         nsqd = start_nsqd(self, lookupds=[lookupd])

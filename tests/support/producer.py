@@ -11,7 +11,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.support.wire import FakeTransport, parse_commands
+from tests.support.wire import FakeTransport, mpub_bodies, parse_commands
 from txnsq._wire.frames import encode_response
 from txnsq._wire.retry import RetryPolicy
 from txnsq.producer import Producer
@@ -58,6 +58,15 @@ class FakeNSQD:
     @property
     def protocol(self) -> NSQProtocol:
         return self.wrapper._wrappedProtocol._protocol  # type: ignore[no-any-return]
+
+
+def sent(nsqd: FakeNSQD) -> list[tuple[bytes, list[bytes]]]:
+    """The publish commands ``nsqd`` was sent since last time, each with its bodies."""
+    out = []
+    for line, body in nsqd.new_commands():
+        assert body is not None
+        out.append((line, mpub_bodies(body) if line.startswith(b"MPUB") else [body]))
+    return out
 
 
 #: fixed_policy as a RetryPolicy.

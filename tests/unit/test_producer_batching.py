@@ -12,8 +12,7 @@ from typing import Any
 
 from twisted.internet.defer import CancelledError
 
-from tests.support.producer import FIXED_POLICY, FakeNSQD, ProducerTestCase
-from tests.support.wire import mpub_bodies
+from tests.support.producer import FIXED_POLICY, FakeNSQD, ProducerTestCase, sent
 from txnsq._wire.frames import encode_error
 from txnsq.errors import (
     BadMessageError,
@@ -23,15 +22,6 @@ from txnsq.errors import (
     NotReady,
 )
 from txnsq.producer import Producer, ProducerStopped, PublishQueueFull
-
-
-def sent(nsqd: FakeNSQD) -> list[tuple[bytes, list[bytes]]]:
-    """The publish commands written since last time, each with its bodies."""
-    out = []
-    for line, body in nsqd.new_commands():
-        assert body is not None
-        out.append((line, mpub_bodies(body) if line.startswith(b"MPUB") else [body]))
-    return out
 
 
 class BatchingTestCase(ProducerTestCase):
@@ -480,9 +470,6 @@ class ArgumentTests(BatchingTestCase):
 
     def test_invalid_options(self) -> None:
         for kwargs in (
-            {"batch": False, "batch_linger": 0.1},
-            {"batch": False, "batch_max_count": 5},
-            {"batch": False, "batch_max_bytes": 5000},
             {"batch_linger": -1.0},
             {"batch_max_count": 0},
             {"batch_max_bytes": 8},

@@ -130,6 +130,22 @@ class ProducerSpanTests(TracingTestCase):
         trace_id = f"{caller.get_span_context().trace_id:032x}"
         self.assertIn(trace_id, opened[0]["traceparent"])
 
+    def test_publish_nowait_has_a_span_per_batch_and_carries_the_context(self) -> None:
+        producer = self.producer(tracing=self.tracing(envelope=True))
+        tracer = self.provider.get_tracer("test")
+        with tracer.start_as_current_span("caller") as caller:
+            for i in range(3):
+                producer.publish_nowait("n", b"%d" % i)
+        flushed = producer.flush()
+        self.nsqd.flush()
+        self.successResultOf(flushed)
+        [span] = self.spans("send n")
+        self.assertEqual((span.attributes or {})["messaging.batch.message_count"], 3)
+        opened = [envelope.decode(b) for b in self.nsqd.published("n")]
+        trace_id = f"{caller.get_span_context().trace_id:032x}"
+        self.assertEqual([o[1] if o else None for o in opened], [b"0", b"1", b"2"])
+        self.assertTrue(all(o and trace_id in o[0]["traceparent"] for o in opened))
+
     def test_untraced_producers_keep_the_class_methods(self) -> None:
         """Off: nothing is wrapped (the per-message path is the one without tracing)."""
         producer = self.producer()
