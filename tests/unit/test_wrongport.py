@@ -270,6 +270,30 @@ class ProducerTests(SynchronousTestCase):
         self.assertEqual(self.failureResultOf(later, WrongPeerError).value.kind, "http")
         self.assertEqual(producer.stats()["failed"], 4)
 
+    def test_publish_nowait_reports_at_once_too(self) -> None:
+        """publish_nowait's messages are reported with the named error, not after
+        ready_timeout."""
+        reported: list[tuple[str, bytes, Exception]] = []
+        producer = Producer(
+            "127.0.0.1:4151", reactor=self.reactor, reconnect_policy=FIXED_POLICY,
+            client_id="t", hostname="t", on_publish_error=lambda *a: reported.append(a),
+        )
+        producer.startService()
+        self.addCleanup(self.stop, producer)
+        for n in range(3):
+            producer.publish_nowait("t", b"%d" % n)
+        flushed = producer.flush()
+        self.reactor.advance(0)
+        peer = FakeNSQD(self.reactor)
+        peer.send(HTTP_ANSWER)
+        self.successResultOf(flushed)
+        self.assertEqual([body for _, body, _ in reported], [b"0", b"1", b"2"])
+        self.assertTrue(all(type(e) is WrongPeerError for _, _, e in reported))
+        producer.publish_nowait("t", b"later")
+        self.reactor.advance(0)
+        self.assertEqual(len(reported), 4)
+        self.assertEqual(producer.stats()["buffer_failed"], 4)
+
     def test_closes_after_a_few_bytes(self) -> None:
         producer = self.make()
         waiting = producer.publish("t", b"x")
