@@ -271,27 +271,33 @@ _CHANNEL_FULL: Final = re.compile(r"consumers for \S+ exceeds limit of \d+")
 _TLS_REQUIRED: Final = "(TLS required)"
 
 # IDENTIFY values nsqd refuses with E_BAD_BODY "IDENTIFY <what> (<value>) is invalid": the
-# IdentifyOptions field and what nsqd accepts (its flags and their defaults, v1.2 and v1.3).
+# ConnectionOptions setting (in its own unit: seconds, or bytes and percent), how many of
+# the wire's units make one of it, and what nsqd accepts (its flags and their defaults,
+# v1.2 and v1.3).
 _IDENTIFY_INVALID: Final = re.compile(r"IDENTIFY ([a-z ]+) \((-?\d+)\) is invalid")
 _IDENTIFY_LIMITS: Final = {
     "heartbeat interval": (
-        "heartbeat_interval_ms",
-        "-1 (no heartbeats) or 1000 up to its --max-heartbeat-interval (60000 ms by default)",
+        "heartbeat_interval",
+        1000,
+        "None (no heartbeats) or 1 s up to its --max-heartbeat-interval (60 s by default)",
     ),
     "output buffer timeout": (
-        "output_buffer_timeout_ms",
-        "-1 (no timeout) or its --min-output-buffer-timeout (25 ms by default since nsqd "
-        "1.2, so 1-24 ms is refused) up to its --max-output-buffer-timeout (30000 ms by "
+        "output_buffer_timeout",
+        1000,
+        "-1 (no timeout) or its --min-output-buffer-timeout (0.025 s by default since nsqd "
+        "1.2, so 0.001-0.024 s is refused) up to its --max-output-buffer-timeout (30 s by "
         "default)",
     ),
     "output buffer size": (
         "output_buffer_size",
+        1,
         "-1 (no buffer) or 64 up to its --max-output-buffer-size (65536 bytes by default)",
     ),
-    "sample rate": ("sample_rate", "0 to 99"),
+    "sample rate": ("sample_rate", 1, "0 to 99"),
     "msg timeout": (
-        "msg_timeout_ms",
-        "1000 up to its --max-msg-timeout (900000 ms by default)",
+        "msg_timeout",
+        1000,
+        "1 s up to its --max-msg-timeout (900 s by default)",
     ),
 }
 
@@ -301,11 +307,12 @@ def _hint(code: str, text: str) -> str:
     if code == "E_BAD_BODY":
         match = _IDENTIFY_INVALID.search(text)
         if match is not None and match.group(1) in _IDENTIFY_LIMITS:
-            option, accepted = _IDENTIFY_LIMITS[match.group(1)]
-            return (
-                f"IdentifyOptions.{option}={match.group(2)} is outside what this nsqd "
-                f"accepts: {accepted}"
-            )
+            option, scale, accepted = _IDENTIFY_LIMITS[match.group(1)]
+            value = int(match.group(2))
+            given = f"{option}={value / scale:g}" if scale != 1 else f"{option}={value}"
+            if scale != 1 and value != -1:
+                given += f" ({value} ms on the wire)"
+            return f"{given} is outside what this nsqd accepts: {accepted}"
     elif code == "E_INVALID" and text.endswith(_TLS_REQUIRED):
         return "this nsqd requires TLS (--tls-required): give the client tls=TLSOptions(...)"
     elif code == "E_TOO_MANY_CHANNEL_CONSUMERS" or (

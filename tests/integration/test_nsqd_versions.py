@@ -32,7 +32,7 @@ class IdentifyLimitsTests(IntegrationTestCase):
     def test_output_buffer_timeout_below_nsqd_minimum(self) -> Inline:
         """nsqd >= 1.2 refuses an output_buffer_timeout of 1-24 ms (its
         --min-output-buffer-timeout defaults to 25 ms) with a fatal E_BAD_BODY whose
-        text names no option: the error names the IdentifyOptions field and the range."""
+        text names no option: the error names the setting, in seconds, and the range."""
         self.assertGreaterEqual(nsqd_version(), (1, 2, 0))
         nsqd = start_nsqd(self)
         error = yield self.handshake_failure(
@@ -41,8 +41,8 @@ class IdentifyLimitsTests(IntegrationTestCase):
             identify=IdentifyOptions(client_id="obt", output_buffer_timeout_ms=10),
         )
         self.assertEqual(error.text, "IDENTIFY output buffer timeout (10) is invalid")
-        self.assertIn("IdentifyOptions.output_buffer_timeout_ms=10", str(error))
-        self.assertIn("--min-output-buffer-timeout (25 ms by default", str(error))
+        self.assertIn("output_buffer_timeout=0.01 (10 ms on the wire)", str(error))
+        self.assertIn("--min-output-buffer-timeout (0.025 s by default", str(error))
         # The minimum itself is accepted, and so is a lower --min-output-buffer-timeout.
         client = yield self.ready(
             nsqd, identify=IdentifyOptions(client_id="obt", output_buffer_timeout_ms=25)

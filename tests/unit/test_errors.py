@@ -122,20 +122,20 @@ class HintTests(SynchronousTestCase):
     def test_identify_values_refused(self) -> None:
         cases = {
             "heartbeat interval (500) is invalid": (
-                "IdentifyOptions.heartbeat_interval_ms=500",
+                "heartbeat_interval=0.5 (500 ms on the wire)",
                 "--max-heartbeat-interval",
             ),
             "output buffer timeout (10) is invalid": (
-                "IdentifyOptions.output_buffer_timeout_ms=10",
-                "--min-output-buffer-timeout (25 ms by default since nsqd 1.2",
+                "output_buffer_timeout=0.01 (10 ms on the wire)",
+                "--min-output-buffer-timeout (0.025 s by default since nsqd 1.2",
             ),
             "output buffer size (70000) is invalid": (
-                "IdentifyOptions.output_buffer_size=70000",
+                "output_buffer_size=70000",
                 "--max-output-buffer-size",
             ),
-            "sample rate (120) is invalid": ("IdentifyOptions.sample_rate=120", "0 to 99"),
+            "sample rate (120) is invalid": ("sample_rate=120", "0 to 99"),
             "msg timeout (1000000) is invalid": (
-                "IdentifyOptions.msg_timeout_ms=1000000",
+                "msg_timeout=1000 (1000000 ms on the wire)",
                 "--max-msg-timeout",
             ),
         }
