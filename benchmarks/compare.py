@@ -1064,7 +1064,8 @@ def report(
             throughput_table(bench, thr),
             "",
             f"Counts: txnsq PUB {a.pub_count:,}, MPUB {a.mpub_count:,}, pub-batched "
-            f"{a.batched_count:,}, publish_nowait {a.nowait_count:,}, consume {a.count:,}; "
+            f"{a.batched_count:,}, publish_nowait {getattr(a, 'nowait_count', 0):,}, "
+            f"consume {a.count:,}; "
             f"pynsq PUB {a.pynsq_pub_count:,}, MPUB {a.pynsq_mpub_count:,}, consume "
             f"{a.pynsq_count:,}; bench_writer --runfor {a.go_seconds}s; bench_reader "
             f"--runfor {max(0.1, a.count / 1_250_000):.2f}s on {a.count:,} prefilled.",
