@@ -616,6 +616,8 @@ def run_one(bench: Bench, workload: str, client: str) -> None:
             line = f"{out['rate']:>12,.0f} msgs/s  CPU {out['cpu_us']:.2f} us/msg"
             if workload == "rss":
                 line += f"  peak RSS {out['hwm_kb'] / 1024:.1f} MB"
+            if "deferred_floor_us" in out:
+                line += f"  over the Deferred floor {out['cpu_us'] - out['deferred_floor_us']:.2f}"
         print(f"    {workload:<16}{client:<8}{line}  (load {out['load']:.2f})", flush=True)
 
 
@@ -1109,8 +1111,9 @@ def report(
     if "pub-batched" in workloads and "txnsq" in bench.clients:
         parts += [
             "Cost of one batched publish() (txnsq, pub-batched): the client's CPU per "
-            "publish; the Deferred floor, measured in the same process right after the "
-            "run: the runner's own loop, 1,000 in flight, over bare Deferreds (made, given "
+            "publish; the Deferred floor, measured in the same process (the median of "
+            "three runs: one before the run, two after): the runner's own loop, 1,000 in "
+            "flight, over bare Deferreds (made, given "
             "the runner's callback with addBoth, kept, fired with OK in order by the "
             "thousand as an answer fires a batch's), no library; the tight loop: one bare "
             "Deferred at a time made, given a no-op callback and fired (none kept, so no "
