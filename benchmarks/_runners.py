@@ -9,7 +9,10 @@ Roles:
 
 - ``publish``: ``count`` messages of ``size`` bytes as PUB (``batch`` 1) or MPUB
   (``batch`` > 1), ``window`` commands in flight (txnsq: with ``batching``, a Producer
-  with ``batch=True``). Timed from the ready connection to the last answer.
+  with ``batch=True``). Timed from the ready connection to the last answer. With
+  ``batching``, also the Deferred floor (:func:`deferred_floor`), in the same process.
+- ``publish-nowait`` (txnsq): ``count`` messages handed to ``publish_nowait``, ``chunk``
+  per reactor turn, then ``flush()``; timed from the first call to the flush firing.
 - ``consume``: read ``count`` prefilled messages with ``max_in_flight``, optionally over
   snappy, deflate or TLS. The rate is the *steady* one, first message to message
   ``count - tail``: nsqd holds the last < 16 KB of messages until its 250 ms output
@@ -18,7 +21,8 @@ Roles:
   the send time (``time.monotonic_ns``, one clock for every process on Linux).
 - ``lat-sub``: consume those and record publish-to-handler latency.
 - ``lat-ok``: publish ``count`` messages at ``rate`` per second and record
-  publish-to-OK latency (txnsq with ``batching``: ``batch=True``).
+  publish-to-OK latency (txnsq with ``batching``: ``batch=True``; with ``nowait``:
+  ``publish_nowait``, acknowledged when a ``flush()`` per timer tick fires).
 - ``floor``: the CPU a codec needs by itself, no sockets: decompressing nsqd's stream of
   100-byte messages plus compressing the FINs (snappy, deflate), or decrypting and
   encrypting the same bytes through OpenSSL memory BIOs (TLS).
@@ -200,6 +204,101 @@ def _publish_result(state: dict[str, Any], batch_size: int) -> dict[str, Any]:
     }
 
 
+def _publish_loop(
+    publish: Callable[[str, Any], Any],
+    topic: str,
+    payload: Any,
+    total: int,
+    on_last: Callable[[], object],
+) -> tuple[Callable[[int], None], Callable[[], tuple[int, int]]]:
+    """The publish runner's own work, the same whatever ``publish`` is: ``window`` calls
+    of ``publish(topic, payload)`` at first (``start(window)``), then one more from each
+    answer (a callback added with ``addBoth``) until ``total`` calls are made, and
+    ``on_last()`` once every one is answered. Returns ``start`` and ``counts()``: the
+    calls answered so far and how many of those failed."""
+    issued = done = errors = 0
+
+    def answered(result: object) -> None:
+        nonlocal issued, done, errors
+        done += 1
+        if type(result) is not bytes:
+            errors += 1
+        if issued < total:
+            issued += 1
+            publish(topic, payload).addBoth(answered)
+        elif done == total:
+            on_last()
+
+    def start(window: int) -> None:
+        nonlocal issued
+        for _ in range(min(window, total)):
+            issued += 1
+            publish(topic, payload).addBoth(answered)
+
+    def counts() -> tuple[int, int]:
+        return done, errors
+
+    return start, counts
+
+
+#: Publishes per run of :func:`deferred_floor` (and of :func:`tight_deferred`).
+FLOOR_COUNT = 200_000
+
+
+def deferred_floor(window: int, count: int = FLOOR_COUNT, repeat: int = 1) -> list[float]:
+    """The CPU µs per publish that the Deferred costs by itself, in this process: what
+    the publish runner does with each publish's Deferred, with bare Deferreds and no
+    client library. One value per run (``repeat`` runs of ``count`` publishes).
+
+    A run is the runner's own loop (:func:`_publish_loop`, ``window`` in flight) over
+    a ``publish`` that only makes a bare ``Deferred()`` and keeps it; the runner gives
+    each its callback (``addBoth``); then every Deferred kept is fired with ``b"OK"``,
+    in order, as nsqd's answer to a batch fires its publishes' Deferreds, and their
+    callbacks publish the next ones. A batched publish's CPU minus this is the
+    library's own share.
+    """
+    from twisted.internet.defer import Deferred
+
+    ok = b"OK"
+    pending: list[Deferred[bytes]] = []
+
+    def publish(topic: str, payload: Any) -> Deferred[bytes]:
+        d: Deferred[bytes] = Deferred()
+        pending.append(d)
+        return d
+
+    runs = []
+    for _ in range(repeat):
+        start, _counts = _publish_loop(publish, "floor", b"", count, lambda: None)
+        begin = _cpu()
+        start(window)
+        while pending:
+            fired = pending[:]
+            pending.clear()
+            for d in fired:
+                d.callback(ok)
+        runs.append((_cpu() - begin) / count * 1e6)
+    return runs
+
+
+def tight_deferred(count: int = FLOOR_COUNT) -> float:
+    """CPU µs of one bare Deferred made, given a callback that does nothing (``addBoth``)
+    and fired, in a tight loop: none is kept alive, so the garbage collector never
+    runs (lower than what any runner with publishes in flight pays)."""
+    from twisted.internet.defer import Deferred
+
+    def nothing(result: object) -> None:
+        pass
+
+    ok = b"OK"
+    begin = _cpu()
+    for _ in range(count):
+        d: Deferred[bytes] = Deferred()
+        d.addBoth(nothing)
+        d.callback(ok)
+    return (_cpu() - begin) / count * 1e6
+
+
 def _watchdog(seconds: float, stop: Any) -> None:
     import threading
 
@@ -245,47 +344,124 @@ def tx_publish(spec: dict[str, Any]) -> dict[str, Any]:
     producer = Producer(spec["address"], identify=identify, tls=tls, reactor=reactor, **batching)
     topic = spec["topic"]
     batch = [body] * batch_size
-    publish, multi_publish = producer.publish, producer.multi_publish
-    state: dict[str, Any] = {"issued": 0, "done": 0, "errors": 0}
+    state: dict[str, Any] = {}
     out: dict[str, Any] = {}
 
     def finish() -> None:
+        state["done"], state["errors"] = counts()
         out.update(_publish_result(state, batch_size))
         stats = producer.stats()
         if stats["batches"]:
             out["batch_mean"] = stats["batched"] / stats["batches"]
             out["batch_max"] = stats["max_batch"]
+        if floors:
+            # The same process, before and right after the run: what the Deferreds
+            # alone cost (the median of three runs, one before, two after).
+            floors.extend(deferred_floor(window, repeat=2))
+            out["deferred_floor_us"] = sorted(floors)[len(floors) // 2]
+            out["deferred_floor_runs"] = floors
+            out["deferred_tight_us"] = tight_deferred()
         producer.stopService().addBoth(lambda _: reactor.stop())
 
-    def answered(result: Any) -> None:
-        state["done"] += 1
-        if not isinstance(result, bytes):
-            state["errors"] += 1
-        if state["issued"] < commands_total:
-            issue()
-        elif state["done"] == commands_total:
-            finish()
+    if batch_size == 1:
+        start, counts = _publish_loop(producer.publish, topic, body, commands_total, finish)
+    else:
+        start, counts = _publish_loop(producer.multi_publish, topic, batch, commands_total, finish)
 
-    def issue() -> None:
-        state["issued"] += 1
-        if batch_size == 1:
-            publish(topic, body).addBoth(answered)
+    floors: list[float] = []
+
+    def go(_: object) -> None:
+        if spec.get("batching"):
+            floors.extend(deferred_floor(window))  # before the run (see finish)
+        state["start"] = time.perf_counter()
+        state["cpu"] = _cpu()
+        state["sys"] = os.times().system
+        state["nsqd"] = _nsqd_cpu()
+        start(window)
+
+    producer.startService()
+    producer.when_ready().addCallback(go)
+    _watchdog(spec.get("timeout", 300), lambda: reactor.callFromThread(reactor.stop))
+    reactor.run()
+    return out or {"error": f"timed out after {counts()[0] * batch_size:,} messages"}
+
+
+#: ``publish_nowait`` calls per reactor turn in ``publish-nowait`` (one full batch at
+#: the default ``batch_max_count``).
+NOWAIT_CHUNK = 1000
+
+
+def tx_publish_nowait(spec: dict[str, Any]) -> dict[str, Any]:
+    """``count`` messages of ``size`` bytes handed to ``Producer.publish_nowait``,
+    ``chunk`` calls per reactor turn; when the buffer is full (``PublishBufferFull``),
+    the next turn waits for ``wait_for_room()``; after the last call, ``flush()``.
+    Timed from the first call to the flush firing (everything acknowledged or failed:
+    the failures, reported to ``on_publish_error``, are ``errors``)."""
+    from twisted.internet import reactor as _reactor
+
+    from txnsq import errors as txnsq_errors
+    from txnsq.producer import Producer
+
+    reactor: Any = _reactor
+    buffer_full: type[Exception] = txnsq_errors.PublishBufferFull
+    count, chunk = spec["count"], spec.get("chunk", NOWAIT_CHUNK)
+    topic = spec["topic"]
+    body = b"m" * spec["size"]
+    failures = [0]
+
+    def failed(topic: str, body: bytes, error: BaseException) -> None:
+        failures[0] += 1
+
+    producer: Any = Producer(spec["address"], reactor=reactor, on_publish_error=failed)
+    publish_nowait = producer.publish_nowait
+    state: dict[str, Any] = {"sent": 0, "waits": 0}
+    out: dict[str, Any] = {}
+
+    def turn() -> None:
+        sent = state["sent"]
+        end = min(sent + chunk, count)
+        i = sent
+        try:
+            for i in range(sent, end):  # noqa: B007 (the except clause reads it)
+                publish_nowait(topic, body)
+        except buffer_full:
+            state["sent"] = i  # the i-th was refused: it goes again after the wait
+            state["waits"] += 1
+            producer.wait_for_room().addCallbacks(lambda _: turn(), stopped)
+            return
+        state["sent"] = end
+        if end < count:
+            reactor.callLater(0, turn)
         else:
-            multi_publish(topic, batch).addBoth(answered)
+            producer.flush().addCallbacks(flushed, stopped)
+
+    def flushed(_: object) -> None:
+        state["done"], state["errors"] = count, failures[0]
+        out.update(_publish_result(state, 1))
+        stats = producer.stats()
+        if stats["batches"]:
+            out["batch_mean"] = stats["batched"] / stats["batches"]
+            out["batch_max"] = stats["max_batch"]
+        out["buffer_waits"] = state["waits"]
+        out["buffer_failed"] = stats.get("buffer_failed")
+        producer.stopService().addBoth(lambda _: reactor.stop())
+
+    def stopped(failure: Any) -> None:
+        out["error"] = f"after {state['sent']:,} messages: {failure.value!r}"
+        reactor.stop()
 
     def go(_: object) -> None:
         state["start"] = time.perf_counter()
         state["cpu"] = _cpu()
         state["sys"] = os.times().system
         state["nsqd"] = _nsqd_cpu()
-        for _ in range(min(window, commands_total)):
-            issue()
+        turn()
 
     producer.startService()
     producer.when_ready().addCallback(go)
     _watchdog(spec.get("timeout", 300), lambda: reactor.callFromThread(reactor.stop))
     reactor.run()
-    return out or {"error": f"timed out after {state['done'] * batch_size:,} messages"}
+    return out or {"error": f"timed out after {state['sent']:,} messages handed over"}
 
 
 def _run_tx_consumer(
@@ -379,10 +555,16 @@ def _paced(rate: int, count: int, publish: Callable[[int], None]) -> Callable[[f
     return tick
 
 
-def _tx_paced(spec: dict[str, Any], producer: Any, publish: Callable[[int], None]) -> float:
+def _tx_paced(
+    spec: dict[str, Any],
+    producer: Any,
+    publish: Callable[[int], None],
+    after_tick: Callable[[], None] | None = None,
+) -> float:
     """Start ``producer`` and, once it is ready, call ``publish(i)`` for ``spec["count"]``
-    messages at ``spec["rate"]`` per second from a 1 ms timer; run the reactor until
-    something stops it. Return the seconds the publishing took."""
+    messages at ``spec["rate"]`` per second from a 1 ms timer (then ``after_tick()``,
+    if given, once per tick); run the reactor until something stops it. Return the
+    seconds the publishing took."""
     from twisted.internet import reactor as _reactor
     from twisted.internet.task import LoopingCall
 
@@ -391,7 +573,10 @@ def _tx_paced(spec: dict[str, Any], producer: Any, publish: Callable[[int], None
     times: dict[str, float] = {}
 
     def step() -> None:
-        if tick(times["start"]):
+        last = tick(times["start"])
+        if after_tick is not None:
+            after_tick()
+        if last:
             times["end"] = time.perf_counter()
             loop.stop()
 
@@ -446,33 +631,72 @@ def _ok_latency_result(
 
 
 def tx_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
+    """``lat-ok``: ``publish()`` (``batching``: with ``batch=True``), a message
+    acknowledged when its Deferred fires; with ``nowait``, ``publish_nowait()``, which
+    returns nothing: a message counts as acknowledged when the ``flush()`` called at
+    the end of the timer tick that published it fires (once everything handed over
+    before it is acknowledged or failed: one flush per tick, not per message)."""
     from twisted.internet import reactor as _reactor
 
     from txnsq.producer import Producer
 
     reactor: Any = _reactor
-    producer = Producer(spec["address"], reactor=reactor, batch=bool(spec.get("batching")))
     topic, count = spec["topic"], spec["count"]
     body = b"p" * spec["size"]
     latencies: list[int] = [0] * count
     answered: list[int] = []
     errors = [0]
     now = time.monotonic_ns
-    publish = producer.publish
+    after_tick = None
 
-    def done(result: Any, i: int) -> None:
-        latencies[i] = now() - latencies[i]
-        answered.append(i)
-        if not isinstance(result, bytes):
-            errors[0] += 1
+    def finished() -> None:
         if len(answered) == count:
             producer.stopService().addBoth(lambda _: reactor.stop())
 
-    def one(i: int) -> None:
-        latencies[i] = now()
-        publish(topic, body).addBoth(done, i)
+    if spec.get("nowait"):
 
-    _tx_paced(spec, producer, one)
+        def failed(topic: str, body: bytes, error: BaseException) -> None:
+            errors[0] += 1
+
+        producer: Any = Producer(spec["address"], reactor=reactor, on_publish_error=failed)
+        publish_nowait = producer.publish_nowait
+        pending = [0, 0]  # the messages published since the last flush: [first, end)
+
+        def flushed(_: object, first: int, end: int) -> None:
+            t = now()
+            for i in range(first, end):
+                latencies[i] = t - latencies[i]
+            answered.extend(range(first, end))
+            finished()
+
+        def one(i: int) -> None:
+            latencies[i] = now()
+            publish_nowait(topic, body)
+            pending[1] = i + 1
+
+        def flush_tick() -> None:
+            first, end = pending
+            if end > first:
+                pending[0] = end
+                producer.flush().addCallback(flushed, first, end)
+
+        after_tick = flush_tick
+    else:
+        producer = Producer(spec["address"], reactor=reactor, batch=bool(spec.get("batching")))
+        publish = producer.publish
+
+        def done(result: Any, i: int) -> None:
+            latencies[i] = now() - latencies[i]
+            answered.append(i)
+            if not isinstance(result, bytes):
+                errors[0] += 1
+            finished()
+
+        def one(i: int) -> None:
+            latencies[i] = now()
+            publish(topic, body).addBoth(done, i)
+
+    _tx_paced(spec, producer, one, after_tick)
     return _ok_latency_result([latencies[i] for i in sorted(answered)], spec, errors[0])
 
 
@@ -799,6 +1023,7 @@ RUNNERS = {
     ("txnsq", "lat-sub"): tx_lat_sub,
     ("txnsq", "lat-pub"): tx_lat_pub,
     ("txnsq", "lat-ok"): tx_lat_ok,
+    ("txnsq", "publish-nowait"): tx_publish_nowait,
     ("pynsq", "publish"): py_publish,
     ("pynsq", "consume"): py_consume,
     ("pynsq", "lat-sub"): py_lat_sub,

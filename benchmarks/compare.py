@@ -19,6 +19,10 @@ Workloads (100-byte bodies):
   application publishes events: txnsq with ``Producer(batch=True)`` (the calls are
   coalesced into MPUBs), pynsq's ``Writer.pub`` (no batching: PUB), go-nsq's
   ``bench_writer --batch-size 1``.
+- ``pub-nowait``: fire-and-forget, txnsq only: ``Producer.publish_nowait`` one message
+  per call, 1,000 calls per reactor turn (``wait_for_room()`` when the buffer is full),
+  then ``flush()``; timed from the first call to the flush firing, and every message
+  must be counted by nsqd (the topic's ``message_count``), else the run is an error.
 - ``consume``: read a prefilled channel over one connection with max_in_flight 2500
   (txnsq ``Consumer``, pynsq ``Reader``); go-nsq: ``bench_reader --rdy 2500`` with
   ``GOMAXPROCS=1``, which makes it open one connection (it opens one per GOMAXPROCS),
@@ -37,7 +41,9 @@ Workloads (100-byte bodies):
   ``latency-nobuf`` asks nsqd to write every message at once (``output_buffer_size``).
 - ``latency-pub``, ``latency-batched``: publish-to-OK latency (the publisher alone: from
   the publish call to its Deferred or callback firing) at ``--latency-rate`` messages/s
-  for ``--latency-seconds``, plain PUB (txnsq, pynsq) and txnsq with ``batch=True``.
+  for ``--latency-seconds``, plain PUB (txnsq, pynsq) and txnsq with ``batch=True``;
+  ``latency-nowait``: txnsq's ``publish_nowait``, a message acknowledged when the
+  ``flush()`` called at the end of the 1 ms tick that published it fires.
 - ``rss``: txnsq's consumer over ``--rss-count`` messages (1,000,000 by default),
   sampling its RSS every tenth of the way: it must stay flat.
 
@@ -82,6 +88,7 @@ WORKLOADS = [
     "pub",
     "mpub",
     "pub-batched",
+    "pub-nowait",
     "consume",
     "consume-2conn",
     "consume-snappy",
@@ -91,12 +98,14 @@ WORKLOADS = [
     "latency-nobuf",
     "latency-pub",
     "latency-batched",
+    "latency-nowait",
     "rss",
 ]
 CLIENTS = {
     "pub": ["txnsq", "pynsq", "go-nsq"],
     "mpub": ["txnsq", "pynsq", "go-nsq"],
     "pub-batched": ["txnsq", "pynsq", "go-nsq"],
+    "pub-nowait": ["txnsq"],
     "consume": ["txnsq", "pynsq", "go-nsq"],
     "consume-2conn": ["txnsq", "pynsq", "go-nsq"],
     "consume-snappy": ["txnsq", "pynsq"],
@@ -106,6 +115,7 @@ CLIENTS = {
     "latency-nobuf": ["txnsq", "pynsq"],
     "latency-pub": ["txnsq", "pynsq"],
     "latency-batched": ["txnsq"],
+    "latency-nowait": ["txnsq"],
     "rss": ["txnsq"],
 }
 GO_TOOL = {
@@ -116,13 +126,14 @@ GO_TOOL = {
     "consume-2conn": "bench_reader",
 }
 #: The latency workloads measured at the publisher (publish call to OK).
-OK_LATENCY = ("latency-pub", "latency-batched")
+OK_LATENCY = ("latency-pub", "latency-batched", "latency-nowait")
 #: The consume variants that run through a codec or TLS (and have a CPU floor).
 CODEC_VARIANTS = ("snappy", "deflate", "tls")
 TITLES = {
     "pub": "PUB, 100 in flight",
     "mpub": "MPUB x100, 100 in flight",
     "pub-batched": "1 msg/call, 1000 in flight",
+    "pub-nowait": "publish_nowait, 1 msg/call",
     "consume": "consume, mif 2500",
     "consume-2conn": "consume, 2 x mif 2500",
     "consume-snappy": "consume + snappy",
@@ -414,6 +425,29 @@ def run_publish(bench: Bench, workload: str, client: str) -> dict[str, Any]:
     return _finish(bench, out, done, nsqd_share)
 
 
+def run_publish_nowait(bench: Bench, workload: str, client: str) -> dict[str, Any]:
+    """``pub-nowait``: the runner, then nsqd's count of the topic's messages, which must
+    be every message handed over."""
+    a = bench.args
+    topic = bench.topic(workload, client)
+    spec = _spec(bench, client, "publish-nowait", topic, count=a.nowait_count, timeout=a.timeout)
+    try:
+        done, nsqd_share = bench.measure(python_cmd(spec), a.timeout + 30)
+        out = _parse_json(done, f"{client} {workload}")
+        if "error" not in out:
+            stats = bench.nsqd.topic_stats(topic) or {}
+            counted = int(stats.get("message_count", 0))
+            out["nsqd_counted"] = counted
+            if counted != a.nowait_count or out.get("errors"):
+                out["error"] = (
+                    f"nsqd counted {counted:,} of {a.nowait_count:,} messages "
+                    f"({out.get('errors', 0):,} reported failed)"
+                )
+    finally:
+        bench.delete_topic(topic)
+    return _finish(bench, out, done, nsqd_share)
+
+
 def run_consume(bench: Bench, workload: str, client: str) -> dict[str, Any]:
     a = bench.args
     topic = bench.topic(workload, client)
@@ -531,6 +565,7 @@ def run_latency_ok(bench: Bench, workload: str, client: str) -> dict[str, Any]:
         rate=a.latency_rate,
         timeout=a.latency_seconds + 60,
         batching=workload == "latency-batched",
+        nowait=workload == "latency-nowait",
     )
     try:
         bench.http_post("/topic/create", {"topic": topic})
@@ -565,6 +600,8 @@ def _nsq_binary(name: str) -> str:
 def run_one(bench: Bench, workload: str, client: str) -> None:
     if workload in ("pub", "mpub", "pub-batched"):
         out = run_publish(bench, workload, client)
+    elif workload == "pub-nowait":
+        out = run_publish_nowait(bench, workload, client)
     elif workload in OK_LATENCY:
         out = run_latency_ok(bench, workload, client)
     elif workload.startswith("latency"):
@@ -579,6 +616,8 @@ def run_one(bench: Bench, workload: str, client: str) -> None:
             line = f"{out['rate']:>12,.0f} msgs/s  CPU {out['cpu_us']:.2f} us/msg"
             if workload == "rss":
                 line += f"  peak RSS {out['hwm_kb'] / 1024:.1f} MB"
+            if "deferred_floor_us" in out:
+                line += f"  over the Deferred floor {out['cpu_us'] - out['deferred_floor_us']:.2f}"
         print(f"    {workload:<16}{client:<8}{line}  (load {out['load']:.2f})", flush=True)
 
 
@@ -716,6 +755,62 @@ def cost_table(bench: Bench, workloads: list[str], floors: dict[str, list[float]
     return _rst_table(headers, rows, right=set(range(2, len(headers))))
 
 
+#: The most CPU per batched ``publish()`` txnsq may add to its Deferred's (issue 25).
+PUBLISH_SHARE_TARGET_US = 0.5
+
+
+def publish_share(bench: Bench) -> tuple[float, float, float] | None:
+    """txnsq's batched ``publish()`` (``pub-batched``): its client CPU per publish, the
+    Deferred floor measured in the same processes (``deferred_floor_us``), and the
+    difference, txnsq's share (medians over the runs; ``None`` if not measured)."""
+    outs = [o for o in bench.results.get(("pub-batched", "txnsq"), []) if "deferred_floor_us" in o]
+    if not outs:
+        return None
+    cpu = _median([o["cpu_us"] for o in outs])
+    floor = _median([o["deferred_floor_us"] for o in outs])
+    share = _median([o["cpu_us"] - o["deferred_floor_us"] for o in outs])
+    return cpu, floor, share
+
+
+def publish_cost_table(bench: Bench) -> str:
+    headers = [
+        "publish() batched",
+        "CPU us/msg",
+        "of it kernel",
+        "Deferred floor us",
+        "tight loop us",
+        "txnsq's share us",
+        "runs (share)",
+        "target",
+    ]
+    outs = bench.results.get(("pub-batched", "txnsq"), [])
+    measured = publish_share(bench)
+    if measured is None:
+        return _rst_table(headers, [["txnsq", "-", "-", "-", "-", "-", "", "not measured"]])
+    cpu, floor, share = measured
+    sys_us = _m(bench, "pub-batched", "txnsq", "sys_us")
+    tight = _m(bench, "pub-batched", "txnsq", "deferred_tight_us")
+    runs = ", ".join(
+        f"{o['cpu_us'] - o['deferred_floor_us']:.2f}" for o in outs if "deferred_floor_us" in o
+    )
+    return _rst_table(
+        headers,
+        [
+            [
+                "txnsq",
+                f"{cpu:.2f}",
+                "-" if sys_us is None else f"{sys_us:.2f}",
+                f"{floor:.2f}",
+                "-" if tight is None else f"{tight:.2f}",
+                f"{share:.2f}",
+                f"[{runs}]",
+                f"<= {PUBLISH_SHARE_TARGET_US} us",
+            ]
+        ],
+        right={1, 2, 3, 4, 5},
+    )
+
+
 def latency_table(bench: Bench, workloads: list[str]) -> str:
     headers = [
         "nsqd output buffer",
@@ -762,7 +857,9 @@ def ok_latency_table(bench: Bench, workloads: list[str]) -> str:
     for workload in OK_LATENCY:
         if workload not in workloads:
             continue
-        label = "batch=True" if workload == "latency-batched" else "PUB"
+        label = {"latency-batched": "batch=True", "latency-nowait": "publish_nowait"}.get(
+            workload, "PUB"
+        )
         for client in [c for c in CLIENTS[workload] if c in bench.clients]:
             outs = bench.results.get((workload, client))
             if not outs:
@@ -849,6 +946,8 @@ def targets_table(bench: Bench) -> str:
             0.5,
             False,
         ),
+        ("publish_nowait >= 0.5x MPUB x100", across("pub-nowait", "mpub"), 0.5, False),
+        ("publish_nowait >= 5x PUB pipelined", across("pub-nowait", "pub"), 5.0, False),
         (
             "nsqd CPU per message: PUB pipelined / publish() batched > 1",
             nsqd_per_message("pub", "pub-batched"),
@@ -877,6 +976,24 @@ def targets_table(bench: Bench) -> str:
             continue
         met = value > target if strict else value >= target
         rows.append([name, f"{value:.2f}x", "met" if met else "NOT met"])
+    # At most, not at least: publish_nowait's p99 over PUB's.
+    name = "p99 publish-to-OK: publish_nowait <= 1.2x PUB"
+    value = across("latency-nowait", "latency-pub", "p99_ms")
+    if value is None:
+        rows.append([name, "-", "not measured"])
+    else:
+        rows.append([name, f"{value:.2f}x", "met" if value <= 1.2 else "NOT met"])
+    # An absolute target (CPU, not a ratio): what txnsq adds to the Deferred.
+    name = (
+        f"publish() batched: txnsq's share over the Deferred floor <= {PUBLISH_SHARE_TARGET_US} us"
+    )
+    measured = publish_share(bench)
+    if measured is None:
+        rows.append([name, "-", "not measured"])
+    else:
+        share = measured[2]
+        met = share <= PUBLISH_SHARE_TARGET_US
+        rows.append([name, f"{share:.2f} us", "met" if met else "NOT met"])
     return _rst_table(["target (txnsq / other, medians)", "measured", ""], rows, right={1})
 
 
@@ -949,7 +1066,8 @@ def report(
             throughput_table(bench, thr),
             "",
             f"Counts: txnsq PUB {a.pub_count:,}, MPUB {a.mpub_count:,}, pub-batched "
-            f"{a.batched_count:,}, consume {a.count:,}; "
+            f"{a.batched_count:,}, publish_nowait {getattr(a, 'nowait_count', 0):,}, "
+            f"consume {a.count:,}; "
             f"pynsq PUB {a.pynsq_pub_count:,}, MPUB {a.pynsq_mpub_count:,}, consume "
             f"{a.pynsq_count:,}; bench_writer --runfor {a.go_seconds}s; bench_reader "
             f"--runfor {max(0.1, a.count / 1_250_000):.2f}s on {a.count:,} prefilled.",
@@ -990,6 +1108,21 @@ def report(
             ok_latency_table(bench, workloads),
             "",
         ]
+    if "pub-batched" in workloads and "txnsq" in bench.clients:
+        parts += [
+            "Cost of one batched publish() (txnsq, pub-batched): the client's CPU per "
+            "publish; the Deferred floor, measured in the same process (the median of "
+            "three runs: one before the run, two after): the runner's own loop, 1,000 in "
+            "flight, over bare Deferreds (made, given "
+            "the runner's callback with addBoth, kept, fired with OK in order by the "
+            "thousand as an answer fires a batch's), no library; the tight loop: one bare "
+            "Deferred at a time made, given a no-op callback and fired (none kept, so no "
+            "garbage collection: lower than any runner with publishes in flight can pay); "
+            "and txnsq's own share, CPU minus the floor (medians over the runs):",
+            "",
+            publish_cost_table(bench),
+            "",
+        ]
     if "rss" in workloads:
         parts += [rss_report(bench), ""]
     if thr or any(w in OK_LATENCY for w in workloads):
@@ -1022,6 +1155,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--batched-count", type=int, default=1_000_000, help="txnsq pub-batched messages"
     )
+    p.add_argument("--nowait-count", type=int, default=2_000_000, help="txnsq pub-nowait messages")
     p.add_argument("--go-seconds", type=float, default=2.0, help="bench_writer --runfor")
     p.add_argument("--latency-rate", type=int, default=2000, help="messages/s for latency")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="seconds of latency run")
@@ -1058,6 +1192,7 @@ def main(argv: list[str] | None = None) -> None:
         args.pub_count = args.pynsq_pub_count = 5_000
         args.mpub_count = args.pynsq_mpub_count = 50_000
         args.batched_count = 50_000
+        args.nowait_count = 50_000
         args.go_seconds = 0.3
         args.latency_seconds = 1.0
         args.latency_rate = 500
@@ -1191,6 +1326,8 @@ def _profile(bench: Bench, workload: str) -> None:
                 batching=batched,
                 profile=35,
             )
+        elif workload == "pub-nowait":
+            spec = _spec(bench, "txnsq", "publish-nowait", topic, count=a.nowait_count, profile=35)
         elif workload.startswith("consume") or workload == "rss":
             bench.prefill(topic, a.count)
             spec = _spec(
@@ -1204,7 +1341,8 @@ def _profile(bench: Bench, workload: str) -> None:
             )
         else:
             raise SystemExit(
-                f"--profile supports pub, mpub, pub-batched and consume*, not {workload}"
+                f"--profile supports pub, mpub, pub-batched, pub-nowait and consume*, "
+                f"not {workload}"
             )
         done = reap(spawn(python_cmd(spec), a.timeout + 30))
         sys.stderr.write(done.stderr)

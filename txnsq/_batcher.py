@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import AlreadyCalledError, Deferred
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -78,6 +78,7 @@ class Batcher:
         "queue",
         "reactor",
         "retry",
+        "stamp",
         "state",
         "timeout",
         "topic",
@@ -106,12 +107,22 @@ class Batcher:
         self.cancel = self._cancel
         #: Whether ``call`` is a linger timer (a full batch does not wait for it).
         self.lingering = False
+        #: The time publishes made now are queued with, while it is known without a
+        #: clock read: this reactor turn's, read once when a send is scheduled for the
+        #: end of the turn or an answer is handed out, and valid while ``call`` is that
+        #: send or answer (``None`` otherwise: each publish reads the clock). Times are
+        #: for ``ready_timeout`` and the linger: a publish may be stamped earlier than
+        #: it was made by at most one reactor turn.
+        self.stamp: float | None = None
 
     def schedule(self) -> None:
         """Send what is due at the end of this reactor turn (or once the linger is over)."""
         linger = self.queue.linger
-        self.call = self.reactor.callLater(linger, self.send_due)
-        self.lingering = linger > 0
+        reactor = self.reactor
+        self.call = reactor.callLater(linger, self.send_due)
+        self.lingering = lingering = linger > 0
+        # Until send_due, at the end of this turn (a linger spans turns: no stamp).
+        self.stamp = None if lingering else reactor.seconds()
 
     def send_soon(self) -> None:
         """Send at the end of this reactor turn (a full batch ends the linger)."""
@@ -137,6 +148,7 @@ class Batcher:
         if call is not None and call.active():
             call.cancel()
         self.lingering = False
+        self.stamp = None
         state = self.state
         queue = self.queue
         seconds = self.reactor.seconds
@@ -219,6 +231,7 @@ class Batcher:
             call.cancel()
         self.call = _ANSWERING
         self.lingering = False
+        self.stamp = self.reactor.seconds()  # for the publishes the callbacks make
         try:
             # connection.answered counted the command as one publish: the rest here.
             if type(result) is Failure:
@@ -231,6 +244,7 @@ class Batcher:
                 self.delivered(bodies, tokens, result)
         finally:
             self.call = None
+            self.stamp = None
             state.landed(n - 1)
         self.send_due()
         if self.expiry is None and queue.bodies:
@@ -244,8 +258,10 @@ class Batcher:
             for d in tokens:
                 retries.pop(d, None)
         for d in tokens:
-            if not d.called:
+            try:
                 d.callback(result)
+            except AlreadyCalledError:  # cancelled meanwhile: its answer is dropped
+                pass
 
     def failed(
         self,
@@ -431,6 +447,7 @@ class Batcher:
             if timer is not None and timer.active():
                 timer.cancel()
         self.call = self.expiry = None
+        self.stamp = None
         state = self.state
         queue = self.queue
         while queue.bodies:

@@ -419,14 +419,20 @@ class Producer(Service):
         batchers = self._batchers
         if batchers is None:
             return self._submit(_pub(topic, body))
-        batcher = batchers.get(topic)
+        try:
+            batcher = batchers[topic]
+        except (KeyError, TypeError):  # a new topic (or not a str: checked there)
+            return self._publish_batched(topic, body)
         state = self._state
-        if batcher is None or type(body) is not bytes or not body or state.stopped:
+        if type(body) is not bytes or not body or state.stopped:
             return self._publish_batched(topic, body)
         if not self._ready and state.batch_queued >= self._max_queued:
             return self._queue_full()
         d: Deferred[bytes] = Deferred(batcher.cancel)
-        now = self._seconds()
+        call = batcher.call
+        now = batcher.stamp  # this turn's time, while a send or an answer is under way
+        if now is None or call is None:
+            now = self._seconds()
         queue = batcher.queue
         # BatchQueue.add and the scheduling after it, inlined (this runs for every
         # message; publish_nowait does the same with its own token).
@@ -435,7 +441,6 @@ class Producer(Service):
         queue.times.append(now)
         queue.body_bytes += len(body)
         state.batch_queued += 1
-        call = batcher.call
         if call is None:
             if queue.in_flight < queue.window:
                 batcher.schedule()

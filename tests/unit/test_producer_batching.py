@@ -321,6 +321,51 @@ class CancelAndTimeoutTests(BatchingTestCase):
         self.successResultOf(second)
         self.stop(producer)
 
+    def test_publishes_waiting_for_the_window_time_out_from_their_own_time(self) -> None:
+        # A publish made in a turn that schedules no send (four batches unanswered)
+        # reads the clock itself: it is not timed from an earlier turn's send.
+        producer, nsqd = self.started(ready_timeout=3.0)
+        for i in range(4):
+            producer.publish("t", b"%d" % i)
+            self.reactor.advance(0)
+        self.assertEqual(len(sent(nsqd)), 4)
+        self.reactor.advance(1)
+        first = producer.publish("t", b"first")
+        self.reactor.advance(2)
+        second = producer.publish("t", b"second")
+        self.reactor.advance(1)  # first: 3 s queued, second: 1 s
+        self.failureResultOf(first, NotReady)
+        self.assertNoResult(second)
+        nsqd.answer_ok()  # the window opens: second goes
+        self.assertEqual(sent(nsqd), [(b"PUB t", [b"second"])])
+        nsqd.answer_ok(4)
+        self.successResultOf(second)
+        self.stop(producer)
+
+    def test_publishes_made_from_an_answer_are_timed_from_it(self) -> None:
+        # The callbacks of an answered batch publish with the answer's time (one clock
+        # read per answer), and those publishes go out with the answer's turn.
+        producer, nsqd = self.started()
+        again: list[Any] = []
+
+        def publish_again(_: object) -> None:
+            again.append(producer.publish("t", b"2"))
+            again.append(batcher.queue.times[-1])  # the time it was queued with
+
+        producer.publish("t", b"1").addCallback(publish_again)
+        assert producer._batchers is not None
+        batcher = producer._batchers["t"]
+        self.assertEqual(sent(nsqd), [(b"PUB t", [b"1"])])
+        self.reactor.advance(5)
+        answered_at = self.reactor.seconds()
+        nsqd.answer_ok()
+        self.assertEqual(again[1], answered_at)
+        self.assertEqual(sent(nsqd), [(b"PUB t", [b"2"])])
+        self.assertIsNone(batcher.stamp)  # only while the answer is handed out
+        nsqd.answer_ok()
+        self.successResultOf(again[0])
+        self.stop(producer)
+
     def test_queue_bound_while_not_ready(self) -> None:
         producer = self.make(max_queued=2)
         producer.startService()

@@ -42,6 +42,15 @@ class EncodeTests(SynchronousTestCase):
         self.assertEqual(mpub_bodies(body), bodies)
         self.assertEqual(len(body), mpub_body_size(3, 259))
 
+    def test_bodies_of_one_size_are_the_same_mpub(self) -> None:
+        # Bodies of one size take another path (one join): the same bytes as mpub's.
+        for bodies in ([b"ab", b"cd"], [b"x" * 100] * 1000, [b"\x00\x00\x00\x02", b"ab"]):
+            data = publish_batch("topic", bodies)
+            self.assertEqual(data, mpub("topic", bodies))
+            [(_, body)] = parse_commands(data)
+            assert body is not None
+            self.assertEqual(mpub_bodies(body), bodies)
+
     def test_checks_topic_and_count(self) -> None:
         self.assertRaises(ValueError, publish_batch, "bad topic", [b"x"])
         self.assertRaises(ValueError, publish_batch, "t", [])
