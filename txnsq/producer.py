@@ -508,9 +508,13 @@ class Producer(Service):
         :raises PublishBufferFull: when the buffer is full (see above).
         :raises ProducerStopped: once the producer is stopping or stopped.
         """
-        batcher = self._buffers.get(topic)
+        try:
+            batcher = self._buffers[topic]
+        except (KeyError, TypeError):  # a new topic (or not a str: checked there)
+            self._publish_nowait_first(topic, body)
+            return
         ledger = self._ledger
-        if batcher is None or type(body) is not bytes or not body or ledger.closed:
+        if type(body) is not bytes or not body or ledger.closed:
             self._publish_nowait_first(topic, body)
             return
         size = len(body)
@@ -520,7 +524,10 @@ class Producer(Service):
             raise ledger.full(size)
         ledger.free = free
         ledger.free_bytes = free_bytes
-        now = self._seconds()
+        call = batcher.call
+        now = batcher.stamp  # this turn's time, while a send or an answer is under way
+        if now is None or call is None:
+            now = self._seconds()
         queue = batcher.queue
         # BatchQueue.add and the scheduling after it, inlined as in publish().
         queue.bodies.append(body)
@@ -528,7 +535,6 @@ class Producer(Service):
         queue.times.append(now)
         queue.body_bytes += size
         self._state.batch_queued += 1
-        call = batcher.call
         if call is None:
             if queue.in_flight < queue.window:
                 batcher.schedule()
