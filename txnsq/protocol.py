@@ -41,7 +41,6 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from functools import partial
 from typing import Any, Final, cast
 
 from twisted.internet import defer
@@ -99,7 +98,7 @@ from txnsq.errors import (
     ProtocolError,
     WrongPeerError,
 )
-from txnsq.message import Message, MessageOwner
+from txnsq.message import Message, MessageOwner, message_factories
 from txnsq.options import ConnectionOptions
 from txnsq.tls import TLSOptions, client_connection_creator, describe_tls_failure
 
@@ -324,7 +323,9 @@ class NSQProtocol(Protocol):
         self._unwritten_commands = 0
         self.on_answer: Callable[[BaseException | None], object] | None = None
 
-        self._parser = FrameParser(max_frame_size, partial(Message, self))
+        make, make_many = message_factories(self)
+        self._parser = FrameParser(max_frame_size, make)
+        self._parser.batch_factory = make_many
         self._state = ProtocolState.CONNECTING
         # Whether answers are accepted (READY or CLOSING): kept by _set_state, read by the
         # per-message code instead of comparing states.
@@ -430,7 +431,8 @@ class NSQProtocol(Protocol):
     def set_message_owner(self, owner: MessageOwner) -> None:
         """Route answers to messages received from now on to ``owner`` (a consumer's record
         of this connection) instead of writing them straight to this connection."""
-        self._parser.message_factory = partial(Message, owner)
+        parser = self._parser
+        parser.message_factory, parser.batch_factory = message_factories(owner)
 
     def subscribe(self, topic: str, channel: str) -> defer.Deferred[bytes]:
         """Send ``SUB topic channel``; the Deferred fires with ``b"OK"``.
