@@ -178,11 +178,17 @@ class Session:
                     # let only this one be answered.
                     self._void(unanswered[msg_id])
                 if message.attempts > max_attempts:
+                    self._current = None
                     self._keep(message)
                     owner.give_up(self, message)
                     if self.closed:
                         return
                     continue
+                # While the handler runs, the message is _current; it stays so until
+                # the session sees it answered (_owns, or the claim below). Still
+                # _current after its handler: to be answered later (the handler kept
+                # it, or answered it from another thread: that answer reaches the
+                # session later, on the reactor thread), so it goes to unanswered.
                 self._current = message
                 try:
                     result = handler(message)
@@ -190,6 +196,8 @@ class Session:
                     owner.handler_raised(self, message)
                     if not message.has_responded:
                         message.requeue()
+                    elif self._current is message:
+                        self._keep(message)
                     if self.closed:
                         return
                     continue
@@ -199,9 +207,10 @@ class Session:
                     # message.finish() inlined: the handler returned, the message is ours
                     # (unless the handler answered it or disabled the auto response).
                     if not claim(message):
-                        if not message.has_responded:  # kept by the handler
+                        if self._current is message:
                             self._keep(message)
                         continue
+                    self._current = None
                     if owner.in_backoff or owner.draining:
                         # Each FIN now, in order with the backoff or the drain it ends.
                         if fins:
@@ -217,10 +226,10 @@ class Session:
                 if result is False:
                     if awaits_auto_answer(message):
                         message.requeue()
-                    elif not message.has_responded:
+                    elif self._current is message:
                         self._keep(message)
                 else:
-                    if not message.has_responded:
+                    if self._current is message:
                         self._keep(message)
                     owner.handle_result(self, message, result)
                 if self.closed:
@@ -233,25 +242,26 @@ class Session:
     def _keep(self, message: Message) -> None:
         """Put ``message`` (the one being handled, or about to be given up) in
         ``unanswered``: it is answered later."""
-        if message is self._current:
-            self._current = None
+        self._current = None
         if not self.closed:  # (else nsqd redelivers it: nothing can answer it here)
             self.unanswered[message.id] = message
 
     @property
     def in_flight(self) -> int:
         """How many messages of this connection are unanswered: those in ``unanswered``
-        and the one whose handler is running."""
-        current = self._current
-        return len(self.unanswered) + (current is not None and not current.has_responded)
+        and the one being handled, until the session sees it answered."""
+        return len(self.unanswered) + (self._current is not None)
 
     def _owns(self, message: Message) -> bool:
-        """Whether ``message`` is unanswered on this connection: taken off
-        ``unanswered`` when it was there (the caller answers it)."""
+        """Whether ``message`` is unanswered on this connection (the caller answers it):
+        it is no longer :attr:`_current`, or no longer in ``unanswered``."""
+        if message is self._current:
+            self._current = None
+            return not self.closed
         if self.unanswered.get(message.id) is message:
             del self.unanswered[message.id]
             return True
-        return message is self._current and not self.closed
+        return False
 
     def _finish_batch(self, msg_ids: list[bytes]) -> None:
         """Send the FINs of messages just taken off ``unanswered``, in one write."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +42,7 @@ from tests.support.wire import identify_answer, msg_id
 from txnsq._wire.frames import encode_error, encode_message, encode_response
 from txnsq._wire.retry import RetryPolicy
 from txnsq.consumer import Consumer, ConsumerOptions
-from txnsq.message import Message, MessageAlreadyAnswered
+from txnsq.message import Message, MessageAlreadyAnswered, answer_from_threads
 
 # -- the nsqd side of one connection ----------------------------------------------------------
 
@@ -786,6 +787,30 @@ class ReadBatchTests(SynchronousTestCase):
         self.assertEqual(conn.new_commands(), [(b"TOUCH", msg_id(1)), fin(1), req(2, 500), fin(3)])
         stats = h.consumer.stats()
         self.assertEqual((stats["finished"], stats["requeued"], stats["in_flight"]), (2, 1, 0))
+
+    def test_answered_from_another_thread_before_its_handler_returns(self) -> None:
+        """A message the handler hands to a thread (answer_from_threads) that finishes it
+        before the handler returns: the FIN goes out when the answer reaches the reactor
+        thread, once, and the message is in flight until then."""
+        h, conn = self.connected(max_in_flight=10)
+        queued: list[tuple[Callable[..., object], tuple[object, ...]]] = []
+
+        def handler(message: Message) -> bool:
+            answer_from_threads(message, lambda f, *args: queued.append((f, args)))
+            worker = threading.Thread(target=message.finish)
+            worker.start()
+            worker.join()
+            return True  # (answered already: not acted on)
+
+        h.consumer._handler = handler
+        conn.messages([1, 2])
+        self.assertEqual(conn.new_commands(), [])
+        self.assertEqual(h.consumer.stats()["in_flight"], 2)
+        for f, args in queued:  # what the reactor would run
+            f(*args)
+        h.advance(0)
+        self.assertEqual(conn.new_commands(), [fin(1), fin(2)])
+        self.assertEqual(h.consumer.stats()["in_flight"], 0)
 
     def test_drain_waits_for_the_message_being_handled(self) -> None:
         """A graceful stop is not over while a handler runs, even when that handler
