@@ -269,8 +269,6 @@ class Session:
         self.nsqd.finished += count
         if not self.closed:
             try:
-                # The ids were read off the messages before their handlers ran: as the
-                # parser made them, so they go out unchecked.
                 self.protocol.finish_many(msg_ids)
             except NotReady:
                 pass  # being dropped: nsqd redelivers the messages after their timeout

@@ -54,7 +54,7 @@ _MESSAGE_OVERHEAD: Final = 34
 # The smallest valid size field of a message frame (an empty body).
 _MIN_MESSAGE_SIZE: Final = _MESSAGE_OVERHEAD - 4
 _HEARTBEAT_DATA: Final = b"_heartbeat_"
-#: How many run structs (one per message frame size, see FrameParser._parse_into) a
+#: How many run structs (one per message frame size, see FrameParser._parse_run) a
 #: parser keeps: a stream of a few sizes reuses them, one of ever new sizes is bounded.
 _RUN_STRUCTS: Final = 32
 
@@ -346,10 +346,11 @@ class FrameParser(Generic[M]):
 
         Message frames, the bulk of a consumer's traffic, take a fast path: one
         ``unpack_from`` reads the frame header and the message header together. A run
-        of message frames of one size (two in a row start it) goes faster still: one
-        ``iter_unpack`` over the run reads each whole frame, body included, in C
-        (measured: 0.14 µs less per message). Everything else (responses, errors,
-        incomplete or invalid frames) goes through the general checks below it.
+        of message frames of one size (two in a row start it) goes faster still
+        (:meth:`_parse_run`: in C but for the ``batch_factory`` call, measured: 0.44 to
+        0.24 µs per message for a consumer's parsing and building of its messages).
+        Everything else (responses, errors, incomplete or invalid frames) goes through
+        the general checks below it.
         """
         append = frames.append
         unpack_full = _MESSAGE_FRAME.unpack_from
