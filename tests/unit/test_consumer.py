@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +42,7 @@ from tests.support.wire import identify_answer, msg_id
 from txnsq._wire.frames import encode_error, encode_message, encode_response
 from txnsq._wire.retry import RetryPolicy
 from txnsq.consumer import Consumer, ConsumerOptions
-from txnsq.message import Message, MessageAlreadyAnswered
+from txnsq.message import Message, MessageAlreadyAnswered, answer_from_threads
 
 # -- the nsqd side of one connection ----------------------------------------------------------
 
@@ -741,6 +742,100 @@ class ReadBatchTests(SynchronousTestCase):
         h.advance(0)
         self.successResultOf(stopped[0])
         self.assertTrue(conn.transport.lost)
+
+    def test_the_message_being_handled_is_in_flight(self) -> None:
+        """The message whose handler runs counts in ``in_flight`` (it is not in the
+        session's record of unanswered messages until its handler returns it
+        unanswered), and stops counting once the handler answered it."""
+        h, conn = self.connected(max_in_flight=10)
+        seen: list[tuple[int, int]] = []
+
+        def handler(message: Message) -> bool:
+            before = h.consumer.stats()["in_flight"]
+            if message.id == msg_id(2):
+                message.finish()  # answered by the handler: no second FIN below
+            elif message.id == msg_id(3):
+                message.disable_auto_response()  # kept: still in flight afterwards
+            seen.append((before, h.consumer.stats()["in_flight"]))
+            return True
+
+        h.consumer._handler = handler
+        conn.messages(range(1, 5))
+        self.assertEqual(seen, [(1, 1), (1, 0), (1, 1), (2, 2)])
+        self.assertEqual(conn.new_commands(), [fin(2), fin(1), fin(4)])
+        self.assertEqual(h.consumer.stats()["in_flight"], 1)
+
+    def test_answers_from_the_handler_to_the_message_it_handles(self) -> None:
+        """finish(), requeue() and touch() called by the handler on its message are sent
+        (once: its result is then not acted on), on the connection it came from."""
+        h, conn = self.connected(max_in_flight=10, max_backoff_duration=0)
+
+        def handler(message: Message) -> object:
+            number = int(message.id)
+            if number == 1:
+                message.touch()
+                message.finish()
+                return True
+            if number == 2:
+                message.requeue(0.5, backoff=False)
+                return False
+            message.finish()
+            return defer.succeed(True)
+
+        h.consumer._handler = handler
+        conn.messages([1, 2, 3])
+        self.assertEqual(conn.new_commands(), [(b"TOUCH", msg_id(1)), fin(1), req(2, 500), fin(3)])
+        stats = h.consumer.stats()
+        self.assertEqual((stats["finished"], stats["requeued"], stats["in_flight"]), (2, 1, 0))
+
+    def test_answered_from_another_thread_before_its_handler_returns(self) -> None:
+        """A message the handler hands to a thread (answer_from_threads) that finishes it
+        before the handler returns: the FIN goes out when the answer reaches the reactor
+        thread, once, and the message is in flight until then."""
+        h, conn = self.connected(max_in_flight=10)
+        queued: list[tuple[Callable[..., object], tuple[object, ...]]] = []
+
+        def handler(message: Message) -> bool:
+            answer_from_threads(message, lambda f, *args: queued.append((f, args)))
+            worker = threading.Thread(target=message.finish)
+            worker.start()
+            worker.join()
+            return True  # (answered already: not acted on)
+
+        h.consumer._handler = handler
+        conn.messages([1, 2])
+        self.assertEqual(conn.new_commands(), [])
+        self.assertEqual(h.consumer.stats()["in_flight"], 2)
+        for f, args in queued:  # what the reactor would run
+            f(*args)
+        h.advance(0)
+        self.assertEqual(conn.new_commands(), [fin(1), fin(2)])
+        self.assertEqual(h.consumer.stats()["in_flight"], 0)
+
+    def test_drain_waits_for_the_message_being_handled(self) -> None:
+        """A graceful stop is not over while a handler runs, even when that handler
+        answers the last message held before it."""
+        h, conn = self.connected(max_in_flight=10)
+        held: defer.Deferred[bool] = defer.Deferred()
+        h.result = held
+        conn.message(1)
+        stopped = h.consumer.stopService()
+        conn.new_commands()  # CLS
+        conn.send(encode_response(b"CLOSE_WAIT"))
+        h.advance(0)
+        over: list[bool] = []
+
+        def handler(message: Message) -> bool:
+            held.callback(True)  # the held message is answered: one is still in flight
+            over.append(stopped.called or not h.consumer._drain_waiters)
+            return True
+
+        h.consumer._handler = handler
+        conn.message(2)  # sent by nsqd before it took the CLS
+        self.assertEqual(over, [False])
+        self.assertEqual(conn.answers(), [fin(1), fin(2)])
+        h.advance(0)
+        self.successResultOf(stopped)
 
     def test_redelivered_copy_in_the_same_read(self) -> None:
         """A copy of a message still held arrives in one read with others: the held one

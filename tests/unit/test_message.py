@@ -5,7 +5,7 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from txnsq.errors import NotReady, NSQError
-from txnsq.message import Message, MessageAlreadyAnswered
+from txnsq.message import Message, MessageAlreadyAnswered, message_factories
 
 MSG_ID = b"0123456789abcdef"
 
@@ -68,6 +68,37 @@ class MessageAttributeTests(SynchronousTestCase):
 
     def test_already_answered_is_nsq_error(self) -> None:
         self.assertTrue(issubclass(MessageAlreadyAnswered, NSQError))
+
+
+class FactoryTests(SynchronousTestCase):
+    """message_factories builds messages without __init__: the same messages."""
+
+    def assertSameMessage(self, built: Message, expected: Message) -> None:
+        self.assertIs(type(built), Message)
+        for name in Message.__slots__:
+            self.assertEqual(getattr(built, name), getattr(expected, name), name)
+
+    def test_make_and_make_many_build_what_init_builds(self) -> None:
+        owner = RecordingOwner()
+        make, make_many = message_factories(owner)
+        fields = [(1_700_000_000_123_456_789, 3, MSG_ID, b"body"), (-1, 65535, MSG_ID, b"")]
+        expected = [Message(owner, *f) for f in fields]
+        self.assertSameMessage(make(*fields[0]), expected[0])
+        built = make_many(iter(fields))
+        self.assertEqual(len(built), 2)
+        for message, want in zip(built, expected, strict=True):
+            self.assertSameMessage(message, want)
+        self.assertEqual(make_many(iter([])), [])
+
+    def test_built_messages_answer_their_owner(self) -> None:
+        owner = RecordingOwner()
+        make, make_many = message_factories(owner)
+        first = make(1, 1, MSG_ID, b"a")
+        [second] = make_many(iter([(2, 1, MSG_ID, b"b")]))
+        first.finish()
+        second.requeue(1.5, backoff=False)
+        self.assertEqual(owner.calls, [("finish", first, ()), ("requeue", second, (1.5, False))])
+        self.assertRaises(MessageAlreadyAnswered, first.finish)
 
 
 class FinishTests(SynchronousTestCase):

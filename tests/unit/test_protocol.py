@@ -1320,7 +1320,7 @@ class MessageTests(SynchronousTestCase):
 
         server.protocol.on_messages = handle
         before = len(server.transport.writes)
-        count = 1000  # 134 bytes each: about 4 batches
+        count = 1000  # 134 bytes each: about 2 batches
         server.send(*[message_frame(i, b"x" * 100) for i in range(count)])
         self.assertEqual(sum(runs), count)
         self.assertGreater(len(runs), 1)

@@ -212,6 +212,57 @@ class MessageFrameTests(SynchronousTestCase):
         self.assertEqual(parser.feed(encode_message(5, 3, MSG_ID, b"y")), [(3, b"y")])
         self.assertRaises(ProtocolError, parser.feed, struct.pack(">ll", 2000, 0))
 
+    def test_a_run_of_one_size_is_built_by_one_batch_factory_call(self) -> None:
+        """Two message frames of one size in a row start a run: the rest of it goes to
+        ``batch_factory`` in one call, up to a frame of another size or type."""
+        calls: list[list[tuple[int, int, bytes, bytes]]] = []
+
+        def batch(fields: Any) -> list[MessageFrame]:
+            calls.append(list(fields))
+            return [MessageFrame(*f) for f in calls[-1]]
+
+        parser = FrameParser()
+        parser.batch_factory = batch
+        same = [encode_message(TIMESTAMP + i, i, MSG_ID, b"%03d" % i) for i in range(6)]
+        lookalike = encode_response(b"r" * 29)  # a message frame's size, not its type
+        other = encode_message(1, 1, MSG_ID, b"xy")
+        data = b"".join(same[:4]) + lookalike + b"".join(same[4:]) + other
+        frames = parser.feed(data)
+        self.assertEqual(
+            frames,
+            [MessageFrame(TIMESTAMP + i, i, MSG_ID, b"%03d" % i) for i in range(4)]
+            + [Response(b"r" * 29)]
+            + [MessageFrame(TIMESTAMP + i, i, MSG_ID, b"%03d" % i) for i in range(4, 6)]
+            + [MessageFrame(1, 1, MSG_ID, b"xy")],
+        )
+        # Runs from each second frame: 1, 2, 3, then 5 (the first ones by message_factory).
+        self.assertEqual(
+            calls,
+            [
+                [(TIMESTAMP + i, i, MSG_ID, b"%03d" % i) for i in (1, 2, 3)],
+                [(TIMESTAMP + 5, 5, MSG_ID, b"005")],
+            ],
+        )
+
+    def test_a_bad_frame_in_a_run(self) -> None:
+        """A frame of a run's size but an unknown type ends the run; the frames before it
+        come with the ProtocolError."""
+        good = [encode_message(i, 1, MSG_ID, b"body") for i in range(3)]
+        bad = struct.pack(">ll", 34, 7) + b"\x00" * 30  # the same size field, type 7
+        parser = FrameParser()
+        with self.assertRaises(ProtocolError) as caught:
+            parser.feed(b"".join(good) + bad + good[0])
+        self.assertEqual(
+            caught.exception.frames, [MessageFrame(i, 1, MSG_ID, b"body") for i in range(3)]
+        )
+
+    def test_runs_of_many_sizes(self) -> None:
+        """Any number of sizes (a parser keeps a few of its run structs)."""
+        frames = [MessageFrame(n, 1, MSG_ID, b"x" * size) for size in range(60) for n in range(3)]
+        parser = FrameParser()
+        data = b"".join(encode_message(f.timestamp, 1, MSG_ID, f.body) for f in frames)
+        self.assertEqual(parser.feed(data) + parser.feed(data), frames + frames)
+
     def test_control_frames_counts_what_is_not_a_message(self) -> None:
         """Comparing it before and after a feed tells whether the batch holds messages
         only (the protocol's fast path)."""

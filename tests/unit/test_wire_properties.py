@@ -53,6 +53,39 @@ messages = st.builds(
 )
 frame_lists = st.lists(st.one_of(responses, heartbeats, errors, messages), max_size=30)
 
+# Messages of a few body sizes only, among responses and errors of the same frame sizes
+# (the size field alike, the type not): runs of one size, the parser's fast path, begun
+# and broken anywhere.
+RUN_BODY_SIZES = (0, 1, 100)
+run_messages = st.builds(
+    lambda ts, attempts, msg_id, size, fill: (
+        encode_message(ts, attempts, msg_id, fill * size),
+        MessageFrame(ts, attempts, msg_id, fill * size),
+    ),
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(0, 65535),
+    st.binary(min_size=16, max_size=16),
+    st.sampled_from(RUN_BODY_SIZES),
+    st.sampled_from([b"\x00", b"\x02", b"b"]),
+)
+# A response or error frame as long as a message frame with a body of ``size`` bytes.
+run_lookalikes = st.builds(
+    lambda size, error: (
+        (encode_error("E" * (26 + size)), ErrorFrame("E" * (26 + size), ""))
+        if error
+        else (encode_response(b"r" * (26 + size)), Response(b"r" * (26 + size)))
+    ),
+    st.sampled_from(RUN_BODY_SIZES),
+    st.booleans(),
+)
+run_lists = st.lists(
+    st.tuples(
+        st.one_of(run_messages, run_messages, run_messages, run_lookalikes, heartbeats),
+        st.integers(1, 12),
+    ),
+    max_size=12,
+).map(lambda items: [frame for frame, repeat in items for _ in range(repeat)])
+
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
     """Cut ``data`` at the given offsets (taken modulo its length, sorted)."""
@@ -151,6 +184,41 @@ class FrameRoundTripProperties(SynchronousTestCase):
             first = parser.feed(stream, max_bytes=max_bytes)
             rest = parser.take_buffered()
             self.assertEqual(first + FrameParser().feed(rest), [e for _, e in frames])
+
+    @FAST
+    @given(run_lists, cut_lists, st.one_of(st.none(), st.integers(1, 2000)), st.booleans())
+    def test_runs_of_one_size(
+        self,
+        frames: list[tuple[bytes, Any]],
+        cuts: list[int],
+        max_bytes: int | None,
+        batch: bool,
+    ) -> None:
+        """Runs of message frames of one size (checked and unpacked as a run, built by
+        ``batch_factory`` when set) give the same frames as any other stream: every
+        frame once, in order, batches within the byte budget."""
+        stream = b"".join(data for data, _ in frames)
+        parser: FrameParser[Any] = FrameParser()
+        runs: list[int] = []
+        if batch:
+
+            def batch_factory(fields: Any) -> list[Any]:
+                built = [MessageFrame(*f) for f in fields]
+                runs.append(len(built))
+                return built
+
+            parser.batch_factory = batch_factory
+        out: list[Any] = []
+        for piece in split(stream, cuts):
+            got = parser.feed(piece, max_bytes=max_bytes)
+            while got:
+                if max_bytes is not None:
+                    self.assertLessEqual(_bytes_before_last_message(got), max_bytes)
+                out.extend(got)
+                got = parser.feed(b"", max_bytes=max_bytes)
+        self.assertEqual(out, [expected for _, expected in frames])
+        self.assertEqual(parser.buffered(), 0)
+        self.assertTrue(all(runs))  # (a run is never empty)
 
     @FAST
     @given(
