@@ -310,20 +310,21 @@ def _watchdog(seconds: float, stop: Any) -> None:
 # --------------------------------------------------------------------------- txnsq
 
 
-def _tx_options(spec: dict[str, Any]) -> tuple[Any, Any]:
-    from txnsq._wire.identify import IdentifyOptions
+def _tx_options(spec: dict[str, Any]) -> dict[str, Any]:
+    """The ``ConnectionOptions`` keywords a spec asks for (compression, nsqd's output
+    buffer, TLS)."""
     from txnsq.tls import TLSOptions
 
     kwargs: dict[str, Any] = {}
     if spec.get("snappy"):
-        kwargs["snappy"] = True
+        kwargs["compression"] = "snappy"
     if spec.get("deflate"):
-        kwargs["deflate"] = True
+        kwargs["compression"] = "deflate"
     if spec.get("output_buffer_size") is not None:
         kwargs["output_buffer_size"] = spec["output_buffer_size"]
-    identify = IdentifyOptions(**kwargs)
-    tls = TLSOptions(ca_certs=spec["tls_ca"]) if spec.get("tls_ca") else None
-    return identify, tls
+    if spec.get("tls_ca"):
+        kwargs["tls"] = TLSOptions(ca_certs=spec["tls_ca"])
+    return kwargs
 
 
 def tx_publish(spec: dict[str, Any]) -> dict[str, Any]:
@@ -332,7 +333,7 @@ def tx_publish(spec: dict[str, Any]) -> dict[str, Any]:
     from txnsq.producer import Producer
 
     reactor: Any = _reactor
-    identify, tls = _tx_options(spec)
+    options = _tx_options(spec)
     batch_size, window, count = spec["batch"], spec["window"], spec["count"]
     body = b"m" * spec["size"]
     commands_total = max(1, count // batch_size)
@@ -341,7 +342,7 @@ def tx_publish(spec: dict[str, Any]) -> dict[str, Any]:
         batching["batch"] = True
         if spec.get("batch_max_count"):
             batching["batch_max_count"] = spec["batch_max_count"]
-    producer = Producer(spec["address"], identify=identify, tls=tls, reactor=reactor, **batching)
+    producer = Producer(spec["address"], reactor=reactor, **options, **batching)
     topic = spec["topic"]
     batch = [body] * batch_size
     state: dict[str, Any] = {}
@@ -477,7 +478,7 @@ def _run_tx_consumer(
     from txnsq.consumer import Consumer
 
     reactor: Any = _reactor
-    identify, tls = _tx_options(spec)
+    options = _tx_options(spec)
     consumers: list[Any] = []
 
     def stop() -> None:
@@ -497,9 +498,8 @@ def _run_tx_consumer(
                 handler,
                 nsqd_tcp_addresses=[spec["address"]],
                 max_in_flight=spec["max_in_flight"],
-                identify=identify,
-                tls=tls,
                 reactor=reactor,
+                **options,
             )
         )
     for consumer in consumers:
