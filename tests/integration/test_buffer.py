@@ -70,8 +70,7 @@ class BufferIntegrationTests(TestCase):
         count = 100_000
         bodies = [b"m%06d" % i for i in range(count)]
         oversize = b"x" * (MAX_MSG_SIZE + 1)
-        await self.hand_over(producer, topic, bodies[: count // 2])
-        producer.publish_nowait(topic, oversize)
+        await self.hand_over(producer, topic, [*bodies[: count // 2], oversize])
         await self.hand_over(producer, topic, bodies[count // 2 :])
         await producer.flush()
         [(reported_topic, body, error)] = self.reported

@@ -27,6 +27,10 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "scripts" / "demo"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def demo_environment() -> dict[str, str]:
     nsqd = nsq_binary("nsqd")  # skips (fails under CI) without the binaries
     nsq_binary("nsqlookupd")
@@ -102,6 +106,10 @@ class DemoTests(SynchronousTestCase):
         proc = subprocess.Popen(
             ["bash", str(DEMO)], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            # As from a terminal: SIGINT handled by default. (A test run started in the
+            # background by a non-interactive shell, nohup's for one, inherits SIGINT
+            # ignored, and bash cannot trap a signal ignored at its start.)
+            preexec_fn=_default_sigint,
         )
         self.addCleanup(self._kill_group, proc)
         assert proc.stdout is not None
