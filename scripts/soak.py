@@ -44,7 +44,7 @@ from twisted.logger import (  # noqa: E402
 
 from tests.support.processes import ProcessGroup  # noqa: E402
 from txnsq._wire.identify import IdentifyOptions  # noqa: E402
-from txnsq.consumer import Consumer  # noqa: E402
+from txnsq.consumer._consumer import Consumer  # noqa: E402
 from txnsq.message import Message  # noqa: E402
 from txnsq.producer import Producer  # noqa: E402
 

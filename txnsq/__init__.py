@@ -9,11 +9,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from txnsq._deprecate import warn_deprecated
+from txnsq._api.deprecate import warn_deprecated
 from txnsq._version import __version__
 
 if TYPE_CHECKING:
-    from txnsq._tap_handlers import HandlerContext
+    from txnsq._twistd.handlers import HandlerContext
     from txnsq._wire.deadletter import DeadLetter
     from txnsq._wire.identify import Features
     from txnsq._wire.retry import RetryPolicy
@@ -34,7 +34,7 @@ _LAZY = {
     "DeadLetter": "txnsq._wire.deadletter",
     "Features": "txnsq._wire.identify",
     "Handler": "txnsq.consumer",
-    "HandlerContext": "txnsq._tap_handlers",
+    "HandlerContext": "txnsq._twistd.handlers",
     "IConsumerObserver": "txnsq.observers",
     "Message": "txnsq.message",
     "MessageAlreadyAnswered": "txnsq.message",

@@ -30,7 +30,10 @@ This module is pure Python: it imports nothing from Twisted.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from typing import Any, ClassVar, Final
 
 __all__ = [
@@ -71,6 +74,7 @@ __all__ = [
     "TopicNotFound",
     "TouchFailedError",
     "UnauthorizedError",
+    "UnixSocketUnreachable",
     "WrongPeerError",
     "error_from_frame",
     "error_from_http",
@@ -536,3 +540,51 @@ class HTTPConnectionError(NSQError):
 class HTTPTimeoutError(HTTPConnectionError, TimeoutError):
     """An HTTP request got no complete answer within the client's ``timeout``."""
 
+
+# ------------------------------------------------------------------ unix sockets
+
+
+class UnixSocketUnreachable(ConnectionError):
+    """A connect to a unix socket failed; ``str()`` names the path and why."""
+
+    def __init__(self, path: str, description: str) -> None:
+        super().__init__(description)
+        #: the socket's path.
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def describe_unix_failure(path: str, reason: BaseException | None = None) -> str:
+    """Why connecting to the unix socket at ``path`` failed (``reason``: the error of
+    the connect), from what is at ``path`` now."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return f"unix socket {path!r} does not exist"
+    except NotADirectoryError:
+        return f"unix socket {path!r} does not exist (a parent is not a directory)"
+    except PermissionError:
+        return f"no permission to reach unix socket {path!r}"
+    except OSError as e:
+        return f"cannot reach unix socket {path!r}: {e.strerror or e}"
+    if not stat.S_ISSOCK(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(
+            mode
+        ) else "not a socket"
+        return f"{path!r} is not a unix socket ({kind})"
+    code = getattr(reason, "errno", None) or getattr(reason, "osError", None)
+    if isinstance(reason, PermissionError) or code in (errno.EACCES, errno.EPERM):
+        return f"no permission to connect to unix socket {path!r}"
+    if reason is None or isinstance(reason, ConnectionRefusedError) or code == errno.ECONNREFUSED:
+        return (
+            f"nothing listens on unix socket {path!r} (connection refused; a socket file "
+            "left by a process that exited?)"
+        )
+    return f"cannot connect to unix socket {path!r}: {reason}"
+
+
+def unreachable(path: str, reason: BaseException | None = None) -> UnixSocketUnreachable:
+    """:class:`UnixSocketUnreachable` for ``path`` (see :func:`describe_unix_failure`)."""
+    return UnixSocketUnreachable(path, describe_unix_failure(path, reason))

@@ -68,8 +68,8 @@ from twisted.web.iweb import (
 )
 from zope.interface import implementer
 
-from txnsq._endpoints import UnixSocketEndpoint
-from txnsq._unix import UnixSocketUnreachable
+from txnsq._twisted.endpoints import UnixSocketEndpoint
+from txnsq._twisted.wrongport import lookupd_wrong_port
 from txnsq._wire import admin
 from txnsq._wire.address import NSQD_HTTP_PORT, NSQLOOKUPD_HTTP_PORT
 from txnsq._wire.admin import (
@@ -87,8 +87,13 @@ from txnsq._wire.admin import (
     Producer,
     TopicStats,
 )
-from txnsq._wrongport import lookupd_wrong_port
-from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError, ResponseTooLarge
+from txnsq.errors import (
+    HTTPConnectionError,
+    HTTPTimeoutError,
+    NSQError,
+    ResponseTooLarge,
+    UnixSocketUnreachable,
+)
 from txnsq.tls import client_connection_creator, describe_tls_failure
 from txnsq.tls_options import TLSOptions
 

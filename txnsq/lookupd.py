@@ -79,7 +79,7 @@ _EXPECTED_FAILURES: Final = (
 
 def __getattr__(name: str) -> Any:
     if name == "LookupdHTTPError":
-        from txnsq._deprecate import warn_deprecated
+        from txnsq._api.deprecate import warn_deprecated
         from txnsq.errors import NSQHTTPError
 
         warn_deprecated(

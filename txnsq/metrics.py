@@ -49,9 +49,8 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 
 from twisted.python.failure import Failure
 
-from txnsq._stats import HistogramSnapshot
 from txnsq.consumer import Consumer
-from txnsq.observers import ConsumerObserver
+from txnsq.observers import ConsumerObserver, HistogramSnapshot
 from txnsq.producer import Producer
 
 __all__ = ["ConsumerCollector", "MetricsResource", "ProducerCollector"]
@@ -292,7 +291,7 @@ def _counter(
 
 class ProducerCollector(_Collector[Producer]):
     """The metrics of one or more :class:`~txnsq.producer.Producer` s, read at scrape
-    time from ``Producer.stats()`` (keys of :class:`txnsq._stats.ProducerStats`).
+    time from ``Producer.stats()`` (keys of :class:`txnsq.observers.ProducerStats`).
 
     Per nsqd (label ``nsqd``): publishes acknowledged and failed (counters), connected
     (gauge) and the publish latency (histogram, seconds); for all: publishes in flight

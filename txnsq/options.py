@@ -24,13 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Final, TypeVar
 
-from txnsq._deprecate import (
+from txnsq._api.deprecate import (
     outside_stacklevel,
     suggest_names,
     unexpected_keyword,
     warn_deprecated,
 )
-from txnsq._fielddocs import document_fields
+from txnsq._api.fielddocs import document_fields
 from txnsq._wire.address import AddressMap, check_address_map
 from txnsq._wire.batching import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_COUNT
 from txnsq._wire.deadletter import DeadLetter

@@ -56,8 +56,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from txnsq._deprecate import unexpected_keyword, warn_deprecated
-from txnsq._unix import unix_tls_needs_hostname
+from txnsq._api.deprecate import unexpected_keyword, warn_deprecated
 from txnsq._wire import commands
 from txnsq._wire.address import format_address
 from txnsq._wire.compression import Compressor, Decompressor
@@ -101,6 +100,7 @@ from txnsq.errors import (
 from txnsq.message import Message, MessageOwner, message_factories
 from txnsq.options import ConnectionOptions
 from txnsq.tls import TLSOptions, client_connection_creator, describe_tls_failure
+from txnsq.tls_options import unix_tls_needs_hostname
 
 __all__ = ["NSQProtocol", "ProtocolState"]
 

@@ -286,3 +286,12 @@ class TLSOptions:
             f"insecure_skip_verify={self.insecure_skip_verify!r}",
         ]
         return f"TLSOptions({', '.join(parts)})"
+
+
+def unix_tls_needs_hostname(label: str) -> str:
+    """The one message for TLS over the unix socket ``label`` (``"unix:/path"``) without
+    ``TLSOptions.hostname``."""
+    return (
+        f"TLS over unix socket {label!r} needs TLSOptions(hostname=...): there is no host "
+        "to check nsqd's certificate against"
+    )

@@ -9,7 +9,7 @@ Give a :class:`Tracing` as ``tracing=`` to a Producer or a Consumer to turn it o
 
 Without it nothing of this module runs and nothing is paid per message: the client
 chooses its traced or untraced code path once, when it is made (this module imports
-nothing of OpenTelemetry; ``txnsq._tracing`` does, when tracing is asked for).
+nothing of OpenTelemetry; the clients' traced paths do, when tracing is asked for).
 
 What is traced, named and attributed after OpenTelemetry's semantic conventions for
 messaging (``messaging.system`` is ``"nsq"``):

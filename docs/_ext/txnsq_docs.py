@@ -14,7 +14,7 @@
 
 Module-level names a module re-exports (``txnsq.blocking.DEFAULT_PORT``, defined in
 ``txnsq.blocking._connection``) are documented with the ``#:`` comment of their
-definition, and the list of fields that :func:`txnsq._fielddocs.document_fields` appends
+definition, and the list of fields that :func:`txnsq._api.fielddocs.document_fields` appends
 to an options class's docstring (for ``help()``) is left out, since each field has its
 own entry.
 
@@ -115,7 +115,7 @@ class TapUsage(_GeneratedDirective):
     def run(self) -> list[nodes.Node]:
         import textwrap
 
-        from txnsq._tap import Options
+        from txnsq._twistd.options import Options
 
         options = Options()
         head = f"Usage: twistd [twistd options] nsq-consumer {getattr(options, 'synopsis', '')}"
@@ -235,9 +235,10 @@ class Errors(_GeneratedDirective):
     """Every error class of txnsq.errors: code, fatal, retried by publish retries."""
 
     def run(self) -> list[nodes.Node]:
-        from txnsq import errors, producer
+        from txnsq import errors
+        from txnsq.producer import _producer as producer
 
-        retriable = producer._RETRIABLE
+        retriable = producer.RETRIABLE
         rows = []
         for name in errors.__all__:
             cls = getattr(errors, name)
@@ -398,7 +399,7 @@ def _docstring_of_reexport(app: Sphinx, what: str, name: str, obj: Any, options:
                            lines: list[str]) -> None:
     """Give re-exported data the ``#:`` comment of its definition (not its type's
     docstring, which autodoc shows otherwise); drop document_fields' field list."""
-    from txnsq._fielddocs import FIELDS_HEADING
+    from txnsq._api.fielddocs import FIELDS_HEADING
 
     if what == "class" and FIELDS_HEADING in lines:
         del lines[lines.index(FIELDS_HEADING):]

@@ -107,9 +107,12 @@ def _member(member: griffe.Object | griffe.Alias, path: str) -> Iterator[str]:
 def _public_modules(package: griffe.Module) -> Iterator[griffe.Module]:
     yield package
     for name in sorted(package.modules):
-        if name.startswith("_"):
+        module = package.modules[name]
+        # A module imported under a public name (``from txnsq._wire import commands``) is
+        # not a submodule: its names are the other module's, not this package's.
+        if name.startswith("_") or module.is_alias:
             continue
-        yield from _public_modules(package.modules[name])
+        yield from _public_modules(module)
 
 
 def surface(root: Path = ROOT) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from txnsq import _tap
+from txnsq._twistd import options as twistd_options
 
 NSQD = ["--nsqd-tcp-address", "127.0.0.1:4150"]
 
@@ -21,7 +21,7 @@ handled: list[Any] = []
 
 
 def recording_handler(message: Any) -> None:
-    """A handler for ``tests.unit.test_tap:recording_handler``."""
+    """A handler for ``tests.unit.test_twistd:recording_handler``."""
     handled.append(message)
 
 
@@ -32,7 +32,7 @@ def temp_dir(testcase: SynchronousTestCase) -> str:
     return directory
 
 
-def parse(*args: str) -> _tap.Options:
-    options = _tap.Options()
+def parse(*args: str) -> twistd_options.Options:
+    options = twistd_options.Options()
     options.parseOptions(list(args))
     return options

@@ -1,5 +1,5 @@
 """Deterministic tests of fire-and-forget publishing (``Producer.publish_nowait``,
-``txnsq._buffer``): on a ``MemoryReactorClock`` against a scripted nsqd
+``txnsq.producer._buffer``): on a ``MemoryReactorClock`` against a scripted nsqd
 (:class:`tests.support.producer.FakeNSQD`).
 
 The invariant every test checks at its end (:meth:`BufferTestCase.settled`): each message

@@ -13,7 +13,7 @@ from twisted.logger import LogEvent, LogLevel, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.logs import LogCapture
-from txnsq.consumer import HANDLER_TRACEBACK_INTERVAL, Consumer
+from txnsq.consumer._consumer import HANDLER_TRACEBACK_INTERVAL, Consumer
 from txnsq.message import Message
 from txnsq.testing import FakeNSQD
 

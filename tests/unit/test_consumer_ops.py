@@ -20,12 +20,13 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from tests.support.producer import OK, ProducerTestCase
 from txnsq import ConsumerObserver, DeadLetter
-from txnsq._stats import LATENCY_BUCKETS, LatencyHistogram
 from txnsq._wire.frames import encode_error
 from txnsq.consumer import Consumer
 from txnsq.errors import BadMessageError, BadTopicError, HTTPConnectionError
 from txnsq.message import Message
 from txnsq.metrics import ConsumerCollector, MetricsResource, ProducerCollector
+from txnsq.observers import LATENCY_BUCKETS
+from txnsq.producer._link import LatencyHistogram
 from txnsq.protocol import NSQProtocol
 from txnsq.testing import FakeLookupd, FakeNSQD
 

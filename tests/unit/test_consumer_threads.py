@@ -23,10 +23,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.consumer import A, Harness, fin, req, touch
 from tests.support.wire import msg_id
-from txnsq import _tap
-from txnsq._threads import HandlerThreads
+from txnsq._twistd import options as twistd_options
 from txnsq._wire.frames import encode_response
 from txnsq.consumer import Consumer, ConsumerOptions
+from txnsq.consumer._threads import HandlerThreads
 from txnsq.message import Message, MessageAlreadyAnswered, answer_from_threads
 
 Work = tuple[Callable[[bool, Any], object] | None, Callable[..., Any], tuple[Any, ...]]
@@ -363,15 +363,15 @@ class ThreadSafeAnswerTests(SynchronousTestCase):
 class TapOptionTests(SynchronousTestCase):
     BASE = ("--topic", "t", "--channel", "c", "--nsqd-tcp-address", "127.0.0.1:4150")
 
-    def parse(self, *args: str) -> _tap.Options:
-        options = _tap.Options()
+    def parse(self, *args: str) -> twistd_options.Options:
+        options = twistd_options.Options()
         options.parseOptions(list(args))
         return options
 
     def test_handler_threads(self) -> None:
         options = self.parse(
             *self.BASE,
-            "--handler", "tests.unit.test_tap:recording_handler",
+            "--handler", "tests.unit.test_twistd:recording_handler",
             "--handler-threads", "8",
         )
         self.assertEqual(options["consumer_options"].handler_threads, 8)
@@ -381,11 +381,11 @@ class TapOptionTests(SynchronousTestCase):
         for args, error in [
             (("--handler-threads", "4"), "--handler-threads needs --handler"),
             (
-                ("--handler", "tests.unit.test_tap:recording_handler", "--handler-threads", "-1"),
+                ("--handler", "tests.unit.test_twistd:recording_handler", "--handler-threads", "-1"),
                 "--handler-threads",
             ),
             (
-                ("--handler", "tests.unit.test_tap:recording_handler", "--handler-threads", "2.5"),
+                ("--handler", "tests.unit.test_twistd:recording_handler", "--handler-threads", "2.5"),
                 "--handler-threads",
             ),
             (

@@ -241,7 +241,7 @@ class DocstringTests(TestCase):
 
 
 class FieldDocsTests(TestCase):
-    """txnsq._fielddocs puts an options dataclass's ``#:`` comments into its docstring."""
+    """txnsq._api.fielddocs puts an options dataclass's ``#:`` comments into its docstring."""
 
     def test_help_shows_each_field_with_its_default_and_comment(self) -> None:
         from txnsq.consumer import ConsumerOptions
@@ -255,7 +255,7 @@ class FieldDocsTests(TestCase):
                         doc[:80])
 
     def test_comments_span_lines_and_stop_at_other_statements(self) -> None:
-        from txnsq._fielddocs import field_comments
+        from txnsq._api.fielddocs import field_comments
         from txnsq.consumer import ConsumerOptions
 
         comments = field_comments(ConsumerOptions)

@@ -213,9 +213,9 @@ class PrivateStateTests(SynchronousTestCase):
     #: Private attributes of other libraries that txnsq has to read, and what is left.
     KNOWN = frozenset(
         {
-            "txnsq._aio: reactor._asyncioEventloop",  # Twisted's asyncio reactor's loop
-            "txnsq._aio: yielded._asyncio_future_blocking",  # asyncio's Future protocol
-            "txnsq._deprecate: sys._getframe",
+            "txnsq.consumer._aio: reactor._asyncioEventloop",  # Twisted's asyncio reactor's loop
+            "txnsq.consumer._aio: yielded._asyncio_future_blocking",  # asyncio's Future protocol
+            "txnsq._api.deprecate: sys._getframe",
             "txnsq.spark.options: sys._getframe",
             "txnsq.spark.reader: os._exit",
             "txnsq.spark: spark._jvm",  # PySpark's own way to a JVM class

@@ -31,7 +31,7 @@ from tests.support.lookupd import PollerTestCase
 from tests.support.producer import FakeNSQD, ProducerTestCase
 from tests.support.protocol import HEARTBEAT, OK, Server, message_frame
 from tests.support.wire import FakeTransport, connection_options, identify_answer
-from txnsq import _tap
+from txnsq._twistd import options as twistd_options
 from txnsq._wire.frames import encode_error
 from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.liveness import read_timeout
@@ -497,8 +497,8 @@ class TapAddressMapTests(SynchronousTestCase):
 
     BASE = ("--topic", "t", "--channel", "c", "--lookupd-http-address", "lookupd:4161")
 
-    def parse(self, *args: str) -> _tap.Options:
-        options = _tap.Options()
+    def parse(self, *args: str) -> twistd_options.Options:
+        options = twistd_options.Options()
         options.parseOptions([*self.BASE, *args])
         return options
 
@@ -508,7 +508,7 @@ class TapAddressMapTests(SynchronousTestCase):
         )
         address_map = options["consumer_options"].address_map
         self.assertEqual(address_map, {"nsqd-0:4150": "127.0.0.1:31500", "nsqd-1": "10.0.0.7"})
-        self.assertIn("--address-map", str(_tap.Options()))
+        self.assertIn("--address-map", str(twistd_options.Options()))
 
     def test_none_by_default(self) -> None:
         self.assertIsNone(self.parse()["consumer_options"].address_map)

@@ -25,7 +25,7 @@ class PublicSurfaceTests(SynchronousTestCase):
             self.fail(
                 "txnsq's public surface changed:\n"
                 f"{diff}\n"
-                "A public name changes only with a deprecation (txnsq._deprecate) and a "
+                "A public name changes only with a deprecation (txnsq._api.deprecate) and a "
                 "changelog fragment; then record it: python -m tests.support.public_api --write"
             )
 

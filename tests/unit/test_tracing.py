@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (:mod:`txnsq.tracing`, :mod:`txnsq._tracing`) on the fake nsqd:
+"""OpenTelemetry tracing (:mod:`txnsq.tracing`, :mod:`txnsq.producer._tracing`) on the fake nsqd:
 spans, names, attributes, kinds, the envelope's parent/child link, errors, one span per
 MPUB. ``tests/integration/test_tracing.py`` checks a trace across a real nsqd."""
 
@@ -84,7 +84,7 @@ class ProducerSpanTests(TracingTestCase):
         self.assertEqual([s.status.status_code for s in self.spans()], [StatusCode.ERROR] * 4)
 
     def test_server_attributes(self) -> None:
-        from txnsq._tracing import server_attributes
+        from txnsq._twisted.tracing import server_attributes
 
         cache: dict[str | None, dict[str, Any]] = {}
         for label, expected in [
@@ -314,13 +314,15 @@ class OffTests(TracingTestCase):
         code = (
             "import sys, txnsq, txnsq.producer, txnsq.consumer, txnsq.tracing\n"
             "assert not [m for m in sys.modules if m.startswith(('opentelemetry', "
-            "'txnsq._tracing'))], sorted(sys.modules)\n"
+            "'txnsq._twisted.tracing', 'txnsq.producer._tracing', "
+            "'txnsq.consumer._tracing'))], sorted(sys.modules)\n"
         )
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
     def test_tracing_without_opentelemetry_says_what_to_install(self) -> None:
         saved = {k: v for k, v in sys.modules.items()
-                 if k == "txnsq._tracing" or k.startswith("opentelemetry")}
+                 if k.endswith("._tracing") or k == "txnsq._twisted.tracing"
+                 or k.startswith("opentelemetry")}
         for name in saved:
             del sys.modules[name]
         sys.modules["opentelemetry"] = None  # type: ignore[assignment]

@@ -27,9 +27,8 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from tests.support.addresses import via_consumer
 from txnsq import Consumer, Producer
-from txnsq._endpoints import UnixSocketEndpoint, connect_failure_reason, nsqd_target
-from txnsq._tap import Options
-from txnsq._unix import UnixSocketUnreachable, describe_unix_failure
+from txnsq._twistd.options import Options
+from txnsq._twisted.endpoints import UnixSocketEndpoint, connect_failure_reason, nsqd_target
 from txnsq._wire.address import (
     NSQD_HTTP_PORT,
     NSQLOOKUPD_HTTP_PORT,
@@ -42,7 +41,12 @@ from txnsq._wire.address import (
 )
 from txnsq._wire.admin import parse_http_address
 from txnsq.blocking import Connection, LookupdHTTPClient, NSQDHTTPClient, SubscriberOptions
-from txnsq.errors import ConnectionClosed, HTTPConnectionError
+from txnsq.errors import (
+    ConnectionClosed,
+    HTTPConnectionError,
+    UnixSocketUnreachable,
+    describe_unix_failure,
+)
 from txnsq.http import NSQDHTTPClient as TwistedNSQDHTTPClient
 from txnsq.protocol import NSQProtocol
 from txnsq.spark.options import OptionError, parse_read_options, parse_write_options

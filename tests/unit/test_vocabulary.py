@@ -22,7 +22,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import txnsq
 from txnsq import ConsumerOptions, Producer
-from txnsq._tap import Options
+from txnsq._twistd.options import Options
 from txnsq._wire.numbers import check_number, parse_number
 from txnsq.blocking import Connection
 from txnsq.errors import ConnectionClosed

@@ -25,8 +25,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.addresses import Recorder, via_consumer
 from txnsq import Consumer, Message, Producer
-from txnsq._endpoints import UnixSocketEndpoint
-from txnsq._tap import Options
+from txnsq._twistd.options import Options
+from txnsq._twisted.endpoints import UnixSocketEndpoint
 from txnsq._wire.address import format_address, parse_address
 from txnsq.blocking import Connection
 from txnsq.blocking import parse_address as blocking_parse_address
@@ -205,7 +205,7 @@ class SameAnswerTests(SynchronousTestCase):
 
 class EndpointTests(SynchronousTestCase):
     """Producer and Consumer accept the same endpoint strings and endpoint objects, read
-    by one helper (txnsq._endpoints)."""
+    by one helper (txnsq._twisted.endpoints)."""
 
     def targets(self) -> tuple[list[Any], list[Any], Recorder, Any]:
         reactor = MemoryReactorClock()

@@ -21,7 +21,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from txnsq import Consumer, Producer
 from txnsq import http as twisted_http
-from txnsq._tap import Options
+from txnsq._twistd.options import Options
 from txnsq.blocking import Connection, SubscriberOptions
 from txnsq.blocking import LookupdHTTPClient as BlockingLookupdHTTPClient
 from txnsq.blocking import NSQDHTTPClient as BlockingNSQDHTTPClient

@@ -4,7 +4,7 @@ from twisted.application.service import ServiceMaker
 
 nsqConsumer = ServiceMaker(
     "txnsq consumer",
-    "txnsq._tap",
+    "txnsq._twistd",
     "Consume an NSQ topic/channel and hand each message to a handler.",
     "nsq-consumer",
 )

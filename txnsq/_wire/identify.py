@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
-from txnsq._fielddocs import document_fields
+from txnsq._api.fielddocs import document_fields
 from txnsq._version import __version__
 from txnsq.errors import HandshakeError, ProtocolError
 

@@ -53,7 +53,7 @@ This module imports nothing from Twisted.
 
 from typing import Any
 
-from txnsq._deprecate import warn_deprecated
+from txnsq._api.deprecate import warn_deprecated
 from txnsq.blocking._connection import (
     DEFAULT_PORT,
     Connection,

@@ -12,8 +12,7 @@ from dataclasses import fields
 from types import TracebackType
 from typing import Any, Final
 
-from txnsq._deprecate import unexpected_keyword, warn_deprecated
-from txnsq._unix import unix_tls_needs_hostname, unreachable
+from txnsq._api.deprecate import unexpected_keyword, warn_deprecated
 from txnsq._wire import commands
 from txnsq._wire.address import NSQD_TCP_PORT, UnixSocket, parse_address, parse_nsqd_address
 from txnsq._wire.compression import Compressor, Decompressor
@@ -37,9 +36,10 @@ from txnsq.errors import (
     NSQError,
     NSQServerError,
     ProtocolError,
+    unreachable,
 )
 from txnsq.options import ConnectionOptions, fold_identify
-from txnsq.tls_options import TLSOptions
+from txnsq.tls_options import TLSOptions, unix_tls_needs_hostname
 
 __all__ = [
     "DEFAULT_PORT",
@@ -1077,7 +1077,7 @@ def _as_list(message_ids: Iterable[bytes]) -> Sequence[bytes]:
 def _dial(host: str, port: int, unix_path: str | None, timeout: float | None) -> socket.socket:
     """A connected socket: TCP to ``host:port``, or to the unix socket ``unix_path``.
 
-    :raises OSError: :class:`~txnsq._unix.UnixSocketUnreachable` naming the path for a
+    :raises OSError: :class:`~txnsq.errors.UnixSocketUnreachable` naming the path for a
         unix socket that cannot be reached, else the TCP connect's error.
     """
     if unix_path is None:

@@ -22,7 +22,6 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any, ClassVar, Self, TypeVar
 
-from txnsq._unix import UnixSocketUnreachable
 from txnsq._wire import admin
 from txnsq._wire.address import NSQD_HTTP_PORT, NSQLOOKUPD_HTTP_PORT
 from txnsq._wire.admin import (
@@ -39,7 +38,7 @@ from txnsq._wire.admin import (
 from txnsq._wire.handshake import not_an_http_port
 from txnsq.blocking._connection import unix_connect
 from txnsq.blocking._tls import describe_ssl_error
-from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError
+from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError, UnixSocketUnreachable
 from txnsq.tls_options import TLSOptions
 
 __all__ = ["LookupdHTTPClient", "NSQDHTTPClient"]

@@ -47,7 +47,7 @@ from dataclasses import fields
 from types import TracebackType
 from typing import Any, Final
 
-from txnsq._deprecate import unexpected_keyword, warn_deprecated
+from txnsq._api.deprecate import unexpected_keyword, warn_deprecated
 from txnsq._wire.frames import MessageFrame
 from txnsq._wire.liveness import SILENT, Liveness
 from txnsq._wire.lookup import STALE_POLLS, LookupAnswers, RecheckSchedule

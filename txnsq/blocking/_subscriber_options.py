@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Final
 
-from txnsq._deprecate import suggest_names, warn_deprecated
-from txnsq._fielddocs import document_fields
+from txnsq._api.deprecate import suggest_names, warn_deprecated
+from txnsq._api.fielddocs import document_fields
 from txnsq._wire.address import AddressMap, check_address_map, parse_nsqd_address
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.identify import IdentifyOptions

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from txnsq._deprecate import suggest, warn_deprecated
+from txnsq._api.deprecate import suggest, warn_deprecated
 from txnsq._wire.address import (
     NSQD_HTTP_PORT,
     check_address_map,
@@ -436,7 +436,7 @@ def _known(
 
 
 def _warn_deprecated(old: str, new: str) -> None:
-    """:func:`~txnsq._deprecate.warn_deprecated`, pointing at the caller of
+    """:func:`~txnsq._api.deprecate.warn_deprecated`, pointing at the caller of
     :func:`parse_read_options` or :func:`parse_write_options`."""
     frame = sys._getframe(1)
     level = 3  # warn_deprecated's caller (this function), then its caller

@@ -1,6 +1,6 @@
 """Logs name every nsqd by its address, refused connections included (issue 20).
 
-A Producer and a Consumer dial each nsqd through ``txnsq._endpoints.LabelledEndpoint``:
+A Producer and a Consumer dial each nsqd through ``txnsq._twisted.endpoints.LabelledEndpoint``:
 Twisted's ``ClientService`` lines ("Scheduling retry 1 to connect ...") name the nsqd
 as txnsq's own do, never ``<... object at 0x...>``, and a failed connection attempt is
 logged with the nsqd's address and its reason: the first of an outage at once, then
@@ -27,7 +27,7 @@ from zope.interface import implementer
 
 from tests.support.logs import LogCapture
 from txnsq import Consumer, Message, Producer
-from txnsq._endpoints import (
+from txnsq._twisted.endpoints import (
     LOG_EVERY_FAILURES,
     LabelledEndpoint,
     connect_failure_reason,

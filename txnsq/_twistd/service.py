@@ -1,7 +1,7 @@
 """The service ``twistd nsq-consumer`` runs: :class:`ConsumerService` (the consumer, and
 the handler's own service started before it and stopped after it), the periodic stats
 line (:class:`StatsReporter`, ``--stats-interval``) and the Prometheus ``/metrics``
-endpoint (:func:`metrics_service`, ``--metrics-port``). :func:`txnsq._tap.makeService`
+endpoint (:func:`metrics_service`, ``--metrics-port``). :func:`txnsq._twistd.options.makeService`
 puts them together.
 """
 
@@ -28,7 +28,7 @@ from twisted.python.failure import Failure
 from twisted.web.server import Site
 from zope.interface import implementer
 
-from txnsq._tap_handlers import BodyPrinter
+from txnsq._twistd.handlers import BodyPrinter
 from txnsq._wire.address import format_address
 from txnsq.consumer import Consumer
 

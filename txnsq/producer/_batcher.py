@@ -3,7 +3,7 @@
 With ``batch=True`` each topic gets a :class:`Batcher`: it holds the topic's
 :class:`~txnsq._wire.batching.BatchQueue` (the pure rule: when a batch is due, how it is
 cut, what a refusal means for each message) and drives it: the timers, the MPUBs sent on
-the producer's ready links (:mod:`txnsq._producer_link`), and each publish's Deferred
+the producer's ready links (:mod:`txnsq.producer._link`), and each publish's Deferred
 fired, failed or sent again from nsqd's answer.
 """
 
@@ -16,7 +16,6 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from txnsq._producer_link import NSQDLink, PublishState
 from txnsq._wire import commands
 from txnsq._wire.batching import (
     BatchQueue,
@@ -33,6 +32,7 @@ from txnsq.errors import (
     ProducerStopped,
 )
 from txnsq.options import ProducerOptions
+from txnsq.producer._link import NSQDLink, PublishState
 
 __all__ = ["BATCH_WINDOW", "Batcher"]
 
@@ -88,7 +88,7 @@ class Batcher:
         self.state = state
         self.reactor = state.reactor
         self.topic = topic
-        self.queue: BatchQueue[Any] = BatchQueue(  # Deferreds here; see txnsq._buffer
+        self.queue: BatchQueue[Any] = BatchQueue(  # Deferreds here; see txnsq.producer._buffer
             options.batch_max_count,
             options.batch_max_bytes,
             linger=options.batch_linger,
@@ -207,7 +207,7 @@ class Batcher:
 
     def batch_sent(self, inner: Deferred[bytes], connection: NSQDLink, count: int) -> None:
         """Called once per batch sent, before its answer is read (``inner`` fires with
-        it): nothing here; the traced batcher (``txnsq._tracing``) makes its span."""
+        it): nothing here; the traced batcher (``txnsq.producer._tracing``) makes its span."""
 
     def answered(
         self,
@@ -252,7 +252,7 @@ class Batcher:
 
     def delivered(self, bodies: list[bytes], tokens: list[Any], result: bytes) -> None:
         """nsqd acknowledged the batch of ``bodies``: fire its publishes' Deferreds
-        (each publish's token is its Deferred here; see ``txnsq._buffer`` for another)."""
+        (each publish's token is its Deferred here; see ``txnsq.producer._buffer`` for another)."""
         retries = self.state.retries
         if retries:
             for d in tokens:

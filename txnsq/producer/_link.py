@@ -1,16 +1,17 @@
 """A :class:`~txnsq.producer.Producer`'s link to one nsqd, and what it shares with it.
 
-- :class:`NSQDLink`: one nsqd: its :class:`~txnsq._service.NSQDService` (reconnects), its
+- :class:`NSQDLink`: one nsqd: its :class:`~txnsq._twisted.service.NSQDService` (reconnects), its
   ready protocol if any, and the accounting of nsqd's answers (counters, latency per
   write).
 - :class:`PublishState`: what the producer, its links and its batchers
-  (:mod:`txnsq._batcher`) all read and count: the ready links and which one is next, the
+  (:mod:`txnsq.producer._batcher`) all read and count: the ready links and which one is next, the
   publishes in flight, the counters of ``stats()``. Each of them holds it, so none reaches
   into another's private attributes.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -21,12 +22,12 @@ from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from txnsq._service import NSQDService
-from txnsq._stats import LatencyHistogram
+from txnsq._twisted.service import NSQDService
+from txnsq._twisted.wrongport import WrongPeers
 from txnsq._wire.batching import BATCH_SIZE_BOUNDS
 from txnsq._wire.identify import Features
-from txnsq._wrongport import WrongPeers
 from txnsq.errors import NSQServerError
+from txnsq.observers import LATENCY_BUCKETS, HistogramSnapshot
 from txnsq.options import ProducerOptions
 from txnsq.protocol import NSQProtocol, connection_protocol
 
@@ -35,9 +36,32 @@ __all__ = ["NSQDCounters", "NSQDLink", "PublishState", "Write"]
 _log = Logger(namespace="txnsq.producer")
 
 
+class LatencyHistogram:
+    """Counts observations (seconds) per bucket: one ``bisect`` and two additions per
+    :meth:`observe`, and nothing else (no lock: it is fed from the reactor thread)."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        if list(bounds) != sorted(set(bounds)):
+            raise ValueError("bucket bounds must be ascending and distinct")
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float, count: int = 1) -> None:
+        """Count ``count`` observations of ``seconds``."""
+        self.counts[bisect_left(self.bounds, seconds)] += count
+        self.total += seconds * count
+
+    def snapshot(self) -> HistogramSnapshot:
+        """A copy of the counts so far."""
+        return {"bounds": self.bounds, "counts": list(self.counts), "sum": self.total}
+
+
 class NSQDCounters:
     """What a producer counts for one nsqd (kept across restarts): see
-    :class:`~txnsq._stats.ProducerNSQDStats`."""
+    :class:`~txnsq.observers.ProducerNSQDStats`."""
 
     __slots__ = ("batches", "failed", "latency", "published")
 
@@ -102,7 +126,7 @@ class PublishState:
         self.retries: dict[Deferred[bytes], int] = {}
         #: The addresses that answered like a wrong port (issue 24), set by the producer.
         self.wrong_peers: WrongPeers | None = None
-        #: What ``publish_nowait`` holds: the producer's ``txnsq._buffer.BufferLedger``
+        #: What ``publish_nowait`` holds: the producer's ``txnsq.producer._buffer.BufferLedger``
         #: (typed loosely here: ``_buffer`` builds on this module, not the reverse).
         self.buffer: Any = None
 
@@ -281,7 +305,8 @@ class NSQDLink:
         """nsqd answered a command sent on this link (``None``: OK), or it failed
         with ``error``: the protocol's ``on_answer``, called just before the command's
         Deferred fires (cheaper than one more callback on every publish's Deferred).
-        A batch counts as one publish here; :class:`~txnsq._batcher.Batcher` adds the rest."""
+        A batch counts as one publish here; its
+        :class:`~txnsq.producer._batcher.Batcher` adds the rest."""
         state = self.state
         state.in_flight -= 1
         counters = self.counters

@@ -56,8 +56,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from txnsq._unix import UnixSocketUnreachable, unix_tls_needs_hostname, unreachable
 from txnsq._wire.address import UnixSocket, format_address, parse_nsqd_address
+from txnsq.errors import UnixSocketUnreachable, unreachable
+from txnsq.tls_options import unix_tls_needs_hostname
 
 if TYPE_CHECKING:
     from txnsq.tls_options import TLSOptions
@@ -250,7 +251,7 @@ def endpoint_label(endpoint: object) -> str:
 @implementer(IStreamClientEndpoint)
 class UnixSocketEndpoint:
     """``UNIXClientEndpoint`` whose failed connects fail with
-    :class:`~txnsq._unix.UnixSocketUnreachable`, naming the path and what is wrong."""
+    :class:`~txnsq.errors.UnixSocketUnreachable`, naming the path and what is wrong."""
 
     def __init__(self, reactor: Any, path: str, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
         #: the socket's path.
@@ -261,7 +262,7 @@ class UnixSocketEndpoint:
 
     def connect(self, protocolFactory: IProtocolFactory) -> Deferred[IProtocol]:
         """Connect; a failure other than a cancellation becomes
-        :class:`~txnsq._unix.UnixSocketUnreachable`."""
+        :class:`~txnsq.errors.UnixSocketUnreachable`."""
         d: Deferred[IProtocol] = self._endpoint.connect(  # type: ignore[no-untyped-call]
             protocolFactory
         )

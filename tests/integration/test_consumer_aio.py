@@ -142,7 +142,7 @@ class TwistdAsyncioTests(TwistdTestCase):
             "--topic", TOPIC,
             "--channel", CHANNEL,
             "--nsqd-tcp-address", nsqd.tcp_address,
-            "--handler", "tests.integration.test_aio:sleepy_handler",
+            "--handler", "tests.integration.test_consumer_aio:sleepy_handler",
             "--max-in-flight", "10",
             twistd_args=("--reactor=asyncio",),
         )

@@ -23,10 +23,10 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from txnsq._session import Session
 from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep
 from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq._wire.throttle import Throttle
+from txnsq.consumer._session import Session
 from txnsq.errors import NotReady
 from txnsq.options import ConsumerOptions
 

@@ -21,10 +21,10 @@ from twisted.web.client import ResponseFailed, ResponseNeverReceived
 
 from tests.support.logs import LogCapture
 from tests.support.producer import FIXED_POLICY, FakeNSQD
+from txnsq._twisted.wrongport import lookupd_wrong_port
 from txnsq._wire.frames import encode_error, encode_message, encode_response
 from txnsq._wire.handshake import Action, Failed, Handshake, HandshakeState, wrong_peer
 from txnsq._wire.identify import IdentifyOptions
-from txnsq._wrongport import lookupd_wrong_port
 from txnsq.errors import (
     HandshakeError,
     InvalidError,

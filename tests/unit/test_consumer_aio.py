@@ -1,9 +1,9 @@
 """Coroutine handlers on the asyncio reactor, deterministically.
 
-``txnsq._aio.run_as_task`` is driven on a fresh asyncio loop of the test's own (no
+``txnsq.consumer._aio.run_as_task`` is driven on a fresh asyncio loop of the test's own (no
 reactor), and the Consumer on the Harness memory reactor with that loop as its asyncio
 loop, so these tests run the same whichever reactor the suite is on.
-``tests/integration/test_aio.py`` runs a Consumer on a real
+``tests/integration/test_consumer_aio.py`` runs a Consumer on a real
 ``AsyncioSelectorReactor`` against nsqd, and ``twistd --reactor=asyncio``.
 """
 
@@ -21,7 +21,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.consumer import A, Harness, fin, req
 from tests.support.reactors import REACTOR_VARIABLE, chosen_reactor
-from txnsq._aio import asyncio_loop, run_as_task
+from txnsq.consumer._aio import asyncio_loop, run_as_task
 from txnsq.message import Message
 
 

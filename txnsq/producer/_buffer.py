@@ -2,7 +2,7 @@
 (:meth:`~txnsq.producer.Producer.publish_nowait`): no Deferred per message.
 
 The messages handed over are batched per topic exactly as ``batch=True`` batches
-``publish()`` calls: a :class:`BufferBatcher` is a :class:`~txnsq._batcher.Batcher` (the
+``publish()`` calls: a :class:`BufferBatcher` is a :class:`~txnsq.producer._batcher.Batcher` (the
 same :class:`~txnsq._wire.batching.BatchQueue` rule, timers, failover, refusal splitting,
 retries and stop), whose tokens are not Deferreds but :class:`Lot`\\ s: which
 :meth:`~txnsq.producer.Producer.flush` a message belongs to, and how many more times it may
@@ -25,10 +25,10 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from txnsq._batcher import Batcher
-from txnsq._producer_link import NSQDLink, PublishState
 from txnsq.errors import ConnectionClosed, ProducerStopped, PublishBufferFull
 from txnsq.options import ProducerOptions
+from txnsq.producer._batcher import Batcher
+from txnsq.producer._link import NSQDLink, PublishState
 
 __all__ = ["BufferBatcher", "BufferLedger", "ErrorHandler", "Lot"]
 
@@ -231,7 +231,7 @@ class BufferLedger:
 
 class BufferBatcher(Batcher):
     """The messages :meth:`~txnsq.producer.Producer.publish_nowait` hands over for one
-    topic: a :class:`~txnsq._batcher.Batcher` whose tokens are :class:`Lot`\\ s, with
+    topic: a :class:`~txnsq.producer._batcher.Batcher` whose tokens are :class:`Lot`\\ s, with
     failures reported to the ledger (``state.buffer``) instead of Deferreds."""
 
     __slots__ = ("ledger",)

@@ -25,14 +25,14 @@ from twisted.trial.unittest import SynchronousTestCase
 import txnsq
 from tests.support.logs import LogCapture
 from tests.support.tap import BASE, parse, recording_handler, temp_dir
-from txnsq import _tap
+from txnsq._twistd import options as twistd_options
 from txnsq.consumer import Consumer
 from txnsq.message import Message
 from txnsq.testing import FakeNSQD
 
 # --- objects the tests name on the command line ---------------------------------------
 
-contexts: list[_tap.HandlerContext] = []
+contexts: list[twistd_options.HandlerContext] = []
 
 
 class Handle:
@@ -86,33 +86,33 @@ class ResourceHandler(Service):
 SERVICE_HANDLER = ResourceHandler()
 
 
-def make_resource_handler(context: _tap.HandlerContext) -> ResourceHandler:
+def make_resource_handler(context: twistd_options.HandlerContext) -> ResourceHandler:
     contexts.append(context)
     return ResourceHandler(context.settings)
 
 
-def make_plain(context: _tap.HandlerContext) -> Any:
+def make_plain(context: twistd_options.HandlerContext) -> Any:
     contexts.append(context)
     return recording_handler
 
 
-def make_nothing(context: _tap.HandlerContext) -> Any:
+def make_nothing(context: twistd_options.HandlerContext) -> Any:
     return None
 
 
-def make_number(context: _tap.HandlerContext) -> Any:
+def make_number(context: twistd_options.HandlerContext) -> Any:
     return 42
 
 
-def make_failing(context: _tap.HandlerContext) -> Any:
+def make_failing(context: twistd_options.HandlerContext) -> Any:
     raise RuntimeError(f"no database at {context.settings.get('db')}")
 
 
-async def make_async(context: _tap.HandlerContext) -> Any:
+async def make_async(context: twistd_options.HandlerContext) -> Any:
     return recording_handler
 
 
-def make_deferred(context: _tap.HandlerContext) -> Any:
+def make_deferred(context: twistd_options.HandlerContext) -> Any:
     return defer.succeed(recording_handler)
 
 
@@ -120,39 +120,39 @@ async def async_handle(message: Message) -> None:
     pass
 
 
-def make_async_handler(context: _tap.HandlerContext) -> Any:
+def make_async_handler(context: twistd_options.HandlerContext) -> Any:
     return async_handle
 
 
-FACTORY = ["--handler-factory", "tests.unit.test_tap_handlers:make_resource_handler"]
+FACTORY = ["--handler-factory", "tests.unit.test_twistd_handlers:make_resource_handler"]
 
 
 class HandlerOptionTests(SynchronousTestCase):
     """``--handler`` as before, plus objects with ``handle`` and Services."""
 
     def test_plain_callable_as_before(self) -> None:
-        options = parse(*BASE, "--handler", "tests.unit.test_tap:recording_handler")
+        options = parse(*BASE, "--handler", "tests.unit.test_twistd:recording_handler")
         self.assertIs(options["handler_callable"], recording_handler)
         self.assertIsNone(options["handler_service"])
         self.assertIsNone(options["handler_factory"])
         self.assertEqual(options["handler_settings"], {})
 
     def test_object_with_handle(self) -> None:
-        options = parse(*BASE, "--handler", "tests.unit.test_tap_handlers:HANDLE")
+        options = parse(*BASE, "--handler", "tests.unit.test_twistd_handlers:HANDLE")
         self.assertEqual(options["handler_callable"], HANDLE.handle)
         self.assertIsNone(options["handler_service"])
 
     def test_service(self) -> None:
-        options = parse(*BASE, "--handler", "tests.unit.test_tap_handlers:SERVICE_HANDLER")
+        options = parse(*BASE, "--handler", "tests.unit.test_twistd_handlers:SERVICE_HANDLER")
         self.assertEqual(options["handler_callable"], SERVICE_HANDLER.handle)
         self.assertIs(options["handler_service"], SERVICE_HANDLER)
-        service = _tap.makeService(options, reactor=MemoryReactorClock())
-        assert isinstance(service, _tap.ConsumerService)
+        service = twistd_options.makeService(options, reactor=MemoryReactorClock())
+        assert isinstance(service, twistd_options.ConsumerService)
         self.assertIs(service.handler_service, SERVICE_HANDLER)
         self.assertEqual(service.consumer._handler, SERVICE_HANDLER.handle)
 
     def test_help(self) -> None:
-        text = str(_tap.Options())
+        text = str(twistd_options.Options())
         for name in ("--handler-factory=", "--handler-setting=", "--handler-settings-file="):
             self.assertIn(name, text)
         self.assertIn("HandlerContext", text)
@@ -199,11 +199,11 @@ class FactoryOptionTests(SynchronousTestCase):
     def test_errors(self) -> None:
         missing = os.path.join(temp_dir(self), "missing.json")
         cases: list[tuple[list[str], str]] = [
-            (["--handler", "tests.unit.test_tap:recording_handler", *FACTORY],
+            (["--handler", "tests.unit.test_twistd:recording_handler", *FACTORY],
              "give --handler or --handler-factory, not both"),
             (["--handler-setting", "a=b"],
              "--handler-setting and --handler-settings-file need --handler-factory"),
-            (["--handler", "tests.unit.test_tap:recording_handler", "--handler-setting", "a=b"],
+            (["--handler", "tests.unit.test_twistd:recording_handler", "--handler-setting", "a=b"],
              "need --handler-factory"),
             (["--handler-settings-file", self.settings_file({})], "need --handler-factory"),
             ([*FACTORY, "--handler-setting", "novalue"],
@@ -221,14 +221,14 @@ class FactoryOptionTests(SynchronousTestCase):
              "setting 'a' must be a string, number or boolean, not null"),
             ([*FACTORY, "--handler-settings-file", self.settings_file({"a": [1]})],
              "setting 'a' must be a string, number or boolean, not list"),
-            (["--handler-factory", "tests.unit.test_tap:NOT_CALLABLE"],
-             "--handler-factory 'tests.unit.test_tap:NOT_CALLABLE' is not callable (it is a int)"),
+            (["--handler-factory", "tests.unit.test_twistd:NOT_CALLABLE"],
+             "--handler-factory 'tests.unit.test_twistd:NOT_CALLABLE' is not callable (it is a int)"),
             (["--handler-factory", "no_such_module_xyz:make"],
              "--handler-factory 'no_such_module_xyz:make': cannot import module"),
-            (["--handler-factory", "tests.unit.test_tap_handlers.make_plain"],
+            (["--handler-factory", "tests.unit.test_twistd_handlers.make_plain"],
              "--handler-factory must look like 'module.path:callable'"),
-            (["--handler", "tests.unit.test_tap:NOT_CALLABLE"],
-             "--handler 'tests.unit.test_tap:NOT_CALLABLE' is not callable (it is a int) and "
+            (["--handler", "tests.unit.test_twistd:NOT_CALLABLE"],
+             "--handler 'tests.unit.test_twistd:NOT_CALLABLE' is not callable (it is a int) and "
              "has no handle(message) method"),
             (["--handler-threads", "2"], "--handler-threads needs --handler or "
              "--handler-factory"),
@@ -246,16 +246,16 @@ class MakeServiceFactoryTests(SynchronousTestCase):
     """makeService calls the factory once, with the context, and builds around its
     result; a factory that fails stops the start with one line."""
 
-    def make(self, *args: str) -> _tap.ConsumerService:
+    def make(self, *args: str) -> twistd_options.ConsumerService:
         self.reactor = MemoryReactorClock()
-        service = _tap.makeService(parse(*BASE, *args), reactor=self.reactor)
-        assert isinstance(service, _tap.ConsumerService)
+        service = twistd_options.makeService(parse(*BASE, *args), reactor=self.reactor)
+        assert isinstance(service, twistd_options.ConsumerService)
         return service
 
     def test_context(self) -> None:
         del contexts[:]
         service = self.make(
-            "--handler-factory", "tests.unit.test_tap_handlers:make_plain", "--handler-setting",
+            "--handler-factory", "tests.unit.test_twistd_handlers:make_plain", "--handler-setting",
             "db=/tmp/x.db", "--max-in-flight", "7", "--msg-timeout", "45",
             "--lookupd-http-address", "127.0.0.1:4161",
         )
@@ -272,7 +272,7 @@ class MakeServiceFactoryTests(SynchronousTestCase):
         self.assertIsNone(service.printer)
         with self.assertRaises(AttributeError):
             context.topic = "other"  # type: ignore[misc]
-        self.assertIs(txnsq.HandlerContext, _tap.HandlerContext)
+        self.assertIs(txnsq.HandlerContext, twistd_options.HandlerContext)
 
     def test_factory_returning_a_service(self) -> None:
         service = self.make(*FACTORY, "--handler-setting", "db=x")
@@ -283,8 +283,8 @@ class MakeServiceFactoryTests(SynchronousTestCase):
         self.assertNotIn(handler, list(service))  # started and stopped by ConsumerService
 
     def assertSetupError(self, factory: str, message: str, *args: str) -> None:
-        with self.assertRaises(_tap.HandlerSetupError) as caught:
-            self.make("--handler-factory", f"tests.unit.test_tap_handlers:{factory}", *args)
+        with self.assertRaises(twistd_options.HandlerSetupError) as caught:
+            self.make("--handler-factory", f"tests.unit.test_twistd_handlers:{factory}", *args)
         error = caught.exception
         self.assertIsInstance(error, SystemExit)  # twistd exits 1 with the line, no traceback
         self.assertEqual(error.code, message)
@@ -292,7 +292,7 @@ class MakeServiceFactoryTests(SynchronousTestCase):
     def test_factory_raises(self) -> None:
         self.assertSetupError(
             "make_failing",
-            "--handler-factory 'tests.unit.test_tap_handlers:make_failing' raised RuntimeError: "
+            "--handler-factory 'tests.unit.test_twistd_handlers:make_failing' raised RuntimeError: "
             "no database at /x.db",
             "--handler-setting", "db=/x.db",
         )
@@ -300,12 +300,12 @@ class MakeServiceFactoryTests(SynchronousTestCase):
     def test_factory_returns_no_handler(self) -> None:
         self.assertSetupError(
             "make_nothing",
-            "--handler-factory 'tests.unit.test_tap_handlers:make_nothing' returned an object "
+            "--handler-factory 'tests.unit.test_twistd_handlers:make_nothing' returned an object "
             "that is not a handler: None is not callable and has no handle(message) method",
         )
         self.assertSetupError(
             "make_number",
-            "--handler-factory 'tests.unit.test_tap_handlers:make_number' returned an object "
+            "--handler-factory 'tests.unit.test_twistd_handlers:make_number' returned an object "
             "that is not a handler: 42 (a int) is not callable and has no handle(message) "
             "method",
         )
@@ -313,8 +313,8 @@ class MakeServiceFactoryTests(SynchronousTestCase):
     def test_async_factory(self) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the coroutine is closed: no "never awaited"
-            with self.assertRaises(_tap.HandlerSetupError) as caught:
-                self.make("--handler-factory", "tests.unit.test_tap_handlers:make_async")
+            with self.assertRaises(twistd_options.HandlerSetupError) as caught:
+                self.make("--handler-factory", "tests.unit.test_twistd_handlers:make_async")
             gc.collect()
         self.assertIn(
             "make_async' returned an object that is <coroutine object make_async",
@@ -325,14 +325,14 @@ class MakeServiceFactoryTests(SynchronousTestCase):
             "in the handler's startService",
             str(caught.exception.code),
         )
-        with self.assertRaises(_tap.HandlerSetupError) as caught:
-            self.make("--handler-factory", "tests.unit.test_tap_handlers:make_deferred")
+        with self.assertRaises(twistd_options.HandlerSetupError) as caught:
+            self.make("--handler-factory", "tests.unit.test_twistd_handlers:make_deferred")
         self.assertIn("returned an object that is <Deferred at ", str(caught.exception.code))
 
     def test_async_handler_with_threads(self) -> None:
         self.assertSetupError(
             "make_async_handler",
-            "--handler-factory 'tests.unit.test_tap_handlers:make_async_handler' returned an "
+            "--handler-factory 'tests.unit.test_twistd_handlers:make_async_handler' returned an "
             "async def handler: --handler-threads runs a blocking handler; an async def "
             "handler needs no threads",
             "--handler-threads", "2",
@@ -343,15 +343,15 @@ class HandlerServiceOrderTests(SynchronousTestCase):
     """The handler's service starts before the consumer and stops after it drained,
     with a real Consumer on a FakeNSQD."""
 
-    def make(self, *args: str) -> tuple[FakeNSQD, _tap.ConsumerService, ResourceHandler]:
+    def make(self, *args: str) -> tuple[FakeNSQD, twistd_options.ConsumerService, ResourceHandler]:
         self.clock = Clock()
         nsqd = FakeNSQD(self.clock)
         nsqd.create_channel("events", "tail")
         options = parse(*BASE, *FACTORY, "--max-in-flight", "5", *args)
-        service = _tap.makeService(
+        service = twistd_options.makeService(
             options, reactor=self.clock, endpoint_factory=nsqd.endpoint_factory
         )
-        assert isinstance(service, _tap.ConsumerService)
+        assert isinstance(service, twistd_options.ConsumerService)
         handler = service.handler_service
         assert isinstance(handler, ResourceHandler)
         handler.consumer = service.consumer
@@ -463,8 +463,8 @@ class HandlerServiceOrderTests(SynchronousTestCase):
     def test_makeService_stops_the_reactor_when_start_fails(self) -> None:
         reactor = MemoryReactorClock()
         reactor.running = True
-        service = _tap.makeService(parse(*BASE, *FACTORY), reactor=reactor)
-        assert isinstance(service, _tap.ConsumerService)
+        service = twistd_options.makeService(parse(*BASE, *FACTORY), reactor=reactor)
+        assert isinstance(service, twistd_options.ConsumerService)
         handler = service.handler_service
         assert isinstance(handler, ResourceHandler)
         handler.start_result = defer.Deferred()

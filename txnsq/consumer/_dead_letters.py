@@ -20,9 +20,9 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from txnsq._endpoints import EndpointFactory, NSQDTarget, nsqd_target
-from txnsq._session import NSQDState, Session
+from txnsq._twisted.endpoints import EndpointFactory, NSQDTarget, nsqd_target
 from txnsq._wire.deadletter import DeadLetter, dead_letter_body
+from txnsq.consumer._session import NSQDState, Session
 from txnsq.message import Message, awaits_auto_answer
 from txnsq.options import ConsumerOptions, ProducerOptions
 from txnsq.producer import Producer

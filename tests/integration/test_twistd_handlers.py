@@ -90,7 +90,7 @@ class HandlerFactoryTests(TwistdTestCase):
         proto = self.spawn(
             "--topic", topic, "--channel", channel, "--nsqd-tcp-address", nsqd.tcp_address,
             "--max-in-flight", "30",
-            "--handler-factory", "tests.integration.test_tap_handlers:sqlite_writer",
+            "--handler-factory", "tests.integration.test_twistd_handlers:sqlite_writer",
             "--handler-setting", f"db={path}", "--handler-setting", "hold=3",
         )
         handling = {b"handling " + body for body in sent}
@@ -116,14 +116,14 @@ class HandlerFactoryTests(TwistdTestCase):
     async def test_failing_factory_stops_twistd_with_one_line(self) -> None:
         proto = self.spawn(
             "--topic", "t", "--channel", "c", "--nsqd-tcp-address", "127.0.0.1:4150",
-            "--handler-factory", "tests.integration.test_tap_handlers:broken_factory",
+            "--handler-factory", "tests.integration.test_twistd_handlers:broken_factory",
         )
         reason = await proto.ended
         self.assertEqual(getattr(reason, "exitCode", None), 1, proto.describe())
         err = bytes(proto.err).decode()
         self.assertEqual(
             err.strip().splitlines()[-1],
-            "--handler-factory 'tests.integration.test_tap_handlers:broken_factory' raised "
+            "--handler-factory 'tests.integration.test_twistd_handlers:broken_factory' raised "
             "RuntimeError: cannot reach the database",
             proto.describe(),
         )

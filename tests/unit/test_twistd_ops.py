@@ -16,7 +16,7 @@ from twisted.web.server import Site
 
 from tests.support.logs import LogCapture
 from tests.support.tap import BASE, parse
-from txnsq import _tap
+from txnsq._twistd import options as twistd_options
 from txnsq._wire.deadletter import DeadLetter
 
 
@@ -39,7 +39,7 @@ class DeadLetterOptionTests(SynchronousTestCase):
             parse(*BASE, "--dead-letter-topic", "bad topic")
 
     def test_help(self) -> None:
-        text = str(_tap.Options())
+        text = str(twistd_options.Options())
         for name in ("dead-letter-topic", "dead-letter-envelope", "metrics-port",
                      "metrics-interface"):
             self.assertIn(f"--{name}", text)
@@ -71,13 +71,13 @@ class MetricsServiceTests(SynchronousTestCase):
     """The ``/metrics`` endpoint is Twisted's StreamServerEndpointService (strports)."""
 
     def make(self, *args: str, reactor: MemoryReactorClock | None = None
-             ) -> tuple[_tap.ConsumerService, MemoryReactorClock]:
+             ) -> tuple[twistd_options.ConsumerService, MemoryReactorClock]:
         reactor = reactor or MemoryReactorClock()
-        service = _tap.makeService(parse(*BASE, *args), reactor=reactor, stdout=io.BytesIO())
-        assert isinstance(service, _tap.ConsumerService)
+        service = twistd_options.makeService(parse(*BASE, *args), reactor=reactor, stdout=io.BytesIO())
+        assert isinstance(service, twistd_options.ConsumerService)
         return service, reactor
 
-    def metrics(self, service: _tap.ConsumerService) -> list[StreamServerEndpointService]:
+    def metrics(self, service: twistd_options.ConsumerService) -> list[StreamServerEndpointService]:
         return [s for s in service if isinstance(s, StreamServerEndpointService)]
 
     def test_listens_while_running(self) -> None:

@@ -23,7 +23,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.certs import shared_certs
 from tests.support.tap import BASE, NSQD, parse, recording_handler, temp_dir
-from txnsq import _tap, _tap_service
+from txnsq._twistd import options as twistd_options
+from txnsq._twistd import service as twistd_service
 from txnsq._wire.identify import DEFAULT_USER_AGENT
 from txnsq.consumer import Consumer, ConsumerOptions
 from txnsq.options import ConnectionOptions
@@ -62,7 +63,7 @@ class PluginTests(SynchronousTestCase):
         makers = {p.tapname: p for p in getPlugins(IServiceMaker)}
         self.assertIn("nsq-consumer", makers)
         maker = makers["nsq-consumer"]
-        self.assertIs(maker.options, _tap.Options)
+        self.assertIs(maker.options, twistd_options.Options)
         self.assertIn("NSQ", maker.description)
         options = maker.options()
         options.parseOptions(BASE)
@@ -84,9 +85,9 @@ class PluginTests(SynchronousTestCase):
         self.assertNotIn("twisted", packages)
 
     def test_plugin_module_is_lazy(self) -> None:
-        """The plugin file only names txnsq._tap; it imports nothing of txnsq."""
+        """The plugin file only names txnsq._twistd; it imports nothing of txnsq."""
         source = (REPO / "twisted" / "plugins" / "txnsq_plugins.py").read_text()
-        self.assertIn('"txnsq._tap"', source)
+        self.assertIn("\"txnsq._twistd\"", source)
         self.assertIn('"nsq-consumer"', source)
         self.assertNotIn("import txnsq", source)
         self.assertNotIn("from txnsq", source)
@@ -106,7 +107,7 @@ class DefaultsTests(SynchronousTestCase):
         self.assertEqual(options["consumer_options"], ConsumerOptions())
 
     def test_help_lists_every_option_with_text(self) -> None:
-        text = str(_tap.Options())
+        text = str(twistd_options.Options())
         for name in (
             "topic", "channel", "nsqd-tcp-address", "lookupd-http-address", "handler",
             "max-in-flight", "max-attempts", "requeue-delay", "max-requeue-delay",
@@ -230,13 +231,13 @@ class OptionTests(SynchronousTestCase):
 
     def test_handler(self) -> None:
         self.assertIs(
-            parse(*BASE, "--handler", "tests.unit.test_tap:recording_handler")["handler_callable"],
+            parse(*BASE, "--handler", "tests.unit.test_twistd:recording_handler")["handler_callable"],
             recording_handler,
         )
 
     def test_handler_dotted_attribute(self) -> None:
         self.assertEqual(
-            parse(*BASE, "--handler", "tests.unit.test_tap:Handlers.nested")["handler_callable"],
+            parse(*BASE, "--handler", "tests.unit.test_twistd:Handlers.nested")["handler_callable"],
             Handlers.nested,
         )
 
@@ -460,9 +461,9 @@ class OptionErrorTests(SynchronousTestCase):
 
     def test_handler_without_colon(self) -> None:
         self.assertUsageError(
-            [*BASE, "--handler", "tests.unit.test_tap.recording_handler"],
+            [*BASE, "--handler", "tests.unit.test_twistd.recording_handler"],
             "--handler must look like 'module.path:callable', "
-            "not 'tests.unit.test_tap.recording_handler'",
+            "not 'tests.unit.test_twistd.recording_handler'",
         )
 
     def test_handler_module_missing(self) -> None:
@@ -486,15 +487,15 @@ class OptionErrorTests(SynchronousTestCase):
 
     def test_handler_attribute_missing(self) -> None:
         self.assertUsageError(
-            [*BASE, "--handler", "tests.unit.test_tap:Handlers.missing"],
-            "--handler 'tests.unit.test_tap:Handlers.missing': "
-            "'tests.unit.test_tap.Handlers' has no attribute 'missing'",
+            [*BASE, "--handler", "tests.unit.test_twistd:Handlers.missing"],
+            "--handler 'tests.unit.test_twistd:Handlers.missing': "
+            "'tests.unit.test_twistd.Handlers' has no attribute 'missing'",
         )
 
     def test_handler_not_callable(self) -> None:
         self.assertUsageError(
-            [*BASE, "--handler", "tests.unit.test_tap:NOT_CALLABLE"],
-            "--handler 'tests.unit.test_tap:NOT_CALLABLE' is not callable (it is a int)",
+            [*BASE, "--handler", "tests.unit.test_twistd:NOT_CALLABLE"],
+            "--handler 'tests.unit.test_twistd:NOT_CALLABLE' is not callable (it is a int)",
         )
 
     def test_unknown_option(self) -> None:
@@ -504,11 +505,11 @@ class OptionErrorTests(SynchronousTestCase):
 class MakeServiceTests(SynchronousTestCase):
     """makeService builds the consumer from the options."""
 
-    def make(self, *args: str) -> _tap.ConsumerService:
+    def make(self, *args: str) -> twistd_options.ConsumerService:
         self.reactor = MemoryReactorClock()
         self.out = io.BytesIO()
-        service = _tap.makeService(parse(*args), reactor=self.reactor, stdout=self.out)
-        assert isinstance(service, _tap.ConsumerService)
+        service = twistd_options.makeService(parse(*args), reactor=self.reactor, stdout=self.out)
+        assert isinstance(service, twistd_options.ConsumerService)
         return service
 
     def test_consumer(self) -> None:
@@ -531,11 +532,11 @@ class MakeServiceTests(SynchronousTestCase):
 
     def test_default_handler_prints(self) -> None:
         service = self.make(*BASE)
-        self.assertIsInstance(service.printer, _tap.BodyPrinter)
+        self.assertIsInstance(service.printer, twistd_options.BodyPrinter)
         self.assertIs(service.consumer._handler, service.printer)
 
     def test_custom_handler(self) -> None:
-        service = self.make(*BASE, "--handler", "tests.unit.test_tap:recording_handler")
+        service = self.make(*BASE, "--handler", "tests.unit.test_twistd:recording_handler")
         self.assertIsNone(service.printer)
         self.assertIs(service.consumer._handler, recording_handler)
 
@@ -544,7 +545,7 @@ class MakeServiceTests(SynchronousTestCase):
         children = list(service)
         self.assertEqual(len(children), 2)
         stats = children[1]
-        assert isinstance(stats, _tap_service._StatsService)
+        assert isinstance(stats, twistd_service._StatsService)
         self.assertEqual(stats.interval, 30)
 
     def test_no_stats_service_by_default(self) -> None:
@@ -580,9 +581,9 @@ class ConsumerServiceTests(SynchronousTestCase):
     def test_stop_waits_for_consumer_then_flushes(self) -> None:
         clock = Clock()
         out = Stream()
-        printer = _tap.BodyPrinter(out, clock)
+        printer = twistd_options.BodyPrinter(out, clock)
         consumer = FakeConsumer()
-        service = _tap.ConsumerService(consumer, printer)  # type: ignore[arg-type]
+        service = twistd_options.ConsumerService(consumer, printer)  # type: ignore[arg-type]
         service.startService()
         self.assertTrue(consumer.running)
         printer(FakeMessage(b"last"))  # type: ignore[arg-type]
@@ -629,7 +630,7 @@ class BodyPrinterTests(SynchronousTestCase):
     def test_one_body_per_line(self) -> None:
         clock = Clock()
         out = Stream()
-        printer = _tap.BodyPrinter(out, clock)
+        printer = twistd_options.BodyPrinter(out, clock)
         for body in (b"first", b"", b"bytes \x00\xff", "\u00e9t\u00e9".encode()):
             printer(FakeMessage(body))  # type: ignore[arg-type]
         self.assertEqual(out.getvalue(), b"first\n\nbytes \x00\xff\n\xc3\xa9t\xc3\xa9\n")
@@ -637,7 +638,7 @@ class BodyPrinterTests(SynchronousTestCase):
     def test_flushes_once_per_burst(self) -> None:
         clock = Clock()
         out = Stream()
-        printer = _tap.BodyPrinter(out, clock)
+        printer = twistd_options.BodyPrinter(out, clock)
         for i in range(100):
             printer(FakeMessage(b"%d" % i))  # type: ignore[arg-type]
         self.assertEqual(out.flushes, 0)
@@ -653,7 +654,7 @@ class BodyPrinterTests(SynchronousTestCase):
     def test_explicit_flush_cancels_pending(self) -> None:
         clock = Clock()
         out = Stream()
-        printer = _tap.BodyPrinter(out, clock)
+        printer = twistd_options.BodyPrinter(out, clock)
         printer(FakeMessage(b"x"))  # type: ignore[arg-type]
         printer.flush()
         self.assertEqual(out.flushes, 1)
@@ -662,7 +663,7 @@ class BodyPrinterTests(SynchronousTestCase):
     def test_broken_stream_on_flush_stops_printing(self) -> None:
         clock = Clock()
         closed: list[bool] = []
-        printer = _tap.BodyPrinter(BrokenStream(), clock, on_closed=lambda: closed.append(True))
+        printer = twistd_options.BodyPrinter(BrokenStream(), clock, on_closed=lambda: closed.append(True))
         first = FakeMessage(b"x")
         printer(first)  # type: ignore[arg-type]
         clock.advance(0)  # does not raise
@@ -685,7 +686,7 @@ class BodyPrinterTests(SynchronousTestCase):
 
         clock = Clock()
         closed: list[bool] = []
-        printer = _tap.BodyPrinter(PipeToHead(), clock, on_closed=lambda: closed.append(True))
+        printer = twistd_options.BodyPrinter(PipeToHead(), clock, on_closed=lambda: closed.append(True))
         messages = [FakeMessage(b"%d" % i) for i in range(3)]
         for message in messages:
             printer(message)  # type: ignore[arg-type]
@@ -707,18 +708,18 @@ class StatsTests(SynchronousTestCase):
 
     def test_backoff_states(self) -> None:
         base = FakeConsumer().stats()
-        self.assertEqual(_tap.stats_fields(base, 0)["backoff"], "no backoff")
+        self.assertEqual(twistd_options.stats_fields(base, 0)["backoff"], "no backoff")
         self.assertEqual(
-            _tap.stats_fields({**base, "backoff_level": 2, "in_backoff": True}, 0)["backoff"],
+            twistd_options.stats_fields({**base, "backoff_level": 2, "in_backoff": True}, 0)["backoff"],
             "backing off (level 2)",
         )
         self.assertEqual(
-            _tap.stats_fields({**base, "backoff_level": 1}, 0)["backoff"],
+            twistd_options.stats_fields({**base, "backoff_level": 1}, 0)["backoff"],
             "recovering (level 1)",
         )
 
     def test_line_and_rate(self) -> None:
-        reporter = _tap.StatsReporter(self.consumer, self.clock)  # type: ignore[arg-type]
+        reporter = twistd_options.StatsReporter(self.consumer, self.clock)  # type: ignore[arg-type]
         self.consumer.numbers.update(received=40)
         reporter.reset()
         self.clock.advance(10)
@@ -741,14 +742,14 @@ class StatsTests(SynchronousTestCase):
         self.assertEqual(event["connections"], 2)
 
     def test_rate_over_zero_time(self) -> None:
-        reporter = _tap.StatsReporter(self.consumer, self.clock)  # type: ignore[arg-type]
+        reporter = twistd_options.StatsReporter(self.consumer, self.clock)  # type: ignore[arg-type]
         with capturedLogs() as events:
             reporter.report()
         self.assertEqual(events[-1]["rate"], 0.0)
 
     def test_service_reports_every_interval(self) -> None:
-        reporter = _tap.StatsReporter(self.consumer, self.clock)  # type: ignore[arg-type]
-        service = _tap_service._StatsService(reporter, 5, self.clock)
+        reporter = twistd_options.StatsReporter(self.consumer, self.clock)  # type: ignore[arg-type]
+        service = twistd_service._StatsService(reporter, 5, self.clock)
         with capturedLogs() as events:
             service.startService()
             self.assertEqual(self.lines(events), [])

@@ -10,7 +10,7 @@ from typing import Any, Final, cast
 
 from twisted.internet.interfaces import IStreamClientEndpoint
 
-from txnsq._deprecate import warn_deprecated
+from txnsq._api.deprecate import warn_deprecated
 from txnsq._wire.retry import RetryPolicy
 from txnsq.options import fold_identify
 

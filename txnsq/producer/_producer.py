@@ -20,10 +20,10 @@ With ``batch=True``, :meth:`Producer.publish` calls to one topic are coalesced i
 refusal means for each message) is :mod:`txnsq._wire.batching`.
 
 This module holds the :class:`Producer` itself (its wait queue, failover between nsqds,
-retries, stop); the rest is in private modules, one job each: ``txnsq._producer_link``
+retries, stop); the rest is in private modules, one job each: ``txnsq.producer._link``
 (the link to one nsqd and the state the producer shares with its links and batchers),
-``txnsq._batcher`` (``batch=True``: one topic's batches, timers and answers) and
-``txnsq._producer_args`` (the checks of its addresses and keywords of txnsq 0.1).
+``txnsq.producer._batcher`` (``batch=True``: one topic's batches, timers and answers) and
+``txnsq.producer._args`` (the checks of its addresses and keywords of txnsq 0.1).
 
 Example::
 
@@ -49,18 +49,13 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from txnsq._batcher import Batcher
-from txnsq._buffer import BufferBatcher, BufferLedger, ErrorHandler
-from txnsq._deprecate import warn_deprecated
-from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
-from txnsq._producer_args import address_list, take_deprecated
-from txnsq._producer_link import NSQDLink, PublishState
-from txnsq._stats import ProducerNSQDStats, ProducerStats
+from txnsq._api.deprecate import warn_deprecated
+from txnsq._twisted.endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
+from txnsq._twisted.wrongport import WrongPeers
 from txnsq._wire import commands
 from txnsq._wire.batching import BATCH_SIZE_BOUNDS
 from txnsq._wire.numbers import seconds_to_ms
 from txnsq._wire.retry import DEFAULT_RETRY
-from txnsq._wrongport import WrongPeers
 from txnsq.errors import (
     ConnectionClosed,
     DPubFailedError,
@@ -71,7 +66,12 @@ from txnsq.errors import (
     PublishBufferFull,
     PublishQueueFull,
 )
+from txnsq.observers import ProducerNSQDStats, ProducerStats
 from txnsq.options import ConnectionOptions, ProducerOptions, client_options
+from txnsq.producer._args import address_list, take_deprecated
+from txnsq.producer._batcher import Batcher
+from txnsq.producer._buffer import BufferBatcher, BufferLedger, ErrorHandler
+from txnsq.producer._link import NSQDLink, PublishState
 from txnsq.tracing import Tracing
 
 __all__ = [
@@ -86,7 +86,7 @@ __all__ = [
 # answered, or nsqd's E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED (fatal: nsqd could not
 # store it, e.g. its topic is exiting because nsqd is; nsqd 1.2.0 answers that way to
 # publishes that arrive while it stops).
-_RETRIABLE: Final = (ConnectionClosed, PubFailedError, MPubFailedError, DPubFailedError)
+RETRIABLE: Final = (ConnectionClosed, PubFailedError, MPubFailedError, DPubFailedError)
 
 _log: Final = Logger(namespace="txnsq.producer")
 
@@ -280,14 +280,14 @@ class Producer(Service):
                 "on_publish_error must be a callable (topic, body, error), not "
                 f"{type(on_publish_error).__name__}"
             )
-        #: What publish_nowait holds, over every topic (txnsq._buffer).
+        #: What publish_nowait holds, over every topic (txnsq.producer._buffer).
         self._ledger = state.buffer = BufferLedger(opts, on_publish_error)
         #: Topic -> the batcher of its publish_nowait messages.
         self._buffers: dict[str, Batcher] = {}
         self._buffers_sweep_at = _TOPICS_BEFORE_SWEEP
         self._new_buffer: Callable[[PublishState, str, ProducerOptions], Batcher] = BufferBatcher
         if tracing is not None:  # the traced path, chosen once (txnsq.tracing)
-            from txnsq._tracing import trace_buffer, trace_producer
+            from txnsq.producer._tracing import trace_buffer, trace_producer
 
             traced = trace_producer(
                 tracing, opts.batch, self.publish, self.multi_publish, self.deferred_publish
@@ -654,7 +654,7 @@ class Producer(Service):
 
     def stats(self) -> ProducerStats:
         """Counters of this producer, per nsqd and in total (see
-        :class:`txnsq._stats.ProducerStats`; new keys may be added, none is removed or
+        :class:`txnsq.observers.ProducerStats`; new keys may be added, none is removed or
         changes meaning). Counters last across restarts; reading them costs nothing on
         the publish path.
 
@@ -840,7 +840,7 @@ class Producer(Service):
         if (
             type(result) is Failure
             and item.retries_left > 0
-            and isinstance(result.value, _RETRIABLE)
+            and isinstance(result.value, RETRIABLE)
             and not self._state.stopped
         ):
             item.retries_left -= 1

@@ -70,7 +70,7 @@ def warn_deprecated(
 
 
 #: txnsq's own directory: frames in it are not the user's.
-_PACKAGE_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE_DIR: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def outside_stacklevel() -> int:

@@ -16,7 +16,7 @@ from typing import Protocol
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
-from txnsq._service import NSQDService
+from txnsq._twisted.service import NSQDService
 from txnsq._wire.deadletter import give_up_above
 from txnsq._wire.identify import Features
 from txnsq._wire.rdy import RdyUpdate
@@ -428,7 +428,7 @@ class NSQDState:
         self.finished = 0
         self.requeued = 0
         self.connects = 0
-        # Counted off the hot path (errors, give-ups): see txnsq._stats.ConsumerNSQDStats.
+        # Counted off the hot path (errors, give-ups): see txnsq.observers.ConsumerNSQDStats.
         self.timed_out = 0
         self.given_up = 0
         self.dead_lettered = 0

@@ -173,7 +173,7 @@ class GracefulStopTests(TwistdTestCase):
         release = self.temp_path("release")
         proto = self.spawn(
             "--topic", topic, "--channel", channel, "--nsqd-tcp-address", nsqd.tcp_address,
-            "--max-in-flight", "3", "--handler", "tests.integration.test_tap:held_handler",
+            "--max-in-flight", "3", "--handler", "tests.integration.test_twistd:held_handler",
             env={"TXNSQ_TAP_TEST_RELEASE": release},
         )
         sent = bodies(3, "held")

@@ -14,9 +14,9 @@ Without ``--handler`` every message body is written to standard output, one per 
 like ``nsq_tail``. twistd's own log also goes to standard output with ``-n``; use
 ``twistd --logfile=/dev/stderr -n nsq-consumer ...`` to keep the two apart.
 
-The parts live beside this module, one job each: :mod:`txnsq._tap_handlers` (what
+The parts live beside this module, one job each: :mod:`txnsq._twistd.handlers` (what
 ``--handler`` and ``--handler-factory`` name, :class:`HandlerContext`, the default
-printer) and :mod:`txnsq._tap_service` (the service: the consumer and the handler's own
+printer) and :mod:`txnsq._twistd.service` (the service: the consumer and the handler's own
 service, the stats line, the ``/metrics`` endpoint). Their public names are importable
 from here too.
 """
@@ -34,8 +34,7 @@ from typing import IO, Any, Final
 from twisted.application.service import IService
 from twisted.python import usage
 
-from txnsq._endpoints import EndpointFactory
-from txnsq._tap_handlers import (
+from txnsq._twistd.handlers import (
     BodyPrinter,
     HandlerContext,
     HandlerSetupError,
@@ -45,7 +44,7 @@ from txnsq._tap_handlers import (
     resolve_handler,
     resolve_object,
 )
-from txnsq._tap_service import (
+from txnsq._twistd.service import (
     STATS_FORMAT,
     ConsumerService,
     StatsReporter,
@@ -53,6 +52,7 @@ from txnsq._tap_service import (
     stats_fields,
     stats_service,
 )
+from txnsq._twisted.endpoints import EndpointFactory
 from txnsq._wire import commands
 from txnsq._wire.address import (
     check_address_map,

@@ -8,7 +8,7 @@ The handler, two ways:
   :class:`~txnsq.message.Message` (as it always was). An object with a ``handle(message)``
   method is also accepted (``handle`` is then the handler).
 - ``--handler-factory module:callable``: the named callable is called once, by
-  :func:`txnsq._tap.makeService`, with a :class:`HandlerContext` (topic, channel, the
+  :func:`txnsq._twistd.options.makeService`, with a :class:`HandlerContext` (topic, channel, the
   :class:`~txnsq.consumer.ConsumerOptions`, the reactor and the ``settings`` given with
   ``--handler-setting KEY=VALUE`` and ``--handler-settings-file PATH``, a JSON object),
   and returns the handler: a callable, or an object with a ``handle(message)`` method.
@@ -19,7 +19,7 @@ Either way, a handler object that provides
 :class:`~twisted.application.service.IService` (a ``Service`` subclass) owns resources:
 its ``startService`` runs before the consumer starts (when it returns a Deferred, the
 consumer starts once that fires), and its ``stopService`` after the consumer has stopped,
-that is after its last message was answered (:class:`txnsq._tap_service.ConsumerService`
+that is after its last message was answered (:class:`txnsq._twistd.service.ConsumerService`
 does both). A database pool opened in ``startService`` is there for the first message
 and closed after the last one. A factory that raises, or returns something that is not a
 handler, stops twistd at start with one line naming ``--handler-factory`` and the object

@@ -1,16 +1,16 @@
 """``Consumer``: read a topic/channel from one or many nsqd, as a Twisted service.
 
 This module holds the :class:`Consumer` itself: its nsqds (each kept connected by a
-:class:`~txnsq._service.NSQDService`, reconnecting with backoff; the NSQ handshake and
+:class:`~txnsq._twisted.service.NSQDService`, reconnecting with backoff; the NSQ handshake and
 ``SUB`` run after ``whenConnected``), found in a static list, through nsqlookupd
 (:class:`~txnsq.lookupd.LookupdPoller`), or both; what it does with its handler's results
 and failures; its graceful stop. The rest is in private modules, one job each:
 
-- :mod:`txnsq._session`: one connection's messages (the per-message path: handler call,
+- :mod:`txnsq.consumer._session`: one connection's messages (the per-message path: handler call,
   FIN/REQ/TOUCH, the per-read batching);
-- :mod:`txnsq._flow`: RDY and backoff (the pure rules of :mod:`txnsq._wire.rdy` and
+- :mod:`txnsq.consumer._flow`: RDY and backoff (the pure rules of :mod:`txnsq._wire.rdy` and
   :mod:`txnsq._wire.backoff` driven on timers);
-- :mod:`txnsq._dead_letters`: messages given up on, and their dead letters.
+- :mod:`txnsq.consumer._dead_letters`: messages given up on, and their dead letters.
 """
 
 from __future__ import annotations
@@ -26,22 +26,21 @@ from twisted.internet import defer
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from txnsq._aio import asyncio_loop, run_as_task
-from txnsq._dead_letters import DeadLetterPublisher, GiveUp
-from txnsq._endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
-from txnsq._flow import Flow
-from txnsq._service import NSQDService
-from txnsq._session import NSQDState, Session
-from txnsq._stats import ConsumerCounters
-from txnsq._threads import HandlerThreads
+from txnsq._twisted.endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
+from txnsq._twisted.service import NSQDService
 from txnsq._wire import commands
 from txnsq._wire.address import map_address
 from txnsq._wire.backoff import requeue_delay
 from txnsq._wire.deadletter import DeadLetter
 from txnsq._wire.ratelimit import OncePerInterval
+from txnsq.consumer._aio import asyncio_loop, run_as_task
+from txnsq.consumer._dead_letters import DeadLetterPublisher, GiveUp
+from txnsq.consumer._flow import Flow
+from txnsq.consumer._session import NSQDState, Session
+from txnsq.consumer._threads import HandlerThreads
 from txnsq.errors import NotReady, NSQError, WrongPeerError
 from txnsq.message import Message, awaits_auto_answer
-from txnsq.observers import IConsumerObserver
+from txnsq.observers import ConsumerCounters, IConsumerObserver
 from txnsq.options import ConnectionOptions, ConsumerOptions, client_options
 from txnsq.protocol import NSQProtocol, connection_protocol
 from txnsq.tracing import Tracing
@@ -66,7 +65,7 @@ async def _awaited(awaitable: Any) -> Any:
 
 
 class _SessionOwner:
-    """The consumer as its sessions see it (:class:`txnsq._session.SessionOwner`): the
+    """The consumer as its sessions see it (:class:`txnsq.consumer._session.SessionOwner`): the
     consumer's hooks, bound once, and the two flags sessions read for every message
     (the consumer keeps them here, not on itself)."""
 
@@ -225,7 +224,7 @@ class Consumer(Service):
         self.channel = channel
         self._handler = handler
         if tracing is not None:  # the traced path, chosen once (txnsq.tracing)
-            from txnsq._tracing import trace_handler
+            from txnsq.consumer._tracing import trace_handler
 
             self._handler = trace_handler(handler, topic, channel, tracing)
         self._observers: list[IConsumerObserver] = list(observers)
@@ -354,7 +353,7 @@ class Consumer(Service):
     def stats(self) -> dict[str, Any]:
         """Counters, per nsqd and in total: received, finished, requeued, timed out,
         given up, dead-lettered, in flight, RDY, connections, backoff level (the keys of
-        :class:`txnsq._stats.ConsumerStats`). Per nsqd, ``connects`` counts the
+        :class:`txnsq.observers.ConsumerStats`). Per nsqd, ``connects`` counts the
         connections that subscribed (a failed handshake is not one)."""
         per: dict[str, dict[str, Any]] = {}
         totals = dict.fromkeys(_TOTALS, 0)

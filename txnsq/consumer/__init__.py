@@ -1,0 +1,19 @@
+"""Reading a topic/channel: :class:`Consumer`, a Twisted service that keeps a connection
+to every nsqd that has the topic and hands each message to a handler.
+
+The package's parts, one job each: ``_consumer`` (the :class:`Consumer` itself: its
+nsqds, found in a list or through nsqlookupd, its handler's results, its graceful stop),
+``_session`` (one connection's messages: the per-message path), ``_flow`` (RDY and
+backoff on timers), ``_dead_letters`` (messages given up on), ``_threads`` (blocking
+handlers in threads), ``_aio`` (coroutine handlers on the asyncio reactor) and
+``_tracing`` (the traced handler, imported only with ``tracing=``).
+"""
+
+from txnsq.consumer import _consumer
+from txnsq.consumer._consumer import Consumer, ConsumerOptions, DeadLetter, DeadLetterPublisher
+
+#: A message handler: returns ``True``/``None`` (finish), ``False`` (requeue), a Deferred
+#: or coroutine of those, or raises (requeue with backoff).
+Handler = _consumer.Handler
+
+__all__ = ["Consumer", "ConsumerOptions", "DeadLetter", "DeadLetterPublisher", "Handler"]
