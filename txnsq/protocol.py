@@ -6,30 +6,29 @@ asks for them). Nothing else is written until all of that has succeeded (nsqd si
 drops commands pipelined into an upgrade); :meth:`NSQProtocol.when_ready` then fires
 with the negotiated :class:`~txnsq._wire.identify.Features`.
 
-Once ready, commands that nsqd answers (SUB, PUB, MPUB, DPUB, CLS) return Deferreds that
-are matched to responses in order. Cancelling one cannot unsend the command: it fails at
-once with ``CancelledError``, and nsqd's answer, when it comes, is read in its turn and
-dropped (a cancelled publish may still be stored). Non-fatal error frames (``E_FIN_FAILED``,
-``E_REQ_FAILED``, ``E_TOUCH_FAILED``) answer no command: they go to ``on_error``.
-Heartbeats are answered with NOP. Message frames become :class:`~txnsq.message.Message`
-objects handed to ``on_message``, or, when ``on_messages`` is set, to it as lists: each
-run of consecutive messages of one read in one call (a consumer's hot path). Writes made
-while a read is being processed (FIN, RDY from a handler) are joined into one transport
-write at the end of that read.
+From then on the connection is a :class:`txnsq._wire.connection.ConnectionCore` driven
+over the transport: the core decides which answer is whose, what an error frame means,
+when a silent connection is dead and what every error says; this class feeds it each
+read, acts on its events and writes what it queued. The rules, and the words, are the
+blocking :class:`~txnsq.blocking.Connection`'s too.
 
-A malformed frame is logged once and the connection is dropped; it never reaches the
-reactor. When the connection goes, every pending Deferred fails with
-:class:`~txnsq.errors.ConnectionClosed`.
+Commands that nsqd answers (SUB, PUB, MPUB, DPUB, CLS) return Deferreds that fire in the
+order the commands were written. Cancelling one cannot unsend the command: it fails at
+once with ``CancelledError``, and nsqd's answer, when it comes, is read in its turn and
+dropped (a cancelled publish may still be stored). Message frames become
+:class:`~txnsq.message.Message` objects handed to ``on_message``, or, when
+``on_messages`` is set, to it as lists: each run of consecutive messages of one read in
+one call (a consumer's hot path). Errors that answer no command go to ``on_error``.
+Writes made while a read is being processed (FIN, RDY from a handler) are joined into
+one transport write at the end of that read; others at the end of the reactor turn.
 
 A connection that fails silently (half-open: a dead NAT entry, a pulled cable, a frozen
-host) is found out by :class:`txnsq._wire.liveness.Liveness`: once ready, a timer checks
-every :attr:`~txnsq._wire.liveness.Liveness.check_interval` whether anything was received
-for the read timeout (about two heartbeat intervals, see
-:func:`~txnsq._wire.liveness.read_timeout`) and, with an ``answer_timeout``, whether
-commands waited that long with no answer. If not, the connection is dropped with a log
-line and its commands fail with :class:`~txnsq.errors.ConnectionSilent` or
-:class:`~txnsq.errors.CommandTimeout`. Reads are only counted (an integer increment per
-read, nothing per message); the handshake has its own bound, ``handshake_timeout``.
+host) is found by a timer that asks the core every
+:attr:`~txnsq._wire.connection.ConnectionCore.check_interval`; it is then dropped with
+a log line and its commands fail with :class:`~txnsq.errors.ConnectionSilent` or
+:class:`~txnsq.errors.CommandTimeout`. The handshake has its own bound,
+``handshake_timeout``. When the connection goes, every command still waiting fails with
+:class:`~txnsq.errors.ConnectionClosed`.
 """
 
 from __future__ import annotations
@@ -38,10 +37,9 @@ import enum
 import inspect
 import socket
 import warnings
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from twisted.internet import defer
 from twisted.internet.address import UNIXAddress
@@ -60,15 +58,15 @@ from txnsq._api.deprecate import unexpected_keyword, warn_deprecated
 from txnsq._wire import commands
 from txnsq._wire.address import format_address
 from txnsq._wire.compression import Compressor, Decompressor
-from txnsq._wire.frames import (
-    DEFAULT_MAX_FRAME_SIZE,
-    ErrorFrame,
-    FrameParser,
-    Heartbeat,
-    ParsedFrame,
-    Response,
-    encode_response,
+from txnsq._wire.connection import (
+    Answered,
+    ConnectionCore,
+    Ended,
+    Event,
+    ServerError,
+    closed_before_answer,
 )
+from txnsq._wire.frames import DEFAULT_MAX_FRAME_SIZE
 from txnsq._wire.handshake import (
     Action,
     Handshake,
@@ -79,17 +77,10 @@ from txnsq._wire.handshake import (
     StartTLS,
 )
 from txnsq._wire.identify import Features, IdentifyOptions
-from txnsq._wire.liveness import (
-    ALIVE,
-    SILENT,
-    Liveness,
-)
 from txnsq._wire.liveness import read_timeout as _read_timeout
 from txnsq._wire.numbers import seconds_to_ms
 from txnsq.errors import (
-    CommandTimeout,
     ConnectionClosed,
-    ConnectionSilent,
     HandshakeError,
     NotReady,
     NSQError,
@@ -103,23 +94,6 @@ from txnsq.tls import TLSOptions, client_connection_creator, describe_tls_failur
 from txnsq.tls_options import unix_tls_needs_hostname
 
 __all__ = ["NSQProtocol", "ProtocolState"]
-
-_OK = b"OK"
-_CLOSE_WAIT = b"CLOSE_WAIT"
-#: nsqd's answer to a PUB or MPUB, as a whole frame (10 bytes).
-_OK_FRAME = encode_response(_OK)
-
-#: The bytes of frames parsed and handed over at a time (about 490 messages of 100 bytes:
-#: one socket read, which Twisted makes of at most 64 KiB, is one batch). A read that
-#: holds more (what a compressed read inflates to) is handled in several batches, so the
-#: messages alive at once stay few: with thousands, CPython's young-generation
-#: collections would promote them and soon run full collections (measured: in memory, a
-#: deflate stream cost 0.9 us/msg more than plain with unbounded batches; 64 KiB batches
-#: cost 0.02 us/msg less than 32 KiB ones, 100-byte or 10-byte bodies).
-READ_BATCH_BYTES = 64 * 1024
-
-#: What the parser of a connection returns: control frames and messages.
-_Frame = ParsedFrame[Message]
 
 
 class ProtocolState(enum.Enum):
@@ -225,23 +199,25 @@ class NSQProtocol(Protocol):
         server's certificate), the AUTH secret, ``handshake_timeout`` (the whole
         handshake, TCP connected to ready, after which the connection is dropped and
         :meth:`when_ready` fails with :class:`~txnsq.errors.HandshakeError`), the
-        silence bound (``heartbeats_missed`` heartbeat intervals plus half a second, or
-        ``read_timeout`` without heartbeats: the connection is then dropped and its
-        commands fail with :class:`~txnsq.errors.ConnectionSilent`) and
-        ``command_timeout`` (commands waiting that long with no answer at all: the
-        connection is dropped and they fail with :class:`~txnsq.errors.CommandTimeout`).
-        ``None``: ``ConnectionOptions()``. The keywords of txnsq 0.1 (an
-        ``IdentifyOptions`` first, ``tls``, ``auth_secret``, ``handshake_timeout``,
-        ``heartbeats_missed``, ``read_timeout``, ``answer_timeout``) still work, with a
-        :class:`DeprecationWarning`, until 0.4.0.
+        silence bound (:attr:`silence_timeout`: no frame completed for that long and the
+        connection is dropped, its commands failing with
+        :class:`~txnsq.errors.ConnectionSilent`) and ``command_timeout`` (commands
+        waiting that long with no answer at all: the connection is dropped and they fail
+        with :class:`~txnsq.errors.CommandTimeout`). ``None``: ``ConnectionOptions()``.
+        The keywords of txnsq 0.1 (an ``IdentifyOptions`` first, ``tls``,
+        ``auth_secret``, ``handshake_timeout``, ``heartbeats_missed``, ``read_timeout``,
+        ``answer_timeout``) still work, with a :class:`DeprecationWarning`, until 0.4.0.
     :param tls_hostname: the name the certificate must match when ``options.tls`` has
         no hostname override (normally the host part of the address dialled).
     :param max_frame_size: the largest frame accepted from nsqd, in bytes.
     :param on_message: called with each :class:`~txnsq.message.Message`.
     :param on_messages: when set, called instead of ``on_message`` with lists of
         messages: every run of consecutive messages within one read, in order.
-    :param on_error: called with each non-fatal server error (an
-        :class:`~txnsq.errors.NSQServerError`) and with fatal ones that answer no command.
+    :param on_error: called with each error nsqd sent or caused that answers no
+        command: a non-fatal error frame (an :class:`~txnsq.errors.NSQServerError` such
+        as ``E_FIN_FAILED``; the connection goes on), or the error that ends the
+        connection when no command was waiting for it (a fatal error frame, a
+        :class:`~txnsq.errors.ProtocolError`).
     :param on_close: called with the reason (a ``Failure``) when the connection is lost.
     :param on_commands_written: called after each transport write that carried commands
         nsqd answers (PUB, MPUB, DPUB, SUB, CLS...), with how many: they are answered in
@@ -256,14 +232,13 @@ class NSQProtocol(Protocol):
     :param clock: the reactor's time interface (the global reactor by default).
     :raises TypeError, ValueError: for options of another type, or an empty
         ``auth_secret``.
+
+    What happens after the handshake (which answer is whose, error frames, heartbeats,
+    silence) is :class:`txnsq._wire.connection.ConnectionCore`'s: this class reads and
+    writes for it, fires the Deferreds and calls the hooks.
     """
 
     _log = Logger()
-
-    # In slots, not in the instance dict: CPython shares the keys of instance dicts only
-    # up to 30 names, and past them every attribute of this class is read more slowly
-    # (measured: +5% CPU per publish with these four in the dict).
-    __slots__ = ("_answers", "_liveness", "_liveness_timer", "_reads")
 
     def __init__(
         self,
@@ -273,7 +248,7 @@ class NSQProtocol(Protocol):
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         on_message: Callable[[Message], object] | None = None,
         on_messages: Callable[[list[Message]], object] | None = None,
-        on_error: Callable[[NSQServerError], object] | None = None,
+        on_error: Callable[[NSQError], object] | None = None,
         on_close: Callable[[Failure], object] | None = None,
         on_commands_written: Callable[[int], object] | None = None,
         clock: IReactorTime | None = None,
@@ -295,52 +270,47 @@ class NSQProtocol(Protocol):
                     f"options must be a ConnectionOptions, not {type(options).__name__}"
                 )
             identify, silence = options.identify_options(), options.silence_timeout
-        tls = options.tls
         self._handshake = Handshake(
             identify,
             hostname=_default_hostname(),
-            tls=tls is not None,
+            tls=options.tls is not None,
             auth_secret=options.auth_secret,
             max_frame_size=max_frame_size,
         )
         #: The options IDENTIFY is sent with (defaults filled in).
         self.identify_options = self._handshake.options
-        self._tls = tls
+        self._tls = options.tls
         self._tls_hostname = tls_hostname
         self._handshake_timeout = options.handshake_timeout
-        # Liveness: reads and answers are only counted; a timer looks at the counts once
-        # the handshake is done. (nsqd agrees to the heartbeat interval IDENTIFY asks
-        # for, or fails the handshake.)
-        self._liveness = Liveness(silence, clock.seconds(), options.command_timeout)
-        self._liveness_timer: IDelayedCall | None = None
-        self._reads = 0
-        self._answers = 0
+        self._silence_timeout = silence
+        self._command_timeout = options.command_timeout
+        self._max_frame_size = max_frame_size
         self.on_message = on_message
         self.on_messages = on_messages
         self.on_error = on_error
         self.on_close = on_close
         self.on_commands_written = on_commands_written
-        # Commands awaiting an answer queued since the last write (on_commands_written).
-        self._unwritten_commands = 0
         self.on_answer: Callable[[BaseException | None], object] | None = None
 
-        make, make_many = message_factories(self)
-        self._parser = FrameParser(max_frame_size, make)
-        self._parser.batch_factory = make_many
+        self._factories = message_factories(self)
         self._state = ProtocolState.CONNECTING
         # Whether answers are accepted (READY or CLOSING): kept by _set_state, read by the
-        # per-message code instead of comparing states.
+        # per-read code instead of comparing states.
         self._answering = False
+        self._core: ConnectionCore[defer.Deferred[bytes], Message] | None = None
         self._handshake_timer: IDelayedCall | None = None
+        self._liveness_timer: IDelayedCall | None = None
         self._ready_waiters: list[defer.Deferred[Features]] = []
         self._ready_result: Features | BaseException | None = None
-        self._pending: deque[defer.Deferred[bytes]] = deque()
+        # Codecs during the handshake (once ready, the core has them).
         self._compressor: Compressor | None = None
         self._decompressor: Decompressor | None = None
-        self._out: list[bytes] | None = None
         self._in_read = False
         self._flush_call: IDelayedCall | None = None
         self._closing_reason: BaseException | None = None
+        # The commands still waiting when the connection was torn down: they fail once
+        # the transport is gone.
+        self._orphans: list[defer.Deferred[bytes]] = []
 
         #: The negotiated features, once the handshake has succeeded.
         self.features: Features | None = None
@@ -350,14 +320,30 @@ class NSQProtocol(Protocol):
     # ------------------------------------------------------------------ public API
 
     @property
+    def silence_timeout(self) -> float:
+        """Seconds without a complete frame from nsqd after which the ready connection is
+        dropped (:class:`~txnsq.errors.ConnectionSilent`)."""
+        return self._silence_timeout
+
+    @property
+    def command_timeout(self) -> float | None:
+        """Seconds commands may wait with no answer at all (``None``: no bound of its
+        own) before the connection is dropped (:class:`~txnsq.errors.CommandTimeout`)."""
+        return self._command_timeout
+
+    @property
     def read_timeout(self) -> float:
-        """Seconds of silence after which the ready connection is dropped."""
-        return self._liveness.timeout
+        """Deprecated: :attr:`silence_timeout`."""
+        warn_deprecated("NSQProtocol.read_timeout", "NSQProtocol.silence_timeout",
+                        since="0.3.0")
+        return self._silence_timeout
 
     @property
     def answer_timeout(self) -> float | None:
-        """Seconds commands may wait with no answer (``None``: no bound of its own)."""
-        return self._liveness.answer_timeout
+        """Deprecated: :attr:`command_timeout`."""
+        warn_deprecated("NSQProtocol.answer_timeout", "NSQProtocol.command_timeout",
+                        since="0.3.0")
+        return self._command_timeout
 
     @property
     def state(self) -> ProtocolState:
@@ -432,8 +418,9 @@ class NSQProtocol(Protocol):
     def set_message_owner(self, owner: MessageOwner) -> None:
         """Route answers to messages received from now on to ``owner`` (a consumer's record
         of this connection) instead of writing them straight to this connection."""
-        parser = self._parser
-        parser.message_factory, parser.batch_factory = message_factories(owner)
+        self._factories = message_factories(owner)
+        if self._core is not None:
+            self._core.set_message_factories(*self._factories)
 
     def subscribe(self, topic: str, channel: str) -> defer.Deferred[bytes]:
         """Send ``SUB topic channel``; the Deferred fires with ``b"OK"``.
@@ -441,15 +428,15 @@ class NSQProtocol(Protocol):
         :raises TypeError, ValueError: on invalid names (nothing is sent).
         :raises NotReady: if the handshake has not completed.
         """
-        return self._command(commands.sub(topic, channel))
+        return self.send_command(commands.sub(topic, channel))
 
     def publish(self, topic: str, body: bytes) -> defer.Deferred[bytes]:
         """Send PUB; the Deferred fires with ``b"OK"`` or fails with the server's error."""
-        return self._command(commands.pub(topic, body))
+        return self.send_command(commands.pub(topic, body))
 
     def multi_publish(self, topic: str, bodies: list[bytes]) -> defer.Deferred[bytes]:
         """Send MPUB (atomic); the Deferred fires with ``b"OK"``."""
-        return self._command(commands.mpub(topic, bodies))
+        return self.send_command(commands.mpub(topic, bodies))
 
     def deferred_publish(self, topic: str, body: bytes, delay: float) -> defer.Deferred[bytes]:
         """Send DPUB: nsqd delivers the message after ``delay`` **seconds** (a float, sent
@@ -461,45 +448,30 @@ class NSQProtocol(Protocol):
         :raises ValueError: if ``delay`` is negative or not finite (nothing is sent).
         :raises NotReady: if the handshake has not completed.
         """
-        return self._command(commands.dpub(topic, seconds_to_ms(delay, "delay"), body))
+        return self.send_command(commands.dpub(topic, seconds_to_ms(delay, "delay"), body))
 
     def send_command(self, data: bytes) -> defer.Deferred[bytes]:
         """Write an already-encoded command that nsqd answers with one response.
 
         :raises NotReady: if the handshake has not completed or the connection is closing.
         """
-        # _command, inlined: this is a producer's path for every publish.
-        if self._state is not _READY:
-            raise NotReady(f"connection is not ready ({self._state.value})")
+        core = self._core
+        if core is None:
+            raise self._not_ready()
         d: defer.Deferred[bytes] = defer.Deferred()
-        self._pending.append(d)
-        self._unwritten_commands += 1
-        out = self._out
-        if out is not None:
-            out.append(data)
-        else:
-            self._write(data)
+        core.command(data, d)
         return d
 
     def rdy(self, count: int) -> None:
         """Send ``RDY count`` (checked against the server's ``max_rdy_count``)."""
-        max_rdy = self.features.max_rdy_count if self.features else None
-        self._write_ready(commands.rdy(count, max_rdy))
+        self._open_core().rdy(count)
 
     def finish(self, message_id: bytes) -> None:
         """Send ``FIN``."""
-        out = self._out
-        if (
-            out is not None
-            and type(message_id) is bytes
-            and len(message_id) == 16
-            and self._answering
-        ):
-            # The hot path of a consumer (one FIN per message, queued during a read):
-            # the same bytes as commands.fin, without its checks and two calls.
-            out.append(b"FIN " + message_id + b"\n")
-            return
-        self._write_ready(commands.fin(message_id))
+        core = self._core
+        if core is None:
+            raise self._not_ready()
+        core.finish(message_id)
 
     def finish_many(self, message_ids: Sequence[bytes]) -> None:
         """Send ``FIN`` for every id, as one write (joined with the read's other writes).
@@ -507,11 +479,7 @@ class NSQProtocol(Protocol):
         :raises TypeError, ValueError: on an invalid id (nothing is sent).
         :raises NotReady: if the connection is not ready.
         """
-        data = commands.fin_many(message_ids)
-        if not self._answering:
-            raise NotReady(f"connection is not ready ({self._state.value})")
-        if data:
-            self._write(data)
+        self._open_core().finish_many(message_ids)
 
     def requeue(
         self, message_id: bytes, delay_ms: int | None = None, *, delay: float | None = None
@@ -535,16 +503,20 @@ class NSQProtocol(Protocol):
             ms = delay_ms
         else:
             ms = 0 if delay is None else seconds_to_ms(delay, "delay")
-        self._write_ready(commands.req(message_id, ms))
+        self._open_core().requeue(message_id, ms)
 
     def touch(self, message_id: bytes) -> None:
         """Send ``TOUCH``."""
-        self._write_ready(commands.touch(message_id))
+        self._open_core().touch(message_id)
 
     def close_cleanly(self) -> defer.Deferred[bytes]:
         """Send CLS: nsqd stops sending messages and answers ``CLOSE_WAIT`` (the Deferred's
         result). Messages in flight can still be finished or requeued afterwards."""
-        d = self._command(commands.CLS)
+        core = self._core
+        if core is None:
+            raise self._not_ready()
+        d: defer.Deferred[bytes] = defer.Deferred()
+        core.close_cleanly(d)
         self._set_state(_CLOSING)
         return d
 
@@ -589,7 +561,7 @@ class NSQProtocol(Protocol):
             # them back waiting for ACKs (measured: MPUB throughput x2.7 without it).
             transport.setTcpNoDelay(True)
             # The kernel's own probe of an idle peer (hours, by the system's default):
-            # the read timeout below is what finds a dead peer in seconds.
+            # the silence bound is what finds a dead peer in seconds.
             transport.setTcpKeepAlive(True)
         self._set_state(ProtocolState.HANDSHAKE)
         self._handshake.peer = self.peer  # named by a WrongPeerError
@@ -602,27 +574,14 @@ class NSQProtocol(Protocol):
         """Decode and handle what nsqd sent: handshake answers, then responses, errors and
         messages. Bytes that break the protocol close the connection with a
         :class:`~txnsq.errors.ProtocolError`."""
-        self._reads += 1  # all the liveness check costs per read
         try:
             if self._answering:
-                if self._decompressor is not None:
-                    data = self._decompressor.decompress(data)
                 self._read(data)
             elif self._state is ProtocolState.HANDSHAKE:
                 # The handshake takes the bytes as they came (it decompresses them itself
                 # once a codec is on).
                 self._perform(self._handshake.receive_data(data))
             # Otherwise the connection is being dropped (or gone): ignore what arrives.
-        except ProtocolError as e:
-            if e.frames and self._answering:
-                # Frames that arrived intact before the bad bytes were really sent: a
-                # publish's OK among them must not turn into a spurious failure.
-                frames, e.frames = cast(list[_Frame], e.frames), []
-                try:
-                    self._process(frames)
-                except ProtocolError:
-                    pass
-            self._protocol_error(e)
         except Exception as e:
             self._log.failure("Closing connection to nsqd {peer}: unexpected error", peer=self.peer)
             self._tear_down(e, abort=True)
@@ -635,23 +594,13 @@ class NSQProtocol(Protocol):
         :class:`~txnsq.errors.ConnectionClosed` (naming the cause), and so does
         :meth:`when_ready` if the handshake had not finished."""
         self._tear_down(None, lost=reason)
-        self._out = None
         call, self._flush_call = self._flush_call, None
         if call is not None and call.active():
             call.cancel()
-        pending, self._pending = self._pending, deque()
-        if pending:
-            cause = self._closing_reason
-            if not isinstance(cause, ConnectionClosed):
-                # (A ConnectionClosed is the liveness check's finding: the commands fail
-                # with it as it is.)
-                cause = ConnectionClosed("connection closed before nsqd answered", cause or reason)
-            on_answer = self.on_answer
-            for d in pending:
-                if on_answer is not None:
-                    on_answer(cause)
-                if not d.called:
-                    d.errback(cause)
+        orphans, self._orphans = self._orphans, []
+        if orphans:
+            error = closed_before_answer(self.peer, self._closing_reason or reason)
+            self._fail(orphans, error)
         if self.on_close is not None:
             try:
                 self.on_close(reason)
@@ -664,196 +613,141 @@ class NSQProtocol(Protocol):
         self._state = state
         self._answering = state is _READY or state is _CLOSING
 
+    def _not_ready(self) -> NotReady:
+        return NotReady(f"connection is not ready ({self._state.value})")
+
+    def _open_core(self) -> ConnectionCore[defer.Deferred[bytes], Message]:
+        """The core, for a command that needs no answer (sendable while closing)."""
+        core = self._core
+        if core is None or not self._answering:
+            raise self._not_ready()
+        return core
+
     def _read(self, data: bytes) -> None:
-        """Parse and dispatch what a ready connection received, in batches of at most
-        about :data:`READ_BATCH_BYTES` (a read can decompress to megabytes: the messages
-        of one batch are handled and released before the next batch is built); all the
-        writes they cause go out as one, at the end."""
-        parser = self._parser
-        if self._out is None:
-            self._out = []
+        """Hand a ready connection's read to the core and act on its events, a batch at a
+        time (a read can decompress to megabytes: the messages of one batch are handled
+        and released before the next batch is built); all the writes they cause go out
+        as one, at the end."""
+        core = self._core
+        assert core is not None
         self._in_read = True
         try:
-            size = len(data)
-            if (
-                size % 10 == 0
-                and data.startswith(_OK_FRAME)  # (a consumer's read: no scan of it)
-                and data.count(_OK_FRAME) * 10 == size
-                and not parser.buffered()
-            ):
-                # A producer's read: nsqd's OKs and nothing else (they tile the read).
-                # Answered without building a frame for each.
-                response = self._response
-                for i in range(size // 10):
-                    if self._state is not _READY:
-                        if not self._answering:
-                            return
-                        data = data[i * 10 :]  # CLOSING: CLOSE_WAIT rules, below
-                        break
-                    response(_OK)
-                else:
-                    return
-            while True:
-                before = parser.control_frames
-                frames = parser.feed(data, max_bytes=READ_BATCH_BYTES)
-                if not frames:
-                    return
-                self._dispatch(frames, parser.control_frames == before)
-                if not self._answering:
-                    return
-                data = b""
+            core.receive_data(data)
+            while self._answering:
+                events = core.next_events()
+                if not events:
+                    break
+                self._dispatch(events)
+        except ProtocolError as e:  # a corrupt compressed stream
+            self._ended(Ended(e, None))
         finally:
             self._in_read = False
             self._flush()
 
-    def _process(self, frames: list[_Frame]) -> None:
-        """Dispatch frames of a ready connection; writes are joined into one."""
-        if self._out is None:
-            self._out = []
-        self._in_read = True
-        try:
-            self._dispatch(frames, False)
-        finally:
-            self._in_read = False
-            self._flush()
-
-    def _dispatch(self, frames: list[_Frame], messages_only: bool) -> None:
-        """Hand frames to the hooks, in order.
-
-        ``messages_only``: the parser says every frame is a message, so with
-        ``on_messages`` set the whole list goes to it in one call.
-        """
-        on_messages = self.on_messages
-        if on_messages is not None:
-            if messages_only:
-                self._deliver(on_messages, cast(list[Message], frames))
+    def _dispatch(self, events: list[Event[Message, defer.Deferred[bytes]]]) -> None:
+        """Act on the core's events, in order."""
+        for event in events:
+            if isinstance(event, list):
+                self._deliver(event)
+            elif isinstance(event, Answered):
+                self._answered(event)
+            elif isinstance(event, ServerError):
+                self._server_error(event.error)
             else:
-                self._process_mixed(frames, on_messages)
-            return
-        on_message = self.on_message
-        for frame in frames:
-            if type(frame) is Message:
-                if on_message is not None:
-                    try:
-                        on_message(frame)
-                    except Exception:
-                        self._log.failure("on_message raised; the message is left unanswered")
-            else:
-                self._control_frame(frame)
+                self._ended(event)
             if not self._answering:
                 return  # closed or being dropped from a callback
 
-    def _process_mixed(
-        self, frames: list[_Frame], on_messages: Callable[[list[Message]], object]
-    ) -> None:
-        """Frames of every kind, with runs of messages handed to ``on_messages``."""
-        run: list[Message] = []
-        for frame in frames:
-            if type(frame) is Message:
-                run.append(frame)
-                continue
-            if run:
-                self._deliver(on_messages, run)
-                run = []
+    def _deliver(self, messages: list[Message]) -> None:
+        on_messages = self.on_messages
+        if on_messages is not None:
+            try:
+                on_messages(messages)
+            except Exception:
+                self._log.failure("on_messages raised; messages may be left unanswered")
+            return
+        on_message = self.on_message
+        if on_message is None:
+            return
+        for message in messages:
+            try:
+                on_message(message)
+            except Exception:
+                self._log.failure("on_message raised; the message is left unanswered")
             if not self._answering:
                 return
-            self._control_frame(frame)
-        if run and self._answering:
-            self._deliver(on_messages, run)
 
-    def _deliver(self, on_messages: Callable[[list[Message]], object], run: list[Message]) -> None:
-        try:
-            on_messages(run)
-        except Exception:
-            self._log.failure("on_messages raised; messages may be left unanswered")
-
-    def _control_frame(self, frame: _Frame) -> None:
-        if type(frame) is Response:
-            self._response(frame.data)
-        elif type(frame) is Heartbeat:
-            self._write(commands.NOP)
-        elif type(frame) is ErrorFrame:
-            self._error_frame(frame)
-        else:  # a message from another factory: cannot happen once ready
-            raise ProtocolError(f"unexpected frame {frame!r}")
-
-    def _response(self, data: bytes) -> None:
-        pending = self._pending
-        if not pending:
-            raise ProtocolError(f"response {data[:60]!r} with no command waiting for it")
-        # nsqd answers SUB, PUB, MPUB and DPUB with OK, and CLS (always the last command:
-        # nothing can follow it) with CLOSE_WAIT. Anything else must not pass for success.
-        expected = _CLOSE_WAIT if self._state is _CLOSING and len(pending) == 1 else _OK
-        if data != expected:
-            raise ProtocolError(f"response {data[:60]!r} where {expected.decode()} was expected")
-        d = pending.popleft()
-        self._answers += 1
+    def _answered(self, event: Answered[defer.Deferred[bytes]]) -> None:
+        data = event.data
         on_answer = self.on_answer
-        if on_answer is not None:
-            on_answer(None)
-        if not d.called:  # a cancelled command keeps its place in the queue
-            d.callback(data)
+        for d in event.waiters:
+            if on_answer is not None:
+                on_answer(None)
+            if not d.called:  # a cancelled command keeps its place in the queue
+                d.callback(data)
 
-    def _error_frame(self, frame: ErrorFrame) -> None:
-        error = frame.exception()
-        if error.fatal:
-            # nsqd closes the connection after a fatal error: stop using it now, so that
-            # nothing (a retry from an errback, say) is written into a dying connection.
-            head = self._pending.popleft() if self._pending else None
-            self._tear_down(error)
-            if head is not None:
-                if self.on_answer is not None:
-                    self.on_answer(error)
-                if not head.called:
-                    head.errback(error)
-                    return
-        self._log.warn(
-            "nsqd {peer} sent {code}: {text}", peer=self.peer, code=error.code, text=error.text
-        )
+    def _server_error(self, error: NSQError) -> None:
+        """An error that answers no command: logged, and given to ``on_error``."""
+        if isinstance(error, NSQServerError):
+            self._log.warn(
+                "nsqd {peer} sent {code}: {text}", peer=self.peer, code=error.code,
+                text=error.text,
+            )
         if self.on_error is not None:
             try:
                 self.on_error(error)
             except Exception:
                 self._log.failure("on_error hook raised")
 
-    def _command(self, data: bytes) -> defer.Deferred[bytes]:
-        if self._state is not _READY:
-            raise NotReady(f"connection is not ready ({self._state.value})")
-        d: defer.Deferred[bytes] = defer.Deferred()
-        self._pending.append(d)
-        self._unwritten_commands += 1
-        self._write(data)
-        return d
+    def _ended(self, event: Ended[defer.Deferred[bytes]]) -> None:
+        """The core ended the connection: drop it (nothing more is written into it), then
+        fail the command the error answers, or report the error when it answers none."""
+        error = event.error
+        broken = isinstance(error, ProtocolError)
+        if broken:
+            self._log.error(
+                "Closing connection to nsqd {peer}: protocol error: {error}",
+                peer=self.peer,
+                error=error,
+            )
+        self._tear_down(error, abort=broken)
+        waiter = event.waiter
+        if waiter is not None:
+            reported = not waiter.called  # (a cancelled command's answer reaches nobody)
+            self._fail([waiter], error)
+            if reported:
+                return
+        self._server_error(error)
 
-    def _write_ready(self, data: bytes) -> None:
-        if not self._answering:
-            raise NotReady(f"connection is not ready ({self._state.value})")
-        self._write(data)
+    def _fail(self, waiters: list[defer.Deferred[bytes]], error: BaseException) -> None:
+        on_answer = self.on_answer
+        for d in waiters:
+            if on_answer is not None:
+                on_answer(error)
+            if not d.called:
+                d.errback(error)
 
-    def _write(self, data: bytes) -> None:
-        """Queue ``data``; queued writes go out as one transport write at the end of the
-        current read, or on the next reactor turn (so a burst of commands is compressed
-        and written once)."""
-        out = self._out
-        if out is not None:
-            out.append(data)
-            return
-        self._out = [data]
-        if not self._in_read:
+    def _wake(self) -> None:
+        """The core queued output: write it at the end of this read, or on the next
+        reactor turn (so a burst of commands is compressed and written once)."""
+        if not self._in_read and self._flush_call is None:
             self._flush_call = self._clock.callLater(0, self._flush)
 
     def _flush(self) -> None:
         call, self._flush_call = self._flush_call, None
         if call is not None and call.active():
             call.cancel()
-        out, self._out = self._out, None
-        if out and self._state is not _CLOSED and self.transport is not None:
-            self._write_raw(out[0] if len(out) == 1 else b"".join(out))
-            written, self._unwritten_commands = self._unwritten_commands, 0
+        core = self._core
+        transport = self.transport
+        if core is None or transport is None:
+            return
+        data, written = core.data_to_send()
+        if data:
+            transport.write(data)
             if written and self.on_commands_written is not None:
                 self.on_commands_written(written)
 
-    def _write_raw(self, data: bytes) -> None:
+    def _write_handshake(self, data: bytes) -> None:
         if self._compressor is not None:
             data = self._compressor.compress(data)
         assert self.transport is not None
@@ -887,6 +781,8 @@ class NSQProtocol(Protocol):
         if not first:
             return
         self._closing_reason = reason
+        if self._core is not None:
+            self._orphans = self._core.close()
         if self._ready_result is None:
             self._handshake_failed(reason if reason is not None else self._handshake_lost(lost))
         transport = self.transport
@@ -910,16 +806,6 @@ class NSQProtocol(Protocol):
             return wrong_peer
         return ConnectionClosed("connection closed during the handshake", lost)
 
-    def _protocol_error(self, error: ProtocolError) -> None:
-        if self._state is _CLOSED or self._state is _DISCONNECTING:
-            return
-        self._log.error(
-            "Closing connection to nsqd {peer}: protocol error: {error}",
-            peer=self.peer,
-            error=error,
-        )
-        self._tear_down(error, abort=True)
-
     # -- the handshake
 
     def _perform(self, actions: list[Action]) -> None:
@@ -928,7 +814,7 @@ class NSQProtocol(Protocol):
             if self._state is not ProtocolState.HANDSHAKE:
                 return  # torn down by an earlier action (TLS could not start)
             if isinstance(action, Send):
-                self._write_raw(action.data)
+                self._write_handshake(action.data)
             elif isinstance(action, StartTLS):
                 self._start_tls()
             elif isinstance(action, StartCompression):
@@ -959,18 +845,33 @@ class NSQProtocol(Protocol):
         self._cancel_handshake_timer()
         self.features = features = ready.features
         self.auth_identity = ready.auth_identity
+        make, make_many = self._factories
+        clock = self._clock
+        # From here on the silence bound applies (the handshake had its own), counted
+        # from now.
+        core: ConnectionCore[defer.Deferred[bytes], Message] = ConnectionCore(
+            features,
+            label=self.peer,
+            now=clock.seconds(),
+            silence_timeout=self._silence_timeout,
+            command_timeout=self._command_timeout,
+            compressor=self._compressor,
+            decompressor=self._decompressor,
+            rest=ready.rest,
+            max_frame_size=self._max_frame_size,
+            message_factory=make,
+            batch_factory=make_many,
+            wake=self._wake,
+        )
+        self._core = core
         self._set_state(_READY)
         self._ready_result = features
-        # From here on the read timeout bounds the silence (the handshake had its own),
-        # counted from now: the reads so far are seen at once.
-        liveness = self._liveness
-        liveness.check(self._reads, self._clock.seconds())
-        self._schedule_liveness_check(liveness.check_interval)
+        self._schedule_liveness_check(core.check_interval)
         waiters, self._ready_waiters = self._ready_waiters, []
         for d in waiters:
             d.callback(features)
         if ready.rest and self._answering:
-            self._read(ready.rest)
+            self._read(b"")
 
     def _handshake_error(self, error: NSQError) -> None:
         if isinstance(error, WrongPeerError):
@@ -978,7 +879,12 @@ class NSQProtocol(Protocol):
             self._tear_down(error, abort=True)
             return
         if isinstance(error, ProtocolError):
-            self._protocol_error(error)
+            self._log.error(
+                "Closing connection to nsqd {peer}: protocol error: {error}",
+                peer=self.peer,
+                error=error,
+            )
+            self._tear_down(error, abort=True)
             return
         self._log.warn("Handshake with nsqd {peer} failed: {error}", peer=self.peer, error=error)
         self._tear_down(error)
@@ -1001,54 +907,32 @@ class NSQProtocol(Protocol):
     # -- liveness
 
     def _check_liveness(self) -> None:
-        """The liveness timer: drop the connection if it has gone silent, or if commands
-        waited too long for an answer; otherwise look again later."""
+        """The liveness timer: drop the connection if the core finds it silent, or its
+        commands unanswered too long; otherwise look again later."""
         timer, self._liveness_timer = self._liveness_timer, None
-        liveness = self._liveness
-        if not self._answering:
+        core = self._core
+        if not self._answering or core is None:
             return
         now = self._clock.seconds()
-        verdict = liveness.check(self._reads, now, len(self._pending), self._answers)
-        if verdict == ALIVE:
+        error = core.check(now)
+        if error is None:
             # From now, not from when this check was due: the checks that count the
             # silence are at least an interval apart, so it is found out at the bound
             # (four intervals), not one interval later, when a timer fires a little late.
-            self._schedule_liveness_check(liveness.check_interval)
+            self._schedule_liveness_check(core.check_interval)
             return
-        if timer is not None and now - timer.getTime() > liveness.check_interval:
+        if timer is not None and now - timer.getTime() > core.check_interval:
             # This check comes late: the reactor was held up (a blocking handler, a
             # pause of the process), so what nsqd sent may be waiting, unread. Judge
             # again once the reactor has read it (timed calls run before I/O).
             self._schedule_liveness_check(0)
             return
-        peer = self.peer
-        error: ConnectionClosed
-        if verdict == SILENT:
-            silent = liveness.silent_for(now)
-            self._log.warn(
-                "Closing connection to nsqd {peer}: nothing received for {silent:.1f} s "
-                "(read timeout {timeout:.1f} s); {count} command(s) unanswered",
-                peer=peer,
-                silent=silent,
-                timeout=liveness.timeout,
-                count=len(self._pending),
-            )
-            error = ConnectionSilent(
-                f"nsqd {peer} sent nothing for {silent:.1f} s (read timeout "
-                f"{liveness.timeout:g} s): connection presumed dead"
-            )
-        else:
-            self._log.warn(
-                "Closing connection to nsqd {peer}: {count} command(s) unanswered for "
-                "{timeout:g} s (answer timeout)",
-                peer=peer,
-                count=len(self._pending),
-                timeout=liveness.answer_timeout,
-            )
-            error = CommandTimeout(
-                f"nsqd {peer} answered nothing for {liveness.answer_timeout:g} s while "
-                f"{len(self._pending)} command(s) waited: connection closed"
-            )
+        self._log.warn(
+            "Closing connection to nsqd {peer}: {error} ({count} command(s) unanswered)",
+            peer=self.peer,
+            error=error,
+            count=core.waiting,
+        )
         self._tear_down(error, abort=True)
 
     def _schedule_liveness_check(self, delay: float) -> None:

@@ -24,7 +24,7 @@ from tests.support.processes import start_nsqd
 from tests.support.wire import identify_answer, raw_frame
 from txnsq._wire.frames import FRAME_RESPONSE, encode_message, encode_response
 from txnsq._wire.identify import IdentifyOptions
-from txnsq.errors import ConnectionClosed
+from txnsq.errors import ConnectionClosed, ProtocolError
 from txnsq.producer import Producer
 
 pytestmark = [pytest.mark.fault, pytest.mark.integration]
@@ -149,6 +149,8 @@ class HostileServerOverTCPTests(TestCase):
                 result = await hostile.publish("t", b"x").addTimeout(10, reactor)
             except ConnectionClosed as e:
                 outcomes[name] = f"{type(e.reason).__name__}: {e.reason}"
+            except ProtocolError as e:  # the publish's own answer broke the rules
+                outcomes[name] = f"ProtocolError: {e}"
             else:
                 outcomes[name] = f"succeeded with {result!r}"
             elapsed = time.monotonic() - started

@@ -20,6 +20,7 @@ from txnsq._wire.compression import SnappyCompressor
 from txnsq._wire.frames import encode_error, encode_message, encode_response
 from txnsq.blocking import Connection, NSQTimeoutError, TLSOptions, parse_address
 from txnsq.errors import (
+    ConnectionClosed,
     HandshakeError,
     ProtocolError,
 )
@@ -205,8 +206,14 @@ class FakeServerTests(TestCase):
             conn.sendall(struct.pack(">ll", 8, 7) + b"xxxx")  # unknown frame type
 
         fake = _FakeNSQD(self, garbage)
-        with Connection(fake.address, command_timeout=5) as conn, self.assertRaises(ProtocolError):
-            conn.publish("t", b"x")
+        with Connection(fake.address, command_timeout=5) as conn:
+            # The publish was not answered: it fails as every waiting command of a
+            # broken connection does; the next call says what broke it.
+            with self.assertRaises(ConnectionClosed) as caught:
+                conn.publish("t", b"x")
+            self.assertIsInstance(caught.exception.reason, ProtocolError)
+            with self.assertRaisesRegex(ProtocolError, "unknown frame type 7"):
+                conn.publish("t", b"x")
 
         def error_first(fake: _FakeNSQD, conn: socket.socket) -> None:
             fake.read_until(conn, b"}")

@@ -381,11 +381,13 @@ class TapOptionTests(SynchronousTestCase):
         for args, error in [
             (("--handler-threads", "4"), "--handler-threads needs --handler"),
             (
-                ("--handler", "tests.unit.test_twistd:recording_handler", "--handler-threads", "-1"),
+                ("--handler", "tests.unit.test_twistd:recording_handler",
+                 "--handler-threads", "-1"),
                 "--handler-threads",
             ),
             (
-                ("--handler", "tests.unit.test_twistd:recording_handler", "--handler-threads", "2.5"),
+                ("--handler", "tests.unit.test_twistd:recording_handler",
+                 "--handler-threads", "2.5"),
                 "--handler-threads",
             ),
             (

@@ -353,7 +353,7 @@ class DeprecationTests(SynchronousTestCase):
         ):
             protocol = self.assertDeprecated(call, "IdentifyOptions", "ConnectionOptions")
             self.assertEqual(protocol.identify_options.client_id, "a")
-            self.assertEqual(protocol.read_timeout, 2.5)
+            self.assertEqual(protocol.silence_timeout, 2.5)
 
     def test_protocol_keywords(self) -> None:
         tls = TLSOptions()
@@ -362,10 +362,10 @@ class DeprecationTests(SynchronousTestCase):
             ({"auth_secret": "s"}, "auth_secret", lambda p: p._handshake._secret, b"s"),
             ({"handshake_timeout": 3.0}, "handshake_timeout",
              lambda p: p._handshake_timeout, 3.0),
-            ({"heartbeats_missed": 3}, "heartbeats_missed", lambda p: p.read_timeout, 90.5),
+            ({"heartbeats_missed": 3}, "heartbeats_missed", lambda p: p.silence_timeout, 90.5),
             ({"read_timeout": 8.0, "identify": IdentifyOptions(heartbeat_interval_ms=-1)},
-             "read_timeout", lambda p: p.read_timeout, 8.0),
-            ({"answer_timeout": 4.0}, "command_timeout", lambda p: p.answer_timeout, 4.0),
+             "read_timeout", lambda p: p.silence_timeout, 8.0),
+            ({"answer_timeout": 4.0}, "command_timeout", lambda p: p.command_timeout, 4.0),
         ]
         for settings, replacement, read, expected in cases:
             with self.subTest(settings=settings):
@@ -384,7 +384,7 @@ class DeprecationTests(SynchronousTestCase):
             ),
             "NSQProtocol(answer_timeout=...)", "command_timeout",
         )
-        self.assertEqual(protocol.answer_timeout, 2.0)
+        self.assertEqual(protocol.command_timeout, 2.0)
         self.assertEqual(protocol._handshake_timeout, 4.0)
         self.assertEqual(protocol.identify_options.client_id, "a")
 
@@ -394,7 +394,7 @@ class DeprecationTests(SynchronousTestCase):
             warnings.simplefilter("error")
             protocol = NSQProtocol(clock=Clock())
             options = NSQProtocol(ConnectionOptions(command_timeout=None), clock=Clock())
-        self.assertEqual(protocol.answer_timeout, 30.0)
+        self.assertEqual(protocol.command_timeout, 30.0)
         self.assertIsNone(options.answer_timeout)
 
     def test_requeue_delay_ms(self) -> None:

@@ -159,7 +159,7 @@ class GeneratedHostileInputTests(SynchronousTestCase):
         # Every publish got its answer or failed; none is left hanging.
         for d in publishes:
             self.assertTrue(d.called)
-            d.addErrback(lambda f: f.trap(ConnectionClosed, NSQServerError))
+            d.addErrback(lambda f: f.trap(ConnectionClosed, NSQServerError, ProtocolError))
         self.assertEqual(len(conn.closed), 1)
         self.assertEqual(logs.unexpected(), [])
         logs.stop()
@@ -200,7 +200,10 @@ class GeneratedHostileInputTests(SynchronousTestCase):
 class SpecificHostileInputTests(SynchronousTestCase):
     """Named cases, each with what the client must say about it."""
 
-    def dropped_with(self, data: bytes, words: str) -> MemoryConnection:
+    def dropped_with(self, data: bytes, words: str, answers: bool = False) -> MemoryConnection:
+        """``data`` breaks the protocol: the connection is dropped with one error line,
+        and the waiting publish fails with the ProtocolError when ``data`` was its
+        (wrong) answer, else with ConnectionClosed naming it."""
         logs = LogCapture(self)
         conn = MemoryConnection()
         pending = conn.protocol.publish("t", b"x")
@@ -210,8 +213,11 @@ class SpecificHostileInputTests(SynchronousTestCase):
         self.assertIn("protocol error", line)
         self.assertIn(words, line)
         conn.lose()
-        failure = self.failureResultOf(pending, ConnectionClosed)
-        self.assertIsInstance(failure.value.reason, ProtocolError)
+        if answers:
+            self.assertIn(words, str(self.failureResultOf(pending, ProtocolError).value))
+        else:
+            failure = self.failureResultOf(pending, ConnectionClosed)
+            self.assertIsInstance(failure.value.reason, ProtocolError)
         return conn
 
     def test_size_smaller_than_the_type(self) -> None:
@@ -240,11 +246,11 @@ class SpecificHostileInputTests(SynchronousTestCase):
     def test_close_wait_answering_a_publish(self) -> None:
         """CLOSE_WAIT out of turn, while a PUB waits for its OK: nsqd only sends it after
         CLS, so it must not count as the publish's success."""
-        self.dropped_with(encode_response(b"CLOSE_WAIT"), "CLOSE_WAIT")
+        self.dropped_with(encode_response(b"CLOSE_WAIT"), "CLOSE_WAIT", answers=True)
 
     def test_garbage_answering_a_publish(self) -> None:
         """nsqd answers PUB, MPUB, DPUB and SUB with exactly ``OK``."""
-        self.dropped_with(encode_response(b"WHATEVER"), "WHATEVER")
+        self.dropped_with(encode_response(b"WHATEVER"), "WHATEVER", answers=True)
 
     def test_frames_before_the_bad_one_still_count(self) -> None:
         """An OK that arrived intact before the garbage answers its publish."""

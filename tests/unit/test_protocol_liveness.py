@@ -71,7 +71,7 @@ class SilenceTests(SynchronousTestCase):
         logs = LogCapture(self)
         server = ready(self)
         protocol = server.protocol
-        self.assertEqual(protocol.read_timeout, 2.5)
+        self.assertEqual(protocol.silence_timeout, 2.5)
         d = protocol.publish("t", b"x")
         server.clock.advance(2.49)
         self.assertFalse(server.transport.disconnecting)
@@ -85,11 +85,15 @@ class SilenceTests(SynchronousTestCase):
         failure = self.failureResultOf(d, ConnectionSilent)
         self.assertIsInstance(failure.value, ConnectionClosed)
         self.assertIsInstance(failure.value, TimeoutError)
-        self.assertRegex(str(failure.value), r"sent nothing for \d\.\d s \(read timeout 2\.5 s\)")
-        [line] = logs.matching("nothing received for")
+        self.assertRegex(
+            str(failure.value),
+            r"no frame from nsqd \S+ completed in \d\.\d s \(silence_timeout 2\.5 s\)",
+        )
+        [line] = logs.matching("no frame from nsqd")
         self.assertIn(line, logs.lines(LogLevel.warn))
-        self.assertIn(f"nsqd {protocol.peer}:", line)
-        self.assertIn("(read timeout 2.5 s); 1 command(s) unanswered", line)
+        self.assertIn(f"Closing connection to nsqd {protocol.peer}:", line)
+        self.assertIn("(silence_timeout 2.5 s)", line)
+        self.assertIn("(1 command(s) unanswered)", line)
         self.assertEqual(server.clock.getDelayedCalls(), [])
 
     def test_heartbeats_keep_it_alive(self) -> None:
@@ -130,7 +134,7 @@ class SilenceTests(SynchronousTestCase):
 
     def test_heartbeats_missed_option(self) -> None:
         server = ready(self, heartbeats_missed=5)
-        self.assertEqual(server.protocol.read_timeout, 5.5)
+        self.assertEqual(server.protocol.silence_timeout, 5.5)
         server.clock.advance(5.4)
         self.assertFalse(server.transport.disconnecting)
         dropped_at(server, 5.5 + 5.5 / 2)
@@ -138,7 +142,7 @@ class SilenceTests(SynchronousTestCase):
     def test_heartbeats_off_read_timeout(self) -> None:
         """With heartbeats disabled the read timeout bounds the silence instead."""
         server = ready(self, NO_HEARTBEATS, read_timeout=8.0)
-        self.assertEqual(server.protocol.read_timeout, 8.0)
+        self.assertEqual(server.protocol.silence_timeout, 8.0)
         server.clock.advance(7.9)
         self.assertFalse(server.transport.disconnecting)
         at = dropped_at(server, 8.0 + 2 * 2.0 + 0.1)
@@ -149,7 +153,7 @@ class SilenceTests(SynchronousTestCase):
         off (``None``), after the 60 s read timeout."""
         for interval, bound in ((30.0, 60.5), (None, 60.0)):
             server = ready(self, ConnectionOptions(heartbeat_interval=interval))
-            self.assertEqual(server.protocol.read_timeout, bound)
+            self.assertEqual(server.protocol.silence_timeout, bound)
             server.clock.advance(bound - 0.1)
             self.assertTrue(server.protocol.is_ready)
             server.clock.advance(bound / 4)
@@ -227,8 +231,8 @@ class AnswerTimeoutTests(SynchronousTestCase):
             failure = self.failureResultOf(d, CommandTimeout)
             self.assertIsInstance(failure.value, TimeoutError)
             self.assertIn("3 command(s) waited", str(failure.value))
-        [line] = logs.matching("unanswered for", "answer timeout")
-        self.assertIn("3 command(s) unanswered for 4 s", line)
+        [line] = logs.matching("answered nothing for", "command_timeout")
+        self.assertIn("answered nothing for 4 s while 3 command(s) waited", line)
 
     def test_answers_keep_it_going(self) -> None:
         """A steady stream of answers never trips the answer timeout, however many

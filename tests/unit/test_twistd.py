@@ -231,7 +231,9 @@ class OptionTests(SynchronousTestCase):
 
     def test_handler(self) -> None:
         self.assertIs(
-            parse(*BASE, "--handler", "tests.unit.test_twistd:recording_handler")["handler_callable"],
+            parse(*BASE, "--handler", "tests.unit.test_twistd:recording_handler")[
+                "handler_callable"
+            ],
             recording_handler,
         )
 
@@ -663,7 +665,9 @@ class BodyPrinterTests(SynchronousTestCase):
     def test_broken_stream_on_flush_stops_printing(self) -> None:
         clock = Clock()
         closed: list[bool] = []
-        printer = twistd_options.BodyPrinter(BrokenStream(), clock, on_closed=lambda: closed.append(True))
+        printer = twistd_options.BodyPrinter(
+            BrokenStream(), clock, on_closed=lambda: closed.append(True)
+        )
         first = FakeMessage(b"x")
         printer(first)  # type: ignore[arg-type]
         clock.advance(0)  # does not raise
@@ -686,7 +690,9 @@ class BodyPrinterTests(SynchronousTestCase):
 
         clock = Clock()
         closed: list[bool] = []
-        printer = twistd_options.BodyPrinter(PipeToHead(), clock, on_closed=lambda: closed.append(True))
+        printer = twistd_options.BodyPrinter(
+            PipeToHead(), clock, on_closed=lambda: closed.append(True)
+        )
         messages = [FakeMessage(b"%d" % i) for i in range(3)]
         for message in messages:
             printer(message)  # type: ignore[arg-type]
@@ -710,7 +716,9 @@ class StatsTests(SynchronousTestCase):
         base = FakeConsumer().stats()
         self.assertEqual(twistd_options.stats_fields(base, 0)["backoff"], "no backoff")
         self.assertEqual(
-            twistd_options.stats_fields({**base, "backoff_level": 2, "in_backoff": True}, 0)["backoff"],
+            twistd_options.stats_fields(
+                {**base, "backoff_level": 2, "in_backoff": True}, 0
+            )["backoff"],
             "backing off (level 2)",
         )
         self.assertEqual(

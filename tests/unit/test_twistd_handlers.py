@@ -222,7 +222,8 @@ class FactoryOptionTests(SynchronousTestCase):
             ([*FACTORY, "--handler-settings-file", self.settings_file({"a": [1]})],
              "setting 'a' must be a string, number or boolean, not list"),
             (["--handler-factory", "tests.unit.test_twistd:NOT_CALLABLE"],
-             "--handler-factory 'tests.unit.test_twistd:NOT_CALLABLE' is not callable (it is a int)"),
+             "--handler-factory 'tests.unit.test_twistd:NOT_CALLABLE' is not callable "
+             "(it is a int)"),
             (["--handler-factory", "no_such_module_xyz:make"],
              "--handler-factory 'no_such_module_xyz:make': cannot import module"),
             (["--handler-factory", "tests.unit.test_twistd_handlers.make_plain"],

@@ -73,7 +73,9 @@ class MetricsServiceTests(SynchronousTestCase):
     def make(self, *args: str, reactor: MemoryReactorClock | None = None
              ) -> tuple[twistd_options.ConsumerService, MemoryReactorClock]:
         reactor = reactor or MemoryReactorClock()
-        service = twistd_options.makeService(parse(*BASE, *args), reactor=reactor, stdout=io.BytesIO())
+        service = twistd_options.makeService(
+            parse(*BASE, *args), reactor=reactor, stdout=io.BytesIO()
+        )
         assert isinstance(service, twistd_options.ConsumerService)
         return service, reactor
 

@@ -6,7 +6,6 @@ import select
 import socket
 import ssl
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
 from types import TracebackType
@@ -16,17 +15,17 @@ from txnsq._api.deprecate import unexpected_keyword, warn_deprecated
 from txnsq._wire import commands
 from txnsq._wire.address import NSQD_TCP_PORT, UnixSocket, parse_address, parse_nsqd_address
 from txnsq._wire.compression import Compressor, Decompressor
-from txnsq._wire.frames import (
-    DEFAULT_MAX_FRAME_SIZE,
-    HEARTBEAT,
-    ErrorFrame,
-    FrameParser,
-    MessageFrame,
-    Response,
+from txnsq._wire.connection import (
+    Answered,
+    ConnectionCore,
+    Ended,
+    ServerError,
+    closed_before_answer,
+    silence_error,
 )
+from txnsq._wire.frames import DEFAULT_MAX_FRAME_SIZE, MessageFrame
 from txnsq._wire.handshake import Handshake, HandshakeState, Ready, Send, StartCompression, StartTLS
 from txnsq._wire.identify import Features, IdentifyOptions
-from txnsq._wire.liveness import SILENT, Liveness
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq.blocking._tls import describe_ssl_error
 from txnsq.errors import (
@@ -199,11 +198,13 @@ class Connection:
         self._features: Features | None = None
         self._sock: socket.socket | None = None
         self._poll: Any = None
-        self._parser = FrameParser(max_frame_size)
+        self._max_frame_size = max_frame_size
+        # The handshake's codec; once ready, the core has it.
         self._compressor: Compressor | None = None
         self._decompressor: Decompressor | None = None
-        self._out = bytearray()
-        self._slots: deque[_Slot] = deque()
+        self._rest = b""  # what followed the handshake, for the core
+        self._core: ConnectionCore[_Slot, MessageFrame] | None = None
+        self._out = bytearray()  # bytes not written yet
         self._messages: list[MessageFrame] = []
         self._pipelined = 0
         self._pipeline_error: NSQError | None = None
@@ -212,11 +213,10 @@ class Connection:
         self._unreported: NSQError | None = None
         self._handshaking = False
         self._closing = False
-        # Liveness (see the class docstring): reads that returned bytes, the tracker
-        # (made once the handshake is done), and, with heartbeats off, the seconds spent
-        # outside any wait, which do not count as silence.
+        # Liveness (see the class docstring): reads that returned bytes, and, with
+        # heartbeats off, the seconds spent outside any wait, which do not count as
+        # silence (the core judges the silence).
         self._reads = 0
-        self._liveness: Liveness | None = None
         self._gaps_count = hb_ms is not None and hb_ms > 0
         self._uncounted = 0.0
         self._wait_ended = 0.0
@@ -327,8 +327,19 @@ class Connection:
         assert self._features is not None
         now = time.monotonic()
         self._wait_ended = now
-        self._liveness = liveness = Liveness(self.liveness_timeout, now)
-        liveness.check(self._reads, now)  # silence counts from here
+        # From here on the core has the connection; the silence counts from now.
+        self._core = ConnectionCore(
+            self._features,
+            label=self.address,
+            now=now,
+            silence_timeout=self.liveness_timeout,
+            compressor=self._compressor,
+            decompressor=self._decompressor,
+            rest=self._rest,
+            max_frame_size=self._max_frame_size,
+        )
+        self._rest = b""
+        self._receive(b"")
         return self._features
 
     def _run_handshake(self, deadline: float | None) -> None:
@@ -340,7 +351,7 @@ class Connection:
         while True:
             for action in actions:
                 if isinstance(action, Send):
-                    self._send(action.data, deadline=deadline)
+                    self._send_handshake(action.data, deadline)
                 elif isinstance(action, StartTLS):
                     self._start_tls(deadline)
                 elif isinstance(action, StartCompression):
@@ -348,7 +359,7 @@ class Connection:
                     self._decompressor = action.decompressor
                 elif isinstance(action, Ready):
                     self.auth_identity = action.auth_identity
-                    self._feed(action.rest)
+                    self._rest = action.rest
                     self._features = action.features
                     return
                 else:
@@ -413,7 +424,7 @@ class Connection:
         :raises TypeError, ValueError: for an invalid topic or body (nothing is sent).
         :raises NSQServerError: e.g. :class:`~txnsq.errors.BadMessageError`.
         """
-        self._check_ok(self._request(commands.pub(topic, body, self.max_msg_size)))
+        self._request(commands.pub(topic, body, self.max_msg_size))
 
     def deferred_publish(
         self,
@@ -446,7 +457,7 @@ class Connection:
             raise TypeError("deferred_publish() needs a delay, in seconds")
         else:
             ms = seconds_to_ms(delay, "delay")
-        self._check_ok(self._request(commands.dpub(topic, ms, body, self.max_msg_size)))
+        self._request(commands.dpub(topic, ms, body, self.max_msg_size))
 
     def multi_publish(
         self,
@@ -470,7 +481,7 @@ class Connection:
         commands.validate_topic_name(topic)
         if batch_size is None:
             items = bodies if isinstance(bodies, Sequence) else list(bodies)
-            self._check_ok(self._request(self._encode_mpub(topic, items)))
+            self._request(self._encode_mpub(topic, items))
             return len(items)
         check_number(batch_size, "batch_size", integer=True, positive=True)
         check_number(max_pending, "max_pending", integer=True, positive=True)
@@ -554,7 +565,7 @@ class Connection:
         """``SUB`` to ``topic``/``channel`` and wait for OK (at most ``handshake_timeout``
         seconds). Messages flow after :meth:`rdy`."""
         command = commands.sub(topic, channel)
-        self._check_ok(self._request(command, _deadline(self.handshake_timeout)))
+        self._request(command, _deadline(self.handshake_timeout))
 
     def rdy(self, count: int) -> None:
         """Allow nsqd to have ``count`` messages in flight to this connection.
@@ -562,8 +573,8 @@ class Connection:
         :raises ValueError: if ``count`` is above nsqd's ``max_rdy_count`` (nsqd would close
             the connection).
         """
-        max_rdy = self._features.max_rdy_count if self._features is not None else None
-        self._send(commands.rdy(count, max_rdy))
+        self._usable_core().rdy(count)
+        self._write_pending(_deadline(self.command_timeout))
 
     def receive(self, timeout: float | None = None) -> list[MessageFrame]:
         """Return the messages received so far, waiting up to ``timeout`` seconds for one.
@@ -627,9 +638,11 @@ class Connection:
 
         Messages that arrived before the answer stay available from :meth:`receive`.
         """
-        answer = self._request(commands.CLS)
-        if answer != _CLOSE_WAIT:
-            raise ProtocolError(f"unexpected answer to CLS: {answer[:40]!r}")
+        self._raise_pipeline_error()
+        slot = _Slot()
+        self._usable_core().close_cleanly(slot)
+        self._write_pending(_deadline(self.command_timeout))
+        self._wait_slot(slot)
 
     cls = close_cleanly
 
@@ -700,7 +713,7 @@ class Connection:
         state = "connected" if self.connected else "closed" if self._error else "new"
         return f"<Connection {self.address} {state}>"
 
-    # -- internals: requests and responses ---------------------------------------------
+    # -- internals: requests and answers ----------------------------------------------
 
     def _request(self, data: bytes, deadline: float | None = None) -> bytes:
         self._raise_pipeline_error()
@@ -717,11 +730,6 @@ class Connection:
             raise slot.error
         return slot.value
 
-    @staticmethod
-    def _check_ok(answer: bytes) -> None:
-        if answer != _OK:
-            raise ProtocolError(f"expected OK, got {answer[:40]!r}")
-
     def _check_usable(self) -> None:
         error = self._error
         if error is not None:
@@ -730,41 +738,45 @@ class Connection:
                 raise unreported
             if isinstance(error, ConnectionClosed):
                 raise error
-            raise ConnectionClosed(f"connection to {self.address} closed", reason=error)
+            raise ConnectionClosed(f"connection to nsqd {self.address} closed", reason=error)
         if self._sock is None:
             raise ConnectionClosed("not connected")
 
-    def _feed(self, data: bytes) -> None:
-        if not data:
-            return
-        messages = self._messages
-        for frame in self._parser.feed(data):
-            if type(frame) is MessageFrame:
-                messages.append(frame)
-            elif type(frame) is Response:
-                self._response(frame.data, None)
-            elif frame is HEARTBEAT:
-                self._out += self._compress(commands.NOP)
-            elif type(frame) is ErrorFrame:
-                error = frame.exception()
-                if error.fatal:
-                    if not self._response(b"", error):
-                        self._unreported = error
-                    self._fail(error)
-                    return
-                self.nonfatal_errors += 1
-                self.last_nonfatal_error = error
-                if self.on_nonfatal_error is not None:
-                    self.on_nonfatal_error(error)
+    def _usable_core(self) -> ConnectionCore[_Slot, MessageFrame]:
+        self._check_usable()
+        core = self._core
+        if core is None:
+            raise ConnectionClosed("not connected")
+        return core
 
-    def _response(self, data: bytes, error: NSQError | None) -> bool:
-        """Give a response (or a fatal error) to the oldest waiting command; return
-        whether there was one."""
-        if not self._slots:
-            if error is not None:
-                return False
-            raise self._fail(ProtocolError(f"unexpected response from nsqd: {data[:40]!r}"))
-        slot = self._slots.popleft()
+    def _receive(self, data: bytes) -> None:
+        """Hand ``data`` (one read) to the core and act on its events: messages are kept
+        for :meth:`receive`, answers given to their slots, errors counted or kept for
+        the call they belong to."""
+        core = self._core
+        assert core is not None
+        try:
+            core.receive_data(data)
+        except ProtocolError as e:  # a corrupt compressed stream
+            self._ended(Ended(e, None))
+            return
+        while True:
+            events = core.next_events()
+            if not events:
+                return
+            for event in events:
+                if isinstance(event, list):
+                    self._messages += event
+                elif isinstance(event, Answered):
+                    for slot in event.waiters:
+                        self._answered(slot, event.data, None)
+                elif isinstance(event, ServerError):
+                    self._nonfatal(event.error)
+                else:
+                    self._ended(event)
+                    return
+
+    def _answered(self, slot: _Slot, data: bytes, error: NSQError | None) -> None:
         slot.done = True
         slot.value = data
         slot.error = error
@@ -772,13 +784,26 @@ class Connection:
             self._pipelined -= 1
             if error is not None and self._pipeline_error is None:
                 self._pipeline_error = error
-            elif data != _OK and error is None and self._pipeline_error is None:
-                self._pipeline_error = ProtocolError(f"expected OK, got {data[:40]!r}")
-        return True
+
+    def _nonfatal(self, error: NSQServerError) -> None:
+        self.nonfatal_errors += 1
+        self.last_nonfatal_error = error
+        if self.on_nonfatal_error is not None:
+            self.on_nonfatal_error(error)
+
+    def _ended(self, event: Ended[_Slot]) -> None:
+        """The core ended the connection: the error goes to the command it answers, or,
+        when it answers none, to the next call; the connection is closed."""
+        error = event.error
+        if event.waiter is not None:
+            self._answered(event.waiter, b"", error)
+        elif self._unreported is None:
+            self._unreported = error
+        self._fail(error)
 
     def _fail(self, error: NSQError) -> NSQError:
-        """Close the socket and fail every pending command with ``error`` (or, for the
-        ones behind a fatal error frame, ConnectionClosed)."""
+        """Close the socket; every command still waiting fails with
+        :func:`~txnsq._wire.connection.closed_before_answer` of ``error``."""
         if self._error is None:
             self._error = error
         sock, self._sock = self._sock, None
@@ -788,19 +813,11 @@ class Connection:
                 sock.close()
             except OSError:  # pragma: no cover
                 pass
-        closed = (
-            error
-            if isinstance(error, ConnectionClosed)
-            else ConnectionClosed(f"connection to {self.address} closed", reason=error)
-        )
-        while self._slots:
-            slot = self._slots.popleft()
-            slot.done = True
-            slot.error = closed
-            if slot.pipelined:
-                self._pipelined -= 1
-                if self._pipeline_error is None:
-                    self._pipeline_error = closed
+        core = self._core
+        if core is not None:
+            closed = closed_before_answer(self.address, error)
+            for slot in core.close():
+                self._answered(slot, b"", closed)
         self._out.clear()
         return error
 
@@ -813,16 +830,29 @@ class Connection:
             poller.register(sock.fileno(), select.POLLIN)
             self._poll = poller
 
-    def _compress(self, data: bytes) -> bytes:
+    def _send_handshake(self, data: bytes, deadline: float | None) -> None:
+        """Write a handshake command (through the codec once one is on)."""
+        self._check_usable()
         compressor = self._compressor
-        return compressor.compress(data) if compressor is not None else data
+        self._out += compressor.compress(data) if compressor is not None else data
+        self._flush(deadline)
 
     def _send(self, data: bytes, slot: _Slot | None = None, deadline: float | None = None) -> None:
-        self._check_usable()
-        self._out += self._compress(data)
-        if slot is not None:
-            self._slots.append(slot)
-        self._flush(deadline if deadline is not None else _deadline(self.command_timeout))
+        """Queue ``data`` in the core (with ``slot`` when nsqd answers it) and write it."""
+        core = self._usable_core()
+        if slot is None:
+            core.send(data)
+        else:
+            core.command(data, slot)
+        self._write_pending(deadline if deadline is not None else _deadline(self.command_timeout))
+
+    def _write_pending(self, deadline: float | None) -> None:
+        """Write what the core queued (commands, heartbeat answers)."""
+        core = self._core
+        if core is not None:
+            data, _ = core.data_to_send()
+            self._out += data
+        self._flush(deadline)
 
     def _flush(self, deadline: float | None) -> None:
         """Write the output buffer, reading whatever arrives meanwhile (so that neither
@@ -856,12 +886,12 @@ class Connection:
         """
         sock = self._sock
         assert sock is not None
-        liveness = self._liveness
+        core = self._core
         if read and isinstance(sock, ssl.SSLSocket) and sock.pending():
-            if liveness is not None:
+            if core is not None:
                 self._wait_ended = time.monotonic()
             return True, False
-        if liveness is None:
+        if core is None:
             return self._poll_socket(sock, read, write, timeout)
         # Every counted read follows the wait before it at once: that wait's end dates
         # it. With heartbeats off, the time since then is not waited, so not counted.
@@ -870,21 +900,17 @@ class Connection:
             started = time.monotonic()
             self._uncounted += started - previous
             previous = started
-        interval = liveness.check_interval
+        interval = core.check_interval
         if timeout is None or timeout > interval:
             timeout = interval
         readable, writable = self._poll_socket(sock, read, write, timeout)
         ended = self._wait_ended = time.monotonic()
         if not (readable or writable):
-            # The first check dates the reads since the last one, the second judges.
-            reads, shift = self._reads, self._uncounted
-            if (
-                liveness.check(reads, previous - shift) == SILENT
-                or liveness.check(reads, ended - shift) == SILENT
-            ):
-                raise self._fail(
-                    connection_silent(self.address, liveness.silent_for(ended - shift))
-                )
+            # The first check dates the frames since the last one, the second judges.
+            shift = self._uncounted
+            error = core.check(previous - shift) or core.check(ended - shift)
+            if error is not None:
+                raise self._fail(error)
         return readable, writable
 
     def _poll_socket(
@@ -973,25 +999,18 @@ class Connection:
                 break
         if chunks:
             self._reads += 1
-            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            decompressor = self._decompressor
-            try:
-                if decompressor is not None:
-                    data = decompressor.decompress(data)
-                self._feed(data)
-            except ProtocolError as e:
-                raise self._fail(e) from e
+            self._receive(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+            if self._error is None:
+                self._write_pending(_deadline(self.command_timeout))  # heartbeat answers
         if eof and self._error is None:
             raise self._fail(ConnectionClosed(f"nsqd at {self.address} closed the connection"))
 
 
-def connection_silent(address: str, silent_for: float) -> ConnectionSilent:
+def connection_silent(address: str, silent_for: float, timeout: float) -> ConnectionSilent:
     """The error a connection to ``address`` is closed with after ``silent_for`` seconds
-    without receiving anything (the blocking Connection's and Subscriber's wording)."""
-    return ConnectionSilent(
-        f"nothing received from nsqd at {address} for {silent_for:.1f} s: the connection "
-        "is presumed dead (half-open or the peer is gone)"
-    )
+    without a complete frame, ``timeout`` being its silence bound (every client's
+    wording: :func:`txnsq._wire.connection.silence_error`)."""
+    return silence_error(address, silent_for, timeout)
 
 
 def _deadline(timeout: float | None) -> float | None:

@@ -627,7 +627,10 @@ class Subscriber(SubscriberDiscovery):
         live = state.liveness
         if live is None or live.check(state.conn.reads, now) != SILENT:
             return state.alive
-        self._lost(state, connection_silent(state.address, live.silent_for(now)))
+        self._lost(
+            state,
+            connection_silent(state.address, live.silent_for(now), state.conn.liveness_timeout),
+        )
         return False
 
     def _touch(self, group: _TouchGroup, now: float) -> None:

@@ -21,7 +21,7 @@ from txnsq._wire.deadletter import give_up_above
 from txnsq._wire.identify import Features
 from txnsq._wire.rdy import RdyUpdate
 from txnsq._wire.touch import touch_schedule
-from txnsq.errors import FinFailedError, NotReady, NSQServerError, ReqFailedError, TouchFailedError
+from txnsq.errors import FinFailedError, NotReady, NSQError, ReqFailedError, TouchFailedError
 from txnsq.message import Message, awaits_auto_answer, take_auto_answer, void
 from txnsq.protocol import NSQProtocol
 
@@ -395,7 +395,7 @@ class Session:
         if call is not None and call.active():
             call.cancel()
 
-    def server_error(self, error: NSQServerError) -> None:
+    def server_error(self, error: NSQError) -> None:
         """nsqd sent a non-fatal error (the connection's ``on_error``): an answer to a
         message that had timed out on nsqd is counted (the message comes back)."""
         if isinstance(error, _TIMED_OUT):
