@@ -40,13 +40,13 @@ from tests.support.env import REPO as REPO
 from tests.support.env import free_port as free_port
 from tests.support.env import in_ci as in_ci
 from txnsq.testing import (
-    BIN_DIR_VARIABLE,
     BinaryNotFoundError,
     LookupdProcess,
     NSQDProcess,
     NSQProcess,
     find_binary,
 )
+from txnsq.testing._binaries import BIN_DIR_VARIABLE
 
 #: Set by ``tests/conftest.py`` for each test pytest runs: whether it is marked
 #: ``integration`` (``None`` outside pytest: anything goes).

@@ -82,7 +82,7 @@ from txnsq._wire.address import NSQLOOKUPD_HTTP_PORT, format_address, parse_addr
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.frames import encode_error
 from txnsq.errors import NON_FATAL_CODES
-from txnsq.testing._binaries import BIN_DIR_VARIABLE, BinaryNotFoundError, find_binary
+from txnsq.testing._binaries import BinaryNotFoundError, find_binary
 from txnsq.testing._lookupd import LookupAgent
 from txnsq.testing._net import MemoryEndpoint, MemoryTransport, connect_in_memory
 from txnsq.testing._processes import (
@@ -107,7 +107,6 @@ from txnsq.testing._state import (
 )
 
 __all__ = [
-    "BIN_DIR_VARIABLE",
     "MALFORMED_FRAME",
     "BinaryNotFoundError",
     "ChannelStats",

@@ -20,9 +20,10 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+import unittest
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import IO, Any, ClassVar, Protocol, Self, TypeVar
+from typing import IO, Any, ClassVar, Self, TypeVar
 
 from txnsq._deprecate import suggest_names, unexpected_keyword
 from txnsq._fielddocs import document_fields
@@ -183,13 +184,6 @@ class ProcessStartError(RuntimeError):
     def __init__(self, message: str, output: str) -> None:
         super().__init__(message)
         self.output = output
-
-
-class _Cleanups(Protocol):
-    """What :func:`start_nsqd` needs of a test: a trial or unittest ``TestCase``."""
-
-    def addCleanup(self, function: Callable[[], object], /) -> object:
-        """Call ``function`` once the test is over."""
 
 
 #: The processes made and not yet closed: closed at the interpreter's exit, so that a
@@ -442,7 +436,7 @@ class NSQProcess:
         return self._read_output()
 
     def send_signal(self, signum: int) -> None:
-        """Send the signal ``signum`` (e.g. :data:`signal.SIGTERM`) and return at once;
+        """Send the signal ``signum`` (e.g. ``signal.SIGTERM``) and return at once;
         :attr:`running` tells when it has exited, :meth:`stop` collects it then.
 
         :raises RuntimeError: when it is not running.
@@ -632,8 +626,8 @@ class NSQDProcess(NSQProcess):
 
     @property
     def data_path(self) -> str:
-        """nsqd's ``--data-path``: a directory in :attr:`directory`, kept across
-        :meth:`restart`."""
+        """nsqd's ``--data-path``: a directory in :attr:`~NSQProcess.directory`, kept
+        across :meth:`~NSQProcess.restart`."""
         return os.path.join(self.directory, "data")
 
     @property
@@ -735,7 +729,7 @@ class NSQDProcess(NSQProcess):
 
 
 def start_lookupd(
-    test: _Cleanups, options: ProcessOptions | None = None, **settings: Any
+    test: unittest.TestCase, options: ProcessOptions | None = None, **settings: Any
 ) -> LookupdProcess:
     """Start an nsqlookupd for ``test`` (a trial or unittest ``TestCase``, in ``setUp``
     or in the test) and close it in the test's cleanup.
@@ -750,7 +744,7 @@ def start_lookupd(
 
 
 def start_nsqd(
-    test: _Cleanups, options: ProcessOptions | None = None, **settings: Any
+    test: unittest.TestCase, options: ProcessOptions | None = None, **settings: Any
 ) -> NSQDProcess:
     """Start an nsqd for ``test`` (a trial or unittest ``TestCase``, in ``setUp`` or in
     the test) and close it (stop it, delete its data) in the test's cleanup::
@@ -768,7 +762,7 @@ def start_nsqd(
     return _started(test, NSQDProcess(options, **settings))
 
 
-def _started(test: _Cleanups, process: _P) -> _P:
+def _started(test: unittest.TestCase, process: _P) -> _P:
     test.addCleanup(process.close)
     try:
         process.start()

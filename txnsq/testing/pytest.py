@@ -35,6 +35,7 @@ To change how every nsqd of a module or a directory is run, override
         return dataclasses.replace(nsqd_options, args=["--mem-queue-size=0"])
 
 Importing this module imports pytest and :mod:`txnsq.testing`, and installs no reactor.
+Below, each fixture's parameters are the fixtures it uses.
 """
 
 from __future__ import annotations
