@@ -448,6 +448,21 @@ class ProcessTests(SynchronousTestCase):
         self.assertFalse(nsqd.running)
         self.assertFalse(os.path.exists(nsqd.directory))
 
+    def test_with_block_that_fails_to_start(self) -> None:
+        nsqd = NSQDProcess(bin_dir=self.bin_dir, args=["--fake=exit"])
+        with self.assertRaises(ProcessStartError), nsqd:
+            self.fail("started")
+        self.assertFalse(os.path.exists(nsqd.directory))
+
+    def test_start_again_after_it_exited_by_itself(self) -> None:
+        nsqd = self.nsqd()
+        nsqd.start()
+        nsqd.send_signal(signal.SIGTERM)
+        wait_until_exited(nsqd)
+        nsqd.start()  # without stop(): the ended run is collected first
+        self.assertTrue(nsqd.running)
+        self.assertEqual(nsqd.returncode, None)
+
 
 class Cleanups:
     """A TestCase's addCleanup, and nothing else."""

@@ -361,6 +361,7 @@ class NSQProcess:
             raise RuntimeError(f"{self.program} was closed: make a new {type(self).__name__}")
         if self.running:
             raise RuntimeError(f"{self.program} is running already (pid {self.pid})")
+        self._collect()  # a run that ended by itself
         attempts = 1 if self._started else PORT_ATTEMPTS
         for attempt in range(1, attempts + 1):
             if not self._started:
@@ -511,9 +512,14 @@ class NSQProcess:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def __enter__(self) -> Self:
-        """Start the daemon unless it runs already; return it."""
+        """Start the daemon unless it runs already; return it (closed if it fails to
+        start)."""
         if not self.running:
-            self.start()
+            try:
+                self.start()
+            except BaseException:
+                self.close()
+                raise
         return self
 
     def __exit__(self, *exc_info: object) -> None:
