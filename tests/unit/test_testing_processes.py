@@ -261,12 +261,11 @@ class ProcessTests(SynchronousTestCase):
         self.assertEqual(repr(nsqd), "<NSQDProcess not started>")
         self.assertFalse(nsqd.running)
         self.assertEqual((nsqd.pid, nsqd.returncode), (None, None))
-        with self.assertRaises(RuntimeError) as caught:
-            _ = nsqd.tcp_address
-        self.assertIn("nsqd has not been started: its ports are chosen", str(caught.exception))
+        address = nsqd.tcp_address  # known before it starts
         nsqd.start()
         self.assertTrue(nsqd.running)
         self.assertIsNotNone(nsqd.pid)
+        self.assertEqual(nsqd.tcp_address, address)
         self.assertEqual(nsqd.tcp_address, f"127.0.0.1:{nsqd.tcp_port}")
         self.assertEqual(nsqd.http_address, f"127.0.0.1:{nsqd.http_port}")
         self.assertEqual(nsqd.https_address, f"127.0.0.1:{nsqd.https_port}")
@@ -387,6 +386,15 @@ class ProcessTests(SynchronousTestCase):
         self.assertNotEqual(first[1:4], second[1:4])  # new ports
         self.assertEqual(second[1], f"--tcp-address={nsqd.tcp_address}")
         self.assertIn("bind: address already in use", nsqd.output())
+
+    def test_a_port_taken_is_not_replaced_once_an_address_was_read(self) -> None:
+        nsqd = self.nsqd(args=["--fake=port-taken-first"])
+        address = nsqd.http_address  # given to a client, say
+        with self.assertRaises(ProcessStartError) as caught:
+            nsqd.start()
+        self.assertIn("address already in use", str(caught.exception))
+        self.assertEqual(len(commands(nsqd)), 1)
+        self.assertEqual(nsqd.http_address, address)
 
     def test_ports_taken_again_and_again(self) -> None:
         nsqd = self.nsqd(args=["--fake=port-taken"])

@@ -203,11 +203,13 @@ class NSQProcess:
     :class:`LookupdProcess` share.
 
     Making one finds the program (:class:`~txnsq.testing.BinaryNotFoundError` when it
-    is missing) and makes its directory; nothing runs until :meth:`start`. Ports are
-    chosen by the first :meth:`start` and kept by every later one (:meth:`restart`), so
-    the addresses are known from then on. :meth:`close` (or leaving a ``with`` block)
-    stops it and deletes the directory; whatever is left unclosed is closed when the
-    interpreter exits.
+    is missing), makes its directory and picks its ports; nothing runs until
+    :meth:`start`. The addresses can be read at once (to configure a client before the
+    daemon is up) and stay the same for every :meth:`start` (:meth:`restart`); only
+    when the daemon finds a port taken at its first start, and no address has been read
+    yet, does it pick new ones. :meth:`close` (or leaving a ``with`` block) stops it and
+    deletes the directory; whatever is left unclosed is closed when the interpreter
+    exits.
 
     Every method blocks (for at most ``start_timeout`` or ``stop_timeout``) and none
     uses a reactor. In a trial test that must keep its reactor turning meanwhile, call
@@ -248,8 +250,11 @@ class NSQProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._returncode: int | None = None
-        self._ports: dict[str, int] = {}
-        self._started = False  # once true, the ports are known to others: never changed
+        self._ports = self._pick_ports()
+        # Once the ports have been read (or the daemon has started) others may know
+        # them: they are never changed after that.
+        self._ports_known = False
+        self._started = False
         self._closed = False
         _unclosed.add(self)
 
@@ -279,10 +284,7 @@ class NSQProcess:
     # ------------------------------------------------------------- addresses
 
     def _port(self, name: str) -> int:
-        if not self._started:
-            raise RuntimeError(
-                f"{self.program} has not been started: its ports are chosen when it starts"
-            )
+        self._ports_known = True
         try:
             return self._ports[name]
         except KeyError:
@@ -293,36 +295,24 @@ class NSQProcess:
 
     @property
     def tcp_port(self) -> int:
-        """The TCP port (of 127.0.0.1) it listens on for NSQ's protocol.
-
-        :raises RuntimeError: before it has been started.
-        """
+        """The TCP port (of 127.0.0.1) it listens on for NSQ's protocol."""
         return self._port("tcp")
 
     @property
     def http_port(self) -> int:
-        """The port (of 127.0.0.1) of its HTTP API.
-
-        :raises RuntimeError: before it has been started.
-        """
+        """The port (of 127.0.0.1) of its HTTP API."""
         return self._port("http")
 
     @property
     def tcp_address(self) -> str:
         """``"127.0.0.1:<port>"``: what nsqd's clients dial (``Producer(address)``,
-        ``nsqd_tcp_addresses=[...]``), or what nsqd registers with for nsqlookupd.
-
-        :raises RuntimeError: before it has been started.
-        """
+        ``nsqd_tcp_addresses=[...]``), or what nsqd registers with for nsqlookupd."""
         return f"{LOOPBACK}:{self.tcp_port}"
 
     @property
     def http_address(self) -> str:
         """``"127.0.0.1:<port>"``: its HTTP API (``lookupd_http_addresses=[...]`` for
-        nsqlookupd, :class:`~txnsq.blocking.NSQDHTTPClient` for nsqd).
-
-        :raises RuntimeError: before it has been started.
-        """
+        nsqlookupd, :class:`~txnsq.blocking.NSQDHTTPClient` for nsqd)."""
         return f"{LOOPBACK}:{self.http_port}"
 
     # --------------------------------------------------------------- running
@@ -348,9 +338,10 @@ class NSQProcess:
     def start(self) -> None:
         """Start the daemon; return once it answers ``GET /ping`` with ``OK``.
 
-        The first start picks free ports, and picks new ones (up to 5 times) when the
-        daemon finds one taken in the meantime; a later start (after :meth:`stop`)
-        keeps them, and the data directory.
+        When the daemon finds one of its ports taken since it was picked, it is started
+        again on new ones (up to 5 times), unless its addresses have been read or it has
+        started before: others may know them. A later start (after :meth:`stop`) keeps
+        the ports and the data directory.
 
         :raises ProcessStartError: when it exits first, or does not answer within
             ``start_timeout`` seconds (it is killed then); the message has the end of
@@ -362,17 +353,16 @@ class NSQProcess:
         if self.running:
             raise RuntimeError(f"{self.program} is running already (pid {self.pid})")
         self._collect()  # a run that ended by itself
-        attempts = 1 if self._started else PORT_ATTEMPTS
+        attempts = 1 if self._ports_known else PORT_ATTEMPTS
         for attempt in range(1, attempts + 1):
-            if not self._started:
-                self._ports = self._pick_ports()
             try:
                 self._run()
             except ProcessStartError as e:
                 if attempt == attempts or _PORT_TAKEN not in e.output:
                     raise
-                continue  # a port taken since it was picked: pick others
-            self._started = True
+                self._ports = self._pick_ports()  # one was taken since it was picked
+                continue
+            self._ports_known = self._started = True
             return
 
     def _run(self) -> None:
@@ -532,7 +522,8 @@ class NSQProcess:
         elif not self._started:
             state = "not started"
         else:
-            state = f"{'running' if self.running else 'stopped'}, tcp {self.tcp_address}"
+            running = "running" if self.running else "stopped"
+            state = f"{running}, tcp {self._listen_address('tcp')}"
         return f"<{type(self).__name__} {state}>"
 
     # --------------------------------------------- what each daemon defines
@@ -663,10 +654,7 @@ class NSQDProcess(NSQProcess):
     @property
     def tcp_address(self) -> str:
         """``"127.0.0.1:<port>"``, or ``"unix:<path>"`` on a unix socket: what
-        ``Producer(address)`` and ``nsqd_tcp_addresses=[...]`` take.
-
-        :raises RuntimeError: before it has been started.
-        """
+        ``Producer(address)`` and ``nsqd_tcp_addresses=[...]`` take."""
         if self.tcp_socket is not None:
             return f"unix:{self.tcp_socket}"
         return super().tcp_address
@@ -674,10 +662,7 @@ class NSQDProcess(NSQProcess):
     @property
     def http_address(self) -> str:
         """``"127.0.0.1:<port>"``, or ``"unix:<path>"`` on a unix socket: what
-        :class:`~txnsq.blocking.NSQDHTTPClient` takes.
-
-        :raises RuntimeError: before it has been started.
-        """
+        :class:`~txnsq.blocking.NSQDHTTPClient` takes."""
         if self.http_socket is not None:
             return f"unix:{self.http_socket}"
         return super().http_address
@@ -685,18 +670,12 @@ class NSQDProcess(NSQProcess):
     @property
     def https_port(self) -> int:
         """The port (of 127.0.0.1) of its HTTPS API, which nsqd serves when ``args``
-        give it a certificate (``--tls-cert``, ``--tls-key``).
-
-        :raises RuntimeError: before it has been started.
-        """
+        give it a certificate (``--tls-cert``, ``--tls-key``)."""
         return self._port("https")
 
     @property
     def https_address(self) -> str:
-        """``"127.0.0.1:<port>"``: its HTTPS API (see :attr:`https_port`).
-
-        :raises RuntimeError: before it has been started.
-        """
+        """``"127.0.0.1:<port>"``: its HTTPS API (see :attr:`https_port`)."""
         return f"{LOOPBACK}:{self.https_port}"
 
     def _pick_ports(self) -> dict[str, int]:
