@@ -54,11 +54,11 @@ marked_integration: bool | None = None
 
 
 def bin_dir() -> str | None:
-    """Where the suite's nsq binaries are: ``$NSQ_BIN_DIR``, else ``.nsq/bin`` when it
-    has them, else ``None`` (``PATH``)."""
-    given = os.environ.get(BIN_DIR_VARIABLE)
-    if given:
-        return given
+    """Where the suite's nsq binaries are, as :func:`~txnsq.testing.find_binary` takes
+    it: ``None`` (``$NSQ_BIN_DIR``, which find_binary reads and names itself) when that is
+    set, else ``.nsq/bin`` when it has them, else ``None`` (``PATH``)."""
+    if os.environ.get(BIN_DIR_VARIABLE):
+        return None
     default = REPO / ".nsq" / "bin"
     return str(default) if (default / "nsqd").is_file() else None
 
