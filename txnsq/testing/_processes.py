@@ -237,10 +237,15 @@ class NSQProcess:
             if name in self._own_flags:
                 raise ValueError(
                     f"args sets --{name} ({arg!r}), which {type(self).__name__} chooses "
-                    f"itself; read its address from the process once it has started"
+                    "itself: read the address from the process (its tcp_address, "
+                    "http_address...) instead"
                 )
         #: The program's absolute path.
         self.binary = find_binary(self.program, self.options.bin_dir)
+        self._ports = self._pick_ports()
+        # Once the ports have been read (or the daemon has started) others may know
+        # them: they are never changed after that.
+        self._ports_known = False
         #: The process's own temporary directory (its output, nsqd's data), deleted by
         #: :meth:`close`.
         self.directory = tempfile.mkdtemp(prefix=f"txnsq-{self.program}-")
@@ -250,10 +255,6 @@ class NSQProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._returncode: int | None = None
-        self._ports = self._pick_ports()
-        # Once the ports have been read (or the daemon has started) others may know
-        # them: they are never changed after that.
-        self._ports_known = False
         self._started = False
         self._closed = False
         _unclosed.add(self)
