@@ -265,8 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         queue = max(args.count, args.pynsq_count) + 100_000
         nsqd = group.nsqd([f"--mem-queue-size={queue}", f"--max-rdy-count={MAX_IN_FLIGHT}"])
-        assert nsqd.proc is not None
-        pid = nsqd.proc.pid
+        pid = nsqd.pid
+        assert pid is not None
         address = nsqd.tcp_address
         print(
             f"nsqd at {address}; {len(BODY)}-byte messages prefilled; "

@@ -82,7 +82,7 @@ class CPUSampler:
     /proc every 0.1 s while running (so processes that exit meanwhile still count)."""
 
     def __init__(self, nsqds: list[NSQD]) -> None:
-        self.nsqd_pids = {n.proc.pid for n in nsqds if n.proc is not None}
+        self.nsqd_pids = {n.pid for n in nsqds if n.pid is not None}
         self.seen: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -255,7 +255,9 @@ class Bench:
 
     @property
     def nsqd_pid(self) -> int:
-        return int(self.nsqd.proc.pid)
+        pid = self.nsqd.pid
+        assert pid is not None
+        return pid
 
     def topic(self, workload: str, client: str) -> str:
         self.runs += 1

@@ -30,6 +30,8 @@ nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"(twisted|zope|treq|hyperlink|OpenSSL|service_identity|prometheus_client)\..*"),
     (r"py:.*", r"(pyspark|pyarrow|pa|snappy)(\..*)?"),
+    # pytest's and unittest's names, as txnsq.testing's annotations spell them
+    (r"py:.*", r"(_?pytest|unittest)\..*"),
     # pyspark's names as annotations spell them when pyspark is stood in for (below)
     (r"py:.*", r"(WriterCommitMessage|InputPartition|DataSource\w*|StructType|Row)"),
     (r"py:.*", r"(collections|typing|typing_extensions|types|enum|abc|dataclasses)\..*"),

@@ -188,7 +188,7 @@ async def run(reactor: Any, args: argparse.Namespace, nsqd: Any) -> dict[str, An
             "dups": ledger.duplicates,
             "failed": ledger.failed,
             "rss_kib": rss_kib(),
-            "nsqd_rss_kib": rss_kib(nsqd.proc.pid) if nsqd.proc else 0,
+            "nsqd_rss_kib": rss_kib(nsqd.pid) if nsqd.pid else 0,
         }
         samples.append(row)
         last.update(t=t, acked=ledger.acked, delivered=ledger.deliveries)

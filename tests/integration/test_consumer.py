@@ -85,7 +85,7 @@ class InFlightSampler:
         total = 0
         ready: list[int] = []
         for nsqd in self.nsqds:
-            if not nsqd.running():
+            if not nsqd.running:
                 continue
             try:
                 stats = nsqd.channel_stats(self.topic, CHANNEL) or {}

@@ -16,7 +16,6 @@ the issue's 100,000, which takes 3-5 s on a loaded 2-core machine.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from twisted.internet.threads import deferToThread
 from tests.support.certs import certs_for, nsqd_tls_args
 from tests.support.faults import CHANNEL, FaultTestCase, Publishes, body, number, report
 from tests.support.logs import LogCapture
-from tests.support.processes import NSQD, NSQLookupd, ProcessGroup, start_nsqd
+from tests.support.processes import NSQD, NSQLookupd, ProcessGroup, bin_dir_of, start_nsqd
 from tests.support.proxy import start_proxy
 from txnsq._wire.identify import IdentifyOptions
 from txnsq.consumer import Consumer
@@ -306,8 +305,8 @@ class LookupdTests(FaultTestCase):
         goes away (SIGTERM: it unregisters) is dropped and not dialled any more."""
         group = ProcessGroup()
         self.addCleanup(group.stop_all)
-        lookupd = NSQLookupd(tempfile.mkdtemp(prefix="nsqlookupd-", dir=group.workdir))
-        group.processes.append(lookupd)
+        lookupd = NSQLookupd(bin_dir=bin_dir_of("nsqlookupd"))
+        group.processes.append(lookupd)  # started later, closed with the group
         logs = LogCapture(self)
         consumed: Counter[bytes] = Counter()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +23,14 @@ from twisted.trial.unittest import TestCase
 
 from tests.support.certs import certs_for, nsqd_tls_args
 from tests.support.examples import EXAMPLES, example, run_python
-from tests.support.processes import NSQD, free_port, start_lookupd, start_nsqd, wait_for
+from tests.support.processes import (
+    NSQD,
+    bin_dir_of,
+    free_port,
+    start_lookupd,
+    start_nsqd,
+    wait_for,
+)
 from tests.support.reactors import twistd_reactor_args
 
 pytestmark = pytest.mark.integration
@@ -224,6 +232,30 @@ class ExamplesTests(TestCase):
         suite.run(result)
         self.assertEqual(result.testsRun, 1)
         self.assertTrue(result.wasSuccessful(), result.errors + result.failures)
+
+    def test_real_nsqd_trial(self) -> None:
+        argv = [sys.executable, "-m", "twisted.trial", *twistd_reactor_args(), "real_nsqd_trial"]
+        out = self.run_user_tests("real_nsqd_trial.py", argv)
+        self.assertIn("PASSED (successes=2)", out)
+
+    def test_real_nsqd_pytest(self) -> None:
+        argv = [sys.executable, "-m", "pytest", "-p", "txnsq.testing.pytest",
+                "-p", "no:cacheprovider", "real_nsqd_pytest.py"]
+        out = self.run_user_tests("real_nsqd_pytest.py", argv)
+        self.assertIn("2 passed", out)
+
+    def run_user_tests(self, script: str, argv: list[str]) -> str:
+        """Run the tests of examples/``script`` as their user would: the file alone in a
+        folder, the nsq programs named by ``NSQ_BIN_DIR``; return the output."""
+        folder = tempfile.mkdtemp(prefix="txnsq-example-")
+        self.addCleanup(shutil.rmtree, folder, True)
+        Path(folder, script).write_text(example(script), encoding="utf-8")
+        env = dict(os.environ, NSQ_BIN_DIR=bin_dir_of("nsqd"))
+        result = subprocess.run(
+            argv, capture_output=True, text=True, timeout=120, cwd=folder, env=env, check=False
+        )
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        return result.stdout
 
     def test_nsq_consumer(self) -> None:
         lookupd = start_lookupd(self)

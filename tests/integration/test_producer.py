@@ -106,8 +106,7 @@ class ProducerIntegrationTests(TestCase):
             failed = failed or not outcome[0]
             if not signalled and len(outcomes) >= 500:
                 signalled = True
-                assert nsqd.proc is not None
-                nsqd.proc.send_signal(signal.SIGTERM)
+                nsqd.send_signal(signal.SIGTERM)
             if not failed and issued < total:
                 issue()  # keep the window full until the first failure
             elif len(outcomes) == issued and not finished.called:
@@ -156,8 +155,7 @@ class ProducerIntegrationTests(TestCase):
         def done(outcome: tuple[bool, Any]) -> None:
             outcomes.append(outcome)
             if len(outcomes) == 500:
-                assert nsqd.proc is not None
-                nsqd.proc.send_signal(signal.SIGTERM)
+                nsqd.send_signal(signal.SIGTERM)
             if issued < total:
                 issue()
             elif len(outcomes) == total and not finished.called:
@@ -165,7 +163,7 @@ class ProducerIntegrationTests(TestCase):
 
         for _ in range(window):
             issue()
-        while nsqd.proc is None or nsqd.proc.poll() is None:
+        while nsqd.running:
             yield deferLater(reactor, 0.01, lambda: None)
         nsqd.stop()  # already exited: collects it
         nsqd.start()  # same ports, same data directory

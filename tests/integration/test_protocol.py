@@ -190,8 +190,7 @@ class NSQDStopTests(IntegrationTestCase):
 
         publish_batch()
         yield answered_many  # nsqd is taking them, and more are on the way
-        assert nsqd.proc is not None
-        nsqd.proc.send_signal(signal.SIGTERM)
+        nsqd.send_signal(signal.SIGTERM)
         yield client.when_lost()
         self.assertEqual(len(outcomes), len(ds))
         ok = [o for o in outcomes if o == b"OK"]

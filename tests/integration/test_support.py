@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 from twisted.internet import defer, threads
-from twisted.trial.unittest import SynchronousTestCase, TestCase
+from twisted.trial.unittest import TestCase
 
 from tests.support.authserver import AuthServer, Grant, start_auth_server
 from tests.support.certs import CLIENT_COMMON_NAME, nsqd_tls_args, shared_certs
-from tests.support.processes import NSQD, ProcessGroup, nsqd_version, nsqd_version_text, start_nsqd
+from tests.support.processes import nsqd_version, nsqd_version_text, start_nsqd
 from tests.support.proxy import start_proxy
 from tests.support.waiting import TIMEOUT, wait_until
 from txnsq._wire.address import parse_address
@@ -461,23 +461,3 @@ class ProxyWithTLSNSQDTests(TestCase):
             yield threads.deferToThread(client.start_tls, client_context(self.certs))
         yield connection.when_closed()
         self.assertTrue(connection.cut_reason and connection.cut_reason.endswith("from server"))
-
-
-@pytest.mark.integration
-class FreePortTests(SynchronousTestCase):
-    def test_a_port_taken_since_it_was_picked_is_replaced(self) -> None:
-        """A port found free can be taken before nsqd binds it (any outgoing connection
-        may get it): the first start picks new ports instead of failing."""
-        group = ProcessGroup()
-        self.addCleanup(group.stop_all)
-        taken = socket.socket()
-        self.addCleanup(taken.close)
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        nsqd = NSQD(group._subdir("nsqd"))
-        group.processes.append(nsqd)
-        nsqd.tcp_port = taken.getsockname()[1]
-        nsqd.start_on_free_ports()
-        self.assertNotEqual(nsqd.tcp_port, taken.getsockname()[1])
-        self.assertTrue(nsqd.running())
-        self.assertIn("address already in use", nsqd.log_tail())

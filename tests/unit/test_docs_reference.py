@@ -30,7 +30,7 @@ import txnsq
 from tests.support.env import REPO, in_ci
 
 # Modules that need an extra that may be missing (only then are they left out).
-_OPTIONAL_DEPENDENCIES = {"pyspark", "pyarrow", "prometheus_client"}
+_OPTIONAL_DEPENDENCIES = {"pyspark", "pyarrow", "prometheus_client", "pytest"}
 _SCALARS = (int, float, str, bytes, bool, type(None), tuple, frozenset)
 
 

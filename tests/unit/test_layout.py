@@ -254,10 +254,13 @@ class PrivateStateTests(SynchronousTestCase):
 class MarkerTests(SynchronousTestCase):
     #: What tests.support.processes offers to start real processes with.
     STARTERS = frozenset(
-        {"start_nsqd", "start_lookupd", "NSQD", "NSQLookupd", "ProcessGroup", "nsq_binary"}
+        {"start_nsqd", "start_lookupd", "NSQD", "NSQLookupd", "ProcessGroup", "nsq_binary",
+         "bin_dir_of"}
     )
 
     def test_files_starting_processes_are_marked_integration(self) -> None:
+        # (txnsq.testing's own helpers find the programs through tests.support.processes
+        # too, in the files that run the real ones; tests/unit runs them on stand-ins.)
         unmarked = []
         for name, path in module_files("tests").items():
             if not path.name.startswith("test_"):

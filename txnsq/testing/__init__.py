@@ -1,4 +1,5 @@
-"""Test helpers: a fake nsqd (and nsqlookupd) for your own trial suites.
+"""Test helpers: a fake nsqd (and nsqlookupd) for your own trial suites, and real ones
+for integration tests.
 
 :class:`FakeNSQD` speaks the real NSQ TCP protocol over in-memory connections driven by
 a :class:`~twisted.internet.task.Clock`, so code that uses :class:`~txnsq.Producer` or
@@ -47,6 +48,23 @@ does not do: TLS (it answers ``tls_v1: false``), ``sample_rate``, disk queues, p
 and nsqd's timer latency (nsqd checks timeouts and deferred messages every 100 ms, and
 only in channels its scan loop has picked up, which can take 5 s for a new channel; here
 they fire exactly on time).
+
+For what only a real nsqd shows, :func:`start_nsqd` (and :func:`start_lookupd`) starts
+one in a test's ``setUp`` on free ports of 127.0.0.1, its data in a temporary directory,
+and closes it in the test's cleanup; :class:`NSQDProcess` and :class:`LookupdProcess`
+are the same daemons for any other use (a ``with`` block, a session-wide fixture), and
+:mod:`txnsq.testing.pytest` offers them as pytest fixtures. The programs are taken from
+``$NSQ_BIN_DIR`` or ``PATH`` (or ``bin_dir=``)::
+
+    class OrdersTests(TestCase):
+        def setUp(self):
+            self.nsqd = start_nsqd(self)
+
+        async def test_publish(self):
+            producer = Producer(self.nsqd.tcp_address)
+            producer.startService()
+            self.addCleanup(producer.stopService)
+            self.assertEqual(await producer.publish("orders", b"order-1"), b"OK")
 """
 
 from __future__ import annotations
@@ -64,8 +82,19 @@ from txnsq._wire.address import NSQLOOKUPD_HTTP_PORT, format_address, parse_addr
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.frames import encode_error
 from txnsq.errors import NON_FATAL_CODES
+from txnsq.testing._binaries import BinaryNotFoundError, find_binary
 from txnsq.testing._lookupd import LookupAgent
 from txnsq.testing._net import MemoryEndpoint, MemoryTransport, connect_in_memory
+from txnsq.testing._processes import (
+    LookupdProcess,
+    NSQDProcess,
+    NSQDProcessOptions,
+    NSQProcess,
+    ProcessOptions,
+    ProcessStartError,
+    start_lookupd,
+    start_nsqd,
+)
 from txnsq.testing._server import ServerProtocol
 from txnsq.testing._state import (
     ChannelStats,
@@ -79,15 +108,25 @@ from txnsq.testing._state import (
 
 __all__ = [
     "MALFORMED_FRAME",
+    "BinaryNotFoundError",
     "ChannelStats",
     "ClientInfo",
     "FakeLookupd",
     "FakeMessage",
     "FakeNSQD",
+    "LookupdProcess",
     "MessageEvent",
     "NSQDConfig",
+    "NSQDProcess",
+    "NSQDProcessOptions",
+    "NSQProcess",
+    "ProcessOptions",
+    "ProcessStartError",
     "PublishRecord",
     "endpoint_factory_for",
+    "find_binary",
+    "start_lookupd",
+    "start_nsqd",
 ]
 
 #: A malformed frame: a valid size followed by frame type 9, which does not exist.
