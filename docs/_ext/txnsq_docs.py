@@ -64,10 +64,7 @@ def import_object(path: str) -> Any:
 
 
 def _literal(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return "``" + text.replace("`", "'") + "``"
+    return "``" + repr(value).replace("`", "'") + "``"
 
 
 def _default_of(field: dataclasses.Field[Any]) -> Any:
@@ -126,13 +123,34 @@ class TapUsage(_GeneratedDirective):
         return [block]
 
 
+_DEPRECATED_SINCE = re.compile(r"^deprecated since [\d.]+:\s*", re.IGNORECASE)
+
+
+def _field_docs(cls: type) -> dict[str, tuple[type, str]]:
+    """``{field: (the class that declares it, its #: comment)}`` over ``cls``'s MRO (a
+    subclass's comment wins), each class read from its own module's source."""
+    found: dict[str, tuple[type, str]] = {}
+    for klass in cls.__mro__:
+        if not dataclasses.is_dataclass(klass):
+            continue
+        attr_docs = ModuleAnalyzer.for_module(klass.__module__).find_attr_docs()
+        for name in vars(klass).get("__annotations__", {}):
+            comment = " ".join(attr_docs.get((klass.__qualname__, name), [])).strip()
+            if name not in found or (comment and not found[name][1]):
+                found[name] = (found.get(name, (klass, ""))[0], comment)
+    return found
+
+
 class Fields(_GeneratedDirective):
-    """The fields of an options dataclass: name, default, and what the field means."""
+    """The fields of an options dataclass: name, default, and what the field means.
+    Deprecated fields are listed after the table, not in it."""
 
     required_arguments = 1
     option_spec = {"optional": directives.flag, "own": directives.flag}
 
     def run(self) -> list[nodes.Node]:
+        from txnsq.options import ConnectionOptions, deprecated_fields
+
         path = self.arguments[0]
         module_name, _, class_name = path.rpartition(".")
         try:
@@ -141,38 +159,75 @@ class Fields(_GeneratedDirective):
             if "optional" in self.options:
                 return []
             raise
-        attr_docs = ModuleAnalyzer.for_module(cls.__module__).find_attr_docs()
-        rows = []
+        docs = _field_docs(cls)
+        deprecated = (
+            deprecated_fields(cls) if issubclass(cls, ConnectionOptions) else frozenset()
+        )
+        rows, old = [], []
         for field in dataclasses.fields(cls):
             if field.name.startswith("_"):
                 continue
-            default = _default_of(field)
-            doc = next(
-                (
-                    " ".join(attr_docs[(klass.__qualname__, field.name)]).strip()
-                    for klass in cls.__mro__
-                    if (klass.__qualname__, field.name) in attr_docs
-                ),
-                "",
-            )
-            owner = next(
-                (k for k in cls.__mro__ if field.name in vars(k).get("__annotations__", {})),
-                cls,
-            )
+            owner, doc = docs.get(field.name, (cls, ""))
             if "own" in self.options and owner is not cls:
                 continue  # an inherited field, listed with its own class
+            entry = f":attr:`~{owner.__module__}.{owner.__qualname__}.{field.name}`"
+            if field.name in deprecated:
+                instead = _DEPRECATED_SINCE.sub("", doc)
+                old.append(f"{entry} (use {_qualify_roles(instead, owner)})" if doc else entry)
+                continue
+            if not doc:
+                raise self.error(f"{path}.{field.name} has no #: comment")
+            default = _default_of(field)
             rows.append([
-                f":attr:`~{owner.__module__}.{owner.__qualname__}.{field.name}`",
+                entry,
                 "(required)" if default is _MISSING else _literal(default),
                 _qualify_roles(doc, owner),
             ])
-        return self.render(_table(["field", "default", "meaning"], rows, "25 20 55"))
+        lines = _table(["field", "default", "meaning"], rows, "25 20 55")
+        if old:
+            where = "" if all("(use" in entry for entry in old) else (
+                f" (:class:`~{cls.__module__}.{cls.__qualname__}` says what replaces each)"
+            )
+            lines += ["", ".. deprecated:: 0.2.0", "",
+                      "   Still accepted, with a :exc:`DeprecationWarning`, until 0.4.0"
+                      f"{where}: " + "; ".join(old) + "."]
+        return self.render(lines)
 
 
-_PARAM = re.compile(
-    r"^\s*:param (\w+):(.*?)(?=^\s*:(?:param|raises?|returns?|rtype|type|ivar|var)\b|\Z)",
-    re.MULTILINE | re.DOTALL,
-)
+_FIELD_START = re.compile(r"^(\s*):(\w+)(?: ([\w, ]+))?:(.*)$")
+
+
+def _fields_of(doc: str) -> dict[tuple[str, str], str]:
+    """The fields of a docstring's field list (``:param name: text``), as
+    ``{(kind, argument): text joined into one line}``. A field's text is its first line
+    and the lines indented under it, blank lines between them included; it ends at the
+    next field or at the first line that is not indented further than the field (the
+    paragraph after the field list is not part of its last field)."""
+    found: dict[tuple[str, str], str] = {}
+    lines = doc.splitlines()
+    i = 0
+    while i < len(lines):
+        match = _FIELD_START.match(lines[i])
+        if match is None:
+            i += 1
+            continue
+        indent, kind, argument, first = match.groups()
+        text = [first]
+        i += 1
+        while i < len(lines):
+            line = lines[i]
+            if line.strip() and len(line) - len(line.lstrip()) <= len(indent):
+                break
+            if not line.strip():
+                following = next((rest for rest in lines[i:] if rest.strip()), "")
+                if len(following) - len(following.lstrip()) <= len(indent):
+                    break
+            text.append(line)
+            i += 1
+        found.setdefault((kind, (argument or "").strip()), " ".join(" ".join(text).split()))
+    return found
+
+
 _ROLE = re.compile(r":(\w+):`(~?)([A-Za-z_][\w.]*)`")
 
 
@@ -207,9 +262,9 @@ def param_docs(obj: Any) -> dict[str, str]:
         docs.append(inspect.getdoc(obj.__init__) or "")
     found: dict[str, str] = {}
     for doc in docs:
-        for match in _PARAM.finditer(doc):
-            text = " ".join(match.group(2).split())
-            found.setdefault(match.group(1), _qualify_roles(text, obj))
+        for (kind, name), text in _fields_of(doc).items():
+            if kind == "param" and name:
+                found.setdefault(name.split()[-1], _qualify_roles(text, obj))
     return found
 
 
