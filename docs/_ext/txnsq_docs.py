@@ -12,6 +12,9 @@
   whether nsqd closes the connection after it, and whether a producer's publish retries
   resend a publish that failed with it.
 
+:mod:`txnsq.spark`'s docstring lists its options in aligned columns in literal blocks
+(which help() shows well); the reference shows each block as a table.
+
 Module-level names a module re-exports (``txnsq.blocking.DEFAULT_PORT``, defined in
 ``txnsq.blocking._connection``) are documented with the ``#:`` comment of their
 definition, and the list of fields that :func:`txnsq._fielddocs.document_fields` appends
@@ -471,6 +474,59 @@ def _docstring_of_reexport(app: Sphinx, what: str, name: str, obj: Any, options:
         source = _source_module_of(source, short)
 
 
+#: A row of an option block: two spaces, the option(s) in double backquotes, spaces,
+#: the meaning.
+_OPTION_ROW = re.compile(r"^  (``\w+``(?:/``\w+``)*)(?:\s+(.*))?$")
+#: The module whose docstring lists options in aligned columns, for help().
+_OPTION_BLOCKS_IN = "txnsq.spark"
+
+
+def option_tables(lines: list[str]) -> list[str]:
+    """``lines`` of a docstring with each literal block of options (``Reads::``, then
+    rows of ``  ``option``   meaning``, continued on lines indented further) turned
+    into a table of two columns. help() shows the aligned columns; a page, a table."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        block_start = i + 2
+        if (line.endswith("::") and block_start < len(lines) and not lines[i + 1].strip()
+                and _OPTION_ROW.match(lines[block_start])):
+            rows: list[list[str]] = []
+            i = block_start
+            while i < len(lines) and (lines[i].startswith("  ") or not lines[i].strip()):
+                if not lines[i].strip():
+                    if i + 1 < len(lines) and not lines[i + 1].startswith("  "):
+                        break
+                    i += 1
+                    continue
+                match = _OPTION_ROW.match(lines[i])
+                if match:
+                    rows.append([match.group(1), match.group(2) or ""])
+                else:
+                    rows[-1][1] += " " + lines[i].strip()
+                i += 1
+            out += [line[:-1], ""]
+            out += _table(["option", "meaning"], rows, "30 70")
+            out.append("")
+            continue
+        out.append(line)
+        i += 1
+    return out
+
+
+def _option_blocks_as_tables(app: Sphinx, what: str, name: str, obj: Any, options: Any,
+                             lines: list[str]) -> None:
+    if what == "module" and name == _OPTION_BLOCKS_IN:
+        converted = option_tables(lines)
+        if converted == lines:
+            raise ValueError(
+                f"{name}'s docstring has no option block left to turn into a table: "
+                "remove option_tables from docs/_ext/txnsq_docs.py"
+            )
+        lines[:] = converted
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     """Register the directives and the re-export resolver."""
     app.add_directive("txnsq-tap-usage", TapUsage)
@@ -480,5 +536,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("txnsq-automodule-if-exists", AutomoduleIfExists)
     app.connect("missing-reference", _resolve_reexported)
     app.connect("autodoc-process-docstring", _docstring_of_reexport)
+    app.connect("autodoc-process-docstring", _option_blocks_as_tables)
     app.connect("autodoc-skip-member", _skip_reexport)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
