@@ -186,15 +186,17 @@ def python_url(target: str) -> str | None:
     """The page (and anchor) of a standard library name in Python's documentation."""
     if target.startswith("builtins."):
         target = target.removeprefix("builtins.")
-    if "." not in target:
-        return _builtin_url(target)
     top = target.split(".")[0]
+    if "." not in target and top not in sys.stdlib_module_names:
+        return _builtin_url(target)
     if top.lstrip("_") not in sys.stdlib_module_names:
         return None
     located = _locate(target)
     if located is None:
         return None
     module_name, rest, _ = located
+    if not rest:
+        return f"{PYTHON_LIBRARY}{module_name}.html#module-{module_name}"
     name = ".".join([module_name, *rest])
     if module_name in _ASYNCIO_PAGES:
         return f"{PYTHON_LIBRARY}{_ASYNCIO_PAGES[module_name]}.html#asyncio.{'.'.join(rest)}"
@@ -238,7 +240,7 @@ def qualify(name: str, module_name: str | None) -> str | None:
         source = _imported_from(module_name, name)
         if source and not source.startswith("txnsq"):
             return source
-    if hasattr(builtins, name) or name in _CONSTANTS:
+    if hasattr(builtins, name) or name in _CONSTANTS or name in sys.stdlib_module_names:
         return name
     if not name.startswith("_") and hasattr(typing, name):
         return f"typing.{name}"
