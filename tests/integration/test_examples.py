@@ -227,6 +227,15 @@ class ExamplesTests(TestCase):
         assert topic is not None
         self.assertEqual(topic["message_count"], 1)
 
+    def test_connection_options(self) -> None:
+        certs = certs_for(self)
+        nsqd = start_nsqd(self, nsqd_tls_args(certs))
+        code = example("connection_options.py")
+        code = code.replace("127.0.0.1:4150", nsqd.tcp_address)
+        code = code.replace('"ca.pem"', repr(str(certs.ca.cert_path)))
+        self.assertEqual(run_python(code), "received compressed, over TLS\n")
+        self.assert_consumed(nsqd, "audit", "check", 1)
+
     def test_http_admin(self) -> None:
         lookupd = start_lookupd(self)
         nsqd = start_nsqd(self, lookupds=[lookupd])
