@@ -15,6 +15,9 @@
 :mod:`txnsq.spark`'s docstring lists its options in aligned columns in literal blocks
 (which help() shows well); the reference shows each block as a table.
 
+- ``.. txnsq-unreleased::``: the news fragments not released yet, as a section
+  "Unreleased" (towncrier's draft of the next release; nothing without fragments).
+
 Module-level names a module re-exports (``txnsq.blocking.DEFAULT_PORT``, defined in
 ``txnsq.blocking._connection``) are documented with the ``#:`` comment of their
 definition, and the list of fields that :func:`txnsq._fielddocs.document_fields` appends
@@ -35,7 +38,9 @@ import dataclasses
 import importlib
 import inspect
 import re
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
@@ -46,6 +51,8 @@ from sphinx.pycode import ModuleAnalyzer
 from sphinx.util.docutils import SphinxDirective
 
 _MISSING = object()
+#: The version towncrier's draft is made for: a marker, replaced by "Unreleased".
+_DRAFT_VERSION = "UNRELEASED"
 
 
 def import_object(path: str) -> Any:
@@ -318,6 +325,47 @@ class Errors(_GeneratedDirective):
         return self.render(_table(header, rows, "22 15 13 10 40"))
 
 
+class Unreleased(_GeneratedDirective):
+    """The news fragments not released yet, as a section "Unreleased": towncrier's draft
+    of the next release (``towncrier build --draft``, which writes nothing), made at
+    build time. Nothing when there is no fragment."""
+
+    def run(self) -> list[nodes.Node]:
+        from sphinx.util.nodes import nested_parse_with_titles
+
+        repo = Path(self.env.srcdir).parent
+        fragments = sorted(p for p in (repo / "newsfragments").glob("*.rst")
+                           if p.name != "README.rst")
+        for fragment in fragments:
+            self.env.note_dependency(str(fragment))
+        if not fragments:
+            return []
+        done = subprocess.run(
+            [sys.executable, "-m", "towncrier", "build", "--draft",
+             "--version", _DRAFT_VERSION, "--date", ""],
+            cwd=repo, capture_output=True, text=True, check=False,
+        )
+        lines = done.stdout.splitlines()
+        # towncrier's own heading ("txnsq UNRELEASED ()" and its underline) is replaced.
+        heading = next((i for i, line in enumerate(lines) if _DRAFT_VERSION in line), None)
+        if done.returncode or heading is None:
+            raise self.error(f"towncrier build --draft failed:\n{done.stdout}{done.stderr}")
+        text = [
+            "Unreleased",
+            "----------",
+            "",
+            "What the next release brings so far: towncrier's draft of the news fragments "
+            "in ``newsfragments/``, made when these pages were built.",
+            "",
+            *lines[heading + 2:],
+        ]
+        container = nodes.container()
+        nested_parse_with_titles(
+            self.state, StringList(text, source=str(repo / "newsfragments")), container
+        )
+        return list(container.children)
+
+
 def _private(path: str) -> bool:
     return any(part.startswith("_") and not part.startswith("__") for part in path.split("."))
 
@@ -533,6 +581,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("txnsq-fields", Fields)
     app.add_directive("txnsq-defaults", Defaults)
     app.add_directive("txnsq-errors", Errors)
+    app.add_directive("txnsq-unreleased", Unreleased)
     app.add_directive("txnsq-automodule-if-exists", AutomoduleIfExists)
     app.connect("missing-reference", _resolve_reexported)
     app.connect("autodoc-process-docstring", _docstring_of_reexport)
