@@ -85,8 +85,15 @@ def _default_of(field: dataclasses.Field[Any]) -> Any:
     return _MISSING
 
 
-def _table(header: list[str], rows: list[list[str]], widths: str) -> list[str]:
-    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", ""]
+#: The class of the tables of settings (name, default, meaning), which a phone shows as
+#: one block per setting (docs/_static/txnsq.css).
+SETTINGS_TABLE = "txnsq-settings"
+
+
+def _table(header: list[str], rows: list[list[str]], widths: str,
+           classes: str = "") -> list[str]:
+    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}"]
+    lines += [f"   :class: {classes}", ""] if classes else [""]
     for row in [header, *rows]:
         for i, cell in enumerate(row):
             cell_lines = (cell or " ").splitlines() or [" "]
@@ -193,7 +200,7 @@ class Fields(_GeneratedDirective):
                 "(required)" if default is _MISSING else _literal(default),
                 _qualify_roles(doc, owner),
             ])
-        lines = _table(["field", "default", "meaning"], rows, "25 20 55")
+        lines = _table(["field", "default", "meaning"], rows, "25 20 55", SETTINGS_TABLE)
         if old:
             where = "" if all("(use" in entry for entry in old) else (
                 f" (:class:`~{cls.__module__}.{cls.__qualname__}` says what replaces each)"
@@ -293,7 +300,9 @@ class Defaults(_GeneratedDirective):
             if parameter.default is inspect.Parameter.empty or name in ("reactor", "clock"):
                 continue
             rows.append([f"``{name}``", _literal(parameter.default), texts.get(name, "")])
-        return self.render(_table(["parameter", "default", "meaning"], rows, "22 18 60"))
+        return self.render(
+            _table(["parameter", "default", "meaning"], rows, "22 18 60", SETTINGS_TABLE)
+        )
 
 
 class Errors(_GeneratedDirective):
