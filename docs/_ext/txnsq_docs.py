@@ -85,9 +85,10 @@ def _default_of(field: dataclasses.Field[Any]) -> Any:
     return _MISSING
 
 
-#: The class of the tables of settings (name, default, meaning), which a phone shows as
-#: one block per setting (docs/_static/txnsq.css).
-SETTINGS_TABLE = "txnsq-settings"
+#: The classes of the tables of settings (name, default, meaning) and of options (name,
+#: meaning): a phone shows them as one block per row (docs/_static/txnsq.css).
+SETTINGS_TABLE = "txnsq-settings txnsq-stacked"
+OPTIONS_TABLE = "txnsq-options txnsq-stacked"
 
 
 def _table(header: list[str], rows: list[list[str]], widths: str,
@@ -564,7 +565,7 @@ def option_tables(lines: list[str]) -> list[str]:
                     rows[-1][1] += " " + lines[i].strip()
                 i += 1
             out += [line[:-1], ""]
-            out += _table(["option", "meaning"], rows, "30 70")
+            out += _table(["option", "meaning"], rows, "30 70", OPTIONS_TABLE)
             out.append("")
             continue
         out.append(line)
