@@ -240,7 +240,11 @@ class DocsSiteTests(SynchronousTestCase):
         self.assertTrue(page.locator(".mobile-header .nav-overlay-icon").is_visible())
 
     def test_search_finds_publish_nowait(self) -> None:
-        page = self.open(DESKTOP, "search.html?q=publish_nowait")
+        """Typed into the sidebar's search box, as a reader would."""
+        page = self.open(DESKTOP, "index.html")
+        page.locator("input.sidebar-search").fill("publish_nowait")
+        page.locator("input.sidebar-search").press("Enter")
+        page.wait_for_url("**/search.html?q=publish_nowait*")
         results = page.locator("#search-results ul.search li a")
         results.first.wait_for(state="visible")
         hrefs = [results.nth(i).get_attribute("href") or "" for i in range(results.count())]
