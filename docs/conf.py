@@ -20,35 +20,23 @@ version = ".".join(__version__.split(".")[:2])
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.viewcode",
+    "sphinx_copybutton",
     "txnsq_docs",
+    "txnsq_links",
 ]
 
-# No intersphinx: the build must not touch the network. Names of other projects
-# (Twisted, the standard library, prometheus_client, pyspark) are left unlinked;
-# nitpick_ignore_regex below lists them, and only them.
+# No intersphinx: the build must not touch the network. Twisted's and the standard
+# library's names are linked to their API pages all the same, by txnsq_links (which
+# works the addresses out from the names). Every other reference must resolve, except
+# these projects' names, which are left unlinked: their API pages cannot be derived from
+# a name (pyspark, pyarrow), or they have none (prometheus_client, treq, hyperlink,
+# OpenSSL, service_identity, snappy).
 nitpicky = True
 nitpick_ignore_regex = [
-    (r"py:.*", r"(twisted|zope|treq|hyperlink|OpenSSL|service_identity|prometheus_client)\..*"),
-    (r"py:.*", r"(pyspark|pyarrow|pa|snappy)(\..*)?"),
-    # pytest's and unittest's names, as txnsq.testing's annotations spell them
-    (r"py:.*", r"(_?pytest|unittest)\..*"),
-    # pyspark's names as annotations spell them when pyspark is stood in for (below)
-    (r"py:.*", r"(WriterCommitMessage|InputPartition|DataSource\w*|StructType|Row)"),
-    (r"py:.*", r"(collections|typing|typing_extensions|types|enum|abc|dataclasses)\..*"),
-    (r"py:.*", r"(socket|ssl|select|threading|concurrent|asyncio|logging|json|io|re)\..*"),
-    (r"py:.*", r"(datetime|pathlib|os|random|http|urllib|warnings|zlib|struct)(\..*)?"),
-    # builtins, and the standard library's names as annotations spell them
-    (r"py:.*", r"(int|float|str|bytes|bool|object|None|list|dict|tuple|set|frozenset)"),
-    (r"py:.*", r"(bytearray|memoryview|type|Exception|BaseException|ValueError)"),
-    (r"py:.*", r"(TypeError|TimeoutError|OSError|KeyError|RuntimeError|LookupError)"),
-    (r"py:.*", r"(ConnectionError|NotImplementedError|StopIteration|Ellipsis|callable)"),
-    (r"py:.*", r"(Any|Callable|Iterable|Iterator|Mapping|Sequence|Awaitable|Coroutine)"),
-    (r"py:.*", r"(Generator|AsyncIterator|Final|ClassVar|Literal|Self|TypeAlias|Union)"),
-    (r"py:.*", r"(Optional|Protocol|NamedTuple|TypeVar|ParamSpec|Collection|Hashable)"),
-    (r"py:.*", r"(Deferred|Failure|IReactorTime|IReactorTCP|IStreamClientEndpoint|Clock)"),
-    (r"py:.*", r"(NoneType|SSLContext|Path|Random|Logger|Enum|IntEnum)"),
-    (r"py:.*", r".*<InterfaceClass (twisted|zope)\..*"),
-    (r"py:.*", r"time\..*"),
+    (r"py:.*", r"(prometheus_client|treq|hyperlink|OpenSSL|service_identity|snappy)\..*"),
+    (r"py:.*", r"(pyspark|pyarrow)\..*"),
+    # pytest's names, as txnsq.testing's pytest plugin spells them (no API pages by name)
+    (r"py:.*", r"_?pytest\..*"),
 ]
 
 autodoc_default_options = {
@@ -57,9 +45,14 @@ autodoc_default_options = {
     "show-inheritance": True,
     "member-order": "bysource",
 }
+# A class's parameters are documented once, on the class (its docstring's :param:
+# list, each with the type from the annotations); the signature, without types, wraps
+# one parameter a line when it is long (phones).
 autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented_params"
 autodoc_typehints_format = "short"
-autodoc_class_signature = "separated"
+autodoc_class_signature = "mixed"
+python_maximum_signature_line_length = 60
 autodoc_inherit_docstrings = True
 # The Spark extra need not be installed to build the docs: without it, pyspark and
 # pyarrow are stood in for while autodoc imports txnsq.spark. (The docs extra brings
@@ -74,15 +67,19 @@ add_module_names = False
 python_use_unqualified_type_names = True
 
 exclude_patterns = ["_build"]
-templates_path: list[str] = []
-html_theme = "alabaster"
+templates_path = ["_templates"]
+
+# Furo: a sidebar that folds away on a phone, tables that scroll inside themselves
+# instead of the page, previous/next links under every page, light and dark schemes.
+html_theme = "furo"
 html_title = f"txnsq {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["txnsq.css"]
 html_theme_options = {
-    "description": "An NSQ client library for Twisted",
-    "fixed_sidebar": True,
-    # Room for the generated tables of settings (field, default, meaning).
-    "page_width": "1280px",
-    "body_max_width": "none",
+    "navigation_with_keys": True,
 }
-html_sidebars = {"**": ["about.html", "navigation.html", "relations.html", "searchbox.html"]}
+html_show_sourcelink = False
+
+# The copy button leaves out prompts and the output after them.
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True

@@ -12,6 +12,12 @@
   whether nsqd closes the connection after it, and whether a producer's publish retries
   resend a publish that failed with it.
 
+:mod:`txnsq.spark`'s docstring lists its options in aligned columns in literal blocks
+(which help() shows well); the reference shows each block as a table.
+
+- ``.. txnsq-unreleased::``: the news fragments not released yet, as a section
+  "Unreleased" (towncrier's draft of the next release; nothing without fragments).
+
 Module-level names a module re-exports (``txnsq.blocking.DEFAULT_PORT``, defined in
 ``txnsq.blocking._connection``) are documented with the ``#:`` comment of their
 definition, and the list of fields that :func:`txnsq._api.fielddocs.document_fields` appends
@@ -32,7 +38,9 @@ import dataclasses
 import importlib
 import inspect
 import re
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
@@ -43,6 +51,8 @@ from sphinx.pycode import ModuleAnalyzer
 from sphinx.util.docutils import SphinxDirective
 
 _MISSING = object()
+#: The version towncrier's draft is made for: a marker, replaced by "Unreleased".
+_DRAFT_VERSION = "UNRELEASED"
 
 
 def import_object(path: str) -> Any:
@@ -64,10 +74,7 @@ def import_object(path: str) -> Any:
 
 
 def _literal(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return "``" + text.replace("`", "'") + "``"
+    return "``" + repr(value).replace("`", "'") + "``"
 
 
 def _default_of(field: dataclasses.Field[Any]) -> Any:
@@ -78,8 +85,16 @@ def _default_of(field: dataclasses.Field[Any]) -> Any:
     return _MISSING
 
 
-def _table(header: list[str], rows: list[list[str]], widths: str) -> list[str]:
-    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", ""]
+#: The classes of the tables of settings (name, default, meaning) and of options (name,
+#: meaning): a phone shows them as one block per row (docs/_static/txnsq.css).
+SETTINGS_TABLE = "txnsq-settings txnsq-stacked"
+OPTIONS_TABLE = "txnsq-options txnsq-stacked"
+
+
+def _table(header: list[str], rows: list[list[str]], widths: str,
+           classes: str = "") -> list[str]:
+    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}"]
+    lines += [f"   :class: {classes}", ""] if classes else [""]
     for row in [header, *rows]:
         for i, cell in enumerate(row):
             cell_lines = (cell or " ").splitlines() or [" "]
@@ -126,13 +141,34 @@ class TapUsage(_GeneratedDirective):
         return [block]
 
 
+_DEPRECATED_SINCE = re.compile(r"^deprecated since [\d.]+:\s*", re.IGNORECASE)
+
+
+def _field_docs(cls: type) -> dict[str, tuple[type, str]]:
+    """``{field: (the class that declares it, its #: comment)}`` over ``cls``'s MRO (a
+    subclass's comment wins), each class read from its own module's source."""
+    found: dict[str, tuple[type, str]] = {}
+    for klass in cls.__mro__:
+        if not dataclasses.is_dataclass(klass):
+            continue
+        attr_docs = ModuleAnalyzer.for_module(klass.__module__).find_attr_docs()
+        for name in vars(klass).get("__annotations__", {}):
+            comment = " ".join(attr_docs.get((klass.__qualname__, name), [])).strip()
+            if name not in found or (comment and not found[name][1]):
+                found[name] = (found.get(name, (klass, ""))[0], comment)
+    return found
+
+
 class Fields(_GeneratedDirective):
-    """The fields of an options dataclass: name, default, and what the field means."""
+    """The fields of an options dataclass: name, default, and what the field means.
+    Deprecated fields are listed after the table, not in it."""
 
     required_arguments = 1
     option_spec = {"optional": directives.flag, "own": directives.flag}
 
     def run(self) -> list[nodes.Node]:
+        from txnsq.options import ConnectionOptions, deprecated_fields
+
         path = self.arguments[0]
         module_name, _, class_name = path.rpartition(".")
         try:
@@ -141,38 +177,75 @@ class Fields(_GeneratedDirective):
             if "optional" in self.options:
                 return []
             raise
-        attr_docs = ModuleAnalyzer.for_module(cls.__module__).find_attr_docs()
-        rows = []
+        docs = _field_docs(cls)
+        deprecated = (
+            deprecated_fields(cls) if issubclass(cls, ConnectionOptions) else frozenset()
+        )
+        rows, old = [], []
         for field in dataclasses.fields(cls):
             if field.name.startswith("_"):
                 continue
-            default = _default_of(field)
-            doc = next(
-                (
-                    " ".join(attr_docs[(klass.__qualname__, field.name)]).strip()
-                    for klass in cls.__mro__
-                    if (klass.__qualname__, field.name) in attr_docs
-                ),
-                "",
-            )
-            owner = next(
-                (k for k in cls.__mro__ if field.name in vars(k).get("__annotations__", {})),
-                cls,
-            )
+            owner, doc = docs.get(field.name, (cls, ""))
             if "own" in self.options and owner is not cls:
                 continue  # an inherited field, listed with its own class
+            entry = f":attr:`~{owner.__module__}.{owner.__qualname__}.{field.name}`"
+            if field.name in deprecated:
+                instead = _DEPRECATED_SINCE.sub("", doc)
+                old.append(f"{entry} (use {_qualify_roles(instead, owner)})" if doc else entry)
+                continue
+            if not doc:
+                raise self.error(f"{path}.{field.name} has no #: comment")
+            default = _default_of(field)
             rows.append([
-                f":attr:`~{owner.__module__}.{owner.__qualname__}.{field.name}`",
+                entry,
                 "(required)" if default is _MISSING else _literal(default),
                 _qualify_roles(doc, owner),
             ])
-        return self.render(_table(["field", "default", "meaning"], rows, "25 20 55"))
+        lines = _table(["field", "default", "meaning"], rows, "25 20 55", SETTINGS_TABLE)
+        if old:
+            where = "" if all("(use" in entry for entry in old) else (
+                f" (:class:`~{cls.__module__}.{cls.__qualname__}` says what replaces each)"
+            )
+            lines += ["", ".. deprecated:: 0.2.0", "",
+                      "   Still accepted, with a :exc:`DeprecationWarning`, until 0.4.0"
+                      f"{where}: " + "; ".join(old) + "."]
+        return self.render(lines)
 
 
-_PARAM = re.compile(
-    r"^\s*:param (\w+):(.*?)(?=^\s*:(?:param|raises?|returns?|rtype|type|ivar|var)\b|\Z)",
-    re.MULTILINE | re.DOTALL,
-)
+_FIELD_START = re.compile(r"^(\s*):(\w+)(?: ([\w, ]+))?:(.*)$")
+
+
+def _fields_of(doc: str) -> dict[tuple[str, str], str]:
+    """The fields of a docstring's field list (``:param name: text``), as
+    ``{(kind, argument): text joined into one line}``. A field's text is its first line
+    and the lines indented under it, blank lines between them included; it ends at the
+    next field or at the first line that is not indented further than the field (the
+    paragraph after the field list is not part of its last field)."""
+    found: dict[tuple[str, str], str] = {}
+    lines = doc.splitlines()
+    i = 0
+    while i < len(lines):
+        match = _FIELD_START.match(lines[i])
+        if match is None:
+            i += 1
+            continue
+        indent, kind, argument, first = match.groups()
+        text = [first]
+        i += 1
+        while i < len(lines):
+            line = lines[i]
+            if line.strip() and len(line) - len(line.lstrip()) <= len(indent):
+                break
+            if not line.strip():
+                following = next((rest for rest in lines[i:] if rest.strip()), "")
+                if len(following) - len(following.lstrip()) <= len(indent):
+                    break
+            text.append(line)
+            i += 1
+        found.setdefault((kind, (argument or "").strip()), " ".join(" ".join(text).split()))
+    return found
+
+
 _ROLE = re.compile(r":(\w+):`(~?)([A-Za-z_][\w.]*)`")
 
 
@@ -207,9 +280,9 @@ def param_docs(obj: Any) -> dict[str, str]:
         docs.append(inspect.getdoc(obj.__init__) or "")
     found: dict[str, str] = {}
     for doc in docs:
-        for match in _PARAM.finditer(doc):
-            text = " ".join(match.group(2).split())
-            found.setdefault(match.group(1), _qualify_roles(text, obj))
+        for (kind, name), text in _fields_of(doc).items():
+            if kind == "param" and name:
+                found.setdefault(name.split()[-1], _qualify_roles(text, obj))
     return found
 
 
@@ -228,7 +301,9 @@ class Defaults(_GeneratedDirective):
             if parameter.default is inspect.Parameter.empty or name in ("reactor", "clock"):
                 continue
             rows.append([f"``{name}``", _literal(parameter.default), texts.get(name, "")])
-        return self.render(_table(["parameter", "default", "meaning"], rows, "22 18 60"))
+        return self.render(
+            _table(["parameter", "default", "meaning"], rows, "22 18 60", SETTINGS_TABLE)
+        )
 
 
 class Errors(_GeneratedDirective):
@@ -259,6 +334,47 @@ class Errors(_GeneratedDirective):
             ])
         header = ["exception", "nsqd code", "fatal", "resent by publish retries", "meaning"]
         return self.render(_table(header, rows, "22 15 13 10 40"))
+
+
+class Unreleased(_GeneratedDirective):
+    """The news fragments not released yet, as a section "Unreleased": towncrier's draft
+    of the next release (``towncrier build --draft``, which writes nothing), made at
+    build time. Nothing when there is no fragment."""
+
+    def run(self) -> list[nodes.Node]:
+        from sphinx.util.nodes import nested_parse_with_titles
+
+        repo = Path(self.env.srcdir).parent
+        fragments = sorted(p for p in (repo / "newsfragments").glob("*.rst")
+                           if p.name != "README.rst")
+        for fragment in fragments:
+            self.env.note_dependency(str(fragment))
+        if not fragments:
+            return []
+        done = subprocess.run(
+            [sys.executable, "-m", "towncrier", "build", "--draft",
+             "--version", _DRAFT_VERSION, "--date", ""],
+            cwd=repo, capture_output=True, text=True, check=False,
+        )
+        lines = done.stdout.splitlines()
+        # towncrier's own heading ("txnsq UNRELEASED ()" and its underline) is replaced.
+        heading = next((i for i, line in enumerate(lines) if _DRAFT_VERSION in line), None)
+        if done.returncode or heading is None:
+            raise self.error(f"towncrier build --draft failed:\n{done.stdout}{done.stderr}")
+        text = [
+            "Unreleased",
+            "----------",
+            "",
+            "What the next release brings so far: towncrier's draft of the news fragments "
+            "in ``newsfragments/``, made when these pages were built.",
+            "",
+            *lines[heading + 2:],
+        ]
+        container = nodes.container()
+        nested_parse_with_titles(
+            self.state, StringList(text, source=str(repo / "newsfragments")), container
+        )
+        return list(container.children)
 
 
 def _private(path: str) -> bool:
@@ -417,14 +533,69 @@ def _docstring_of_reexport(app: Sphinx, what: str, name: str, obj: Any, options:
         source = _source_module_of(source, short)
 
 
+#: A row of an option block: two spaces, the option(s) in double backquotes, spaces,
+#: the meaning.
+_OPTION_ROW = re.compile(r"^  (``\w+``(?:/``\w+``)*)(?:\s+(.*))?$")
+#: The module whose docstring lists options in aligned columns, for help().
+_OPTION_BLOCKS_IN = "txnsq.spark"
+
+
+def option_tables(lines: list[str]) -> list[str]:
+    """``lines`` of a docstring with each literal block of options (``Reads::``, then
+    rows of ``  ``option``   meaning``, continued on lines indented further) turned
+    into a table of two columns. help() shows the aligned columns; a page, a table."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        block_start = i + 2
+        if (line.endswith("::") and block_start < len(lines) and not lines[i + 1].strip()
+                and _OPTION_ROW.match(lines[block_start])):
+            rows: list[list[str]] = []
+            i = block_start
+            while i < len(lines) and (lines[i].startswith("  ") or not lines[i].strip()):
+                if not lines[i].strip():
+                    if i + 1 < len(lines) and not lines[i + 1].startswith("  "):
+                        break
+                    i += 1
+                    continue
+                match = _OPTION_ROW.match(lines[i])
+                if match:
+                    rows.append([match.group(1), match.group(2) or ""])
+                else:
+                    rows[-1][1] += " " + lines[i].strip()
+                i += 1
+            out += [line[:-1], ""]
+            out += _table(["option", "meaning"], rows, "30 70", OPTIONS_TABLE)
+            out.append("")
+            continue
+        out.append(line)
+        i += 1
+    return out
+
+
+def _option_blocks_as_tables(app: Sphinx, what: str, name: str, obj: Any, options: Any,
+                             lines: list[str]) -> None:
+    if what == "module" and name == _OPTION_BLOCKS_IN:
+        converted = option_tables(lines)
+        if converted == lines:
+            raise ValueError(
+                f"{name}'s docstring has no option block left to turn into a table: "
+                "remove option_tables from docs/_ext/txnsq_docs.py"
+            )
+        lines[:] = converted
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     """Register the directives and the re-export resolver."""
     app.add_directive("txnsq-tap-usage", TapUsage)
     app.add_directive("txnsq-fields", Fields)
     app.add_directive("txnsq-defaults", Defaults)
     app.add_directive("txnsq-errors", Errors)
+    app.add_directive("txnsq-unreleased", Unreleased)
     app.add_directive("txnsq-automodule-if-exists", AutomoduleIfExists)
     app.connect("missing-reference", _resolve_reexported)
     app.connect("autodoc-process-docstring", _docstring_of_reexport)
+    app.connect("autodoc-process-docstring", _option_blocks_as_tables)
     app.connect("autodoc-skip-member", _skip_reexport)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import unittest as pyunit
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,8 @@ from tests.support.processes import (
     start_nsqd,
     wait_for,
 )
-from tests.support.reactors import twistd_reactor_args
+from tests.support.reactors import on_test_reactor, twistd_reactor_args
+from tests.support.twistd import child_environment
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +48,7 @@ class ExamplesTests(TestCase):
         # If an example is added, a test must run it here (or in tests/integration/test_spark.py).
         source = Path(__file__).read_text(encoding="utf-8")
         for path in EXAMPLES.iterdir():
-            if path.suffix in (".py", ".sh") and path.name not in SPARK_EXAMPLES:
+            if path.suffix in (".py", ".sh", ".tac") and path.name not in SPARK_EXAMPLES:
                 self.assertIn(f'"{path.name}"', source, f"no test runs examples/{path.name}")
 
     def test_quickstart(self) -> None:
@@ -54,6 +56,73 @@ class ExamplesTests(TestCase):
         out = run_python(example("quickstart.py").replace("127.0.0.1:4150", nsqd.tcp_address))
         self.assertIn("received ['message 0', 'message 1', 'message 2']", out)
         self.assert_consumed(nsqd, "hello", "tutorial", 3)
+
+    def test_hello(self) -> None:
+        nsqd = start_nsqd(self)
+        out = run_python(example("hello.py").replace("127.0.0.1:4150", nsqd.tcp_address))
+        self.assertEqual(out, "received hello, NSQ\n")
+        self.assert_consumed(nsqd, "greetings", "printer", 1)
+
+    def test_log_to_stdout(self) -> None:
+        """The message nsqd refuses is reported in a log line on stdout."""
+        nsqd = start_nsqd(self)
+        code = example("log_to_stdout.py").replace("127.0.0.1:4150", nsqd.tcp_address)
+        out = run_python(code)
+        self.assertIn("[txnsq.producer#error] publish_nowait to topic events failed for good", out)
+        self.assertIn("2000000-byte message dropped", out)
+
+    def test_pynsq_writer(self) -> None:
+        nsqd = start_nsqd(self)
+        code = example("pynsq_writer.py").replace("127.0.0.1:4150", nsqd.tcp_address)
+        self.assertEqual(run_python(code), "published 4 messages\n")
+        topic = nsqd.topic_stats("log")
+        assert topic is not None
+        self.assertEqual(topic["message_count"], 4)
+
+    def test_pynsq_async(self) -> None:
+        nsqd = start_nsqd(self)
+        for i in range(3):
+            nsqd.http_publish("jobs", b"job %d" % i)
+        code = example("pynsq_async.py").replace("127.0.0.1:4150", nsqd.tcp_address)
+        self.assertEqual(run_python(code), "finished 3 messages together\n")
+        self.assert_consumed(nsqd, "jobs", "grouped", 3)
+
+    def test_pynsq_reader(self) -> None:
+        """It consumes until SIGTERM, then stops gracefully and exits 0."""
+        lookupd = start_lookupd(self)
+        nsqd = start_nsqd(self, lookupds=[lookupd])
+        nsqd.http_publish("nsq_reader", b"first")
+        nsqd.http_publish("nsq_reader", b"second")
+        wait_for(lambda: lookupd.lookup("nsq_reader")["producers"], what="lookupd registration")
+        code = example("pynsq_reader.py").replace("127.0.0.1:4161", lookupd.http_address)
+        output = self.run_until(
+            [sys.executable, "-c", on_test_reactor(code)], "got second", os.environ
+        )
+        self.assertIn("got first", output)
+        self.assert_consumed(nsqd, "nsq_reader", "asdf", 2)
+
+    def test_invoicer_tac(self) -> None:
+        """``twistd -ny invoicer.tac`` turns each order into an invoice, then stops
+        gracefully on SIGTERM."""
+        nsqd = start_nsqd(self)
+        for i in range(3):
+            nsqd.http_publish("orders", b"order %d" % i)
+        workdir = tempfile.mkdtemp(prefix="txnsq-example-")
+        self.addCleanup(shutil.rmtree, workdir, True)
+        tac = Path(workdir) / "invoicer.tac"
+        tac.write_text(example("invoicer.tac").replace("127.0.0.1:4150", nsqd.tcp_address))
+        twistd = str(Path(sys.executable).with_name("twistd"))
+        argv = [twistd, *twistd_reactor_args(), "-ny", str(tac)]
+
+        def invoiced() -> bool:
+            topic = nsqd.topic_stats("invoices")
+            return topic is not None and topic["message_count"] == 3
+
+        self.run_until(argv, invoiced, child_environment(), cwd=workdir)
+        self.assert_consumed(nsqd, "orders", "invoicing", 3)
+        topic = nsqd.topic_stats("invoices")
+        assert topic is not None
+        self.assertEqual(topic["depth"], 3)
 
     def test_blocking_consume(self) -> None:
         nsqd = start_nsqd(self)
@@ -164,6 +233,15 @@ class ExamplesTests(TestCase):
         topic = nsqd.topic_stats("secure-events")
         assert topic is not None
         self.assertEqual(topic["message_count"], 1)
+
+    def test_connection_options(self) -> None:
+        certs = certs_for(self)
+        nsqd = start_nsqd(self, nsqd_tls_args(certs))
+        code = example("connection_options.py")
+        code = code.replace("127.0.0.1:4150", nsqd.tcp_address)
+        code = code.replace('"ca.pem"', repr(str(certs.ca.cert_path)))
+        self.assertEqual(run_python(code), "received compressed, over TLS\n")
+        self.assert_consumed(nsqd, "audit", "check", 1)
 
     def test_http_admin(self) -> None:
         lookupd = start_lookupd(self)
@@ -278,6 +356,38 @@ class ExamplesTests(TestCase):
         )
         self.assertNotIn("Traceback", output)
         self.assert_consumed(nsqd, "orders", "store", 1)
+
+    def run_until(
+        self,
+        argv: list[str],
+        until: str | Callable[[], bool],
+        env: Mapping[str, str],
+        cwd: str | None = None,
+    ) -> str:
+        """Run ``argv`` until its output shows ``until`` (a string) or ``until()`` is
+        true, then stop it with SIGTERM and check it exits cleanly; return its output."""
+        workdir = tempfile.mkdtemp(prefix="txnsq-example-")
+        self.addCleanup(shutil.rmtree, workdir, True)
+        out_path = os.path.join(workdir, "out")
+        with open(out_path, "wb") as out:
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd or workdir, env=dict(env)
+            )
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+
+        def output() -> str:
+            return Path(out_path).read_bytes().decode("utf-8", "replace")
+
+        done = until if callable(until) else (lambda: until in output())
+        try:
+            wait_for(done, timeout=30, what=f"{argv[-1][:40]!r}: {until!r}")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        # twistd re-raises the signal after a clean shutdown; task.react exits 0.
+        self.assertIn(proc.returncode, (0, -signal.SIGTERM), output())
+        self.assertNotIn("Traceback", output())
+        return output()
 
     def run_twistd(self, script: str, replacements: dict[str, str], expected: str) -> str:
         """Run the twistd command of examples/``script`` (in the examples folder, with

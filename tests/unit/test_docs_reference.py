@@ -11,6 +11,7 @@ public names are its ``__all__``. The reference's entries are read from the inve
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import importlib
 import inspect
@@ -73,25 +74,41 @@ def _inventory_names(html: Path) -> set[str]:
     return {name for entries in data.values() for name in entries}
 
 
-def reference_names() -> set[str]:
-    """The fully qualified names the built reference documents."""
-    given = os.environ.get("TXNSQ_DOCS_HTML")
-    if given and (Path(given) / "objects.inv").exists():
-        return _inventory_names(Path(given))
+def _require_sphinx() -> None:
     try:
         import sphinx  # noqa: F401
     except ImportError:
         if in_ci():
             raise
         raise SkipTest("Sphinx is not installed (pip install -e '.[docs]')") from None
-    with tempfile.TemporaryDirectory(prefix="txnsq-docs-") as out:
+
+
+_built: list[Path] = []
+
+
+def built_html() -> Path:
+    """The built documentation: ``$TXNSQ_DOCS_HTML``, or one build made here for the
+    whole run (in a temporary folder removed at exit)."""
+    given = os.environ.get("TXNSQ_DOCS_HTML")
+    if given and (Path(given) / "objects.inv").exists():
+        return Path(given)
+    _require_sphinx()
+    if not _built:
+        out = tempfile.TemporaryDirectory(prefix="txnsq-docs-")
+        atexit.register(out.cleanup)
         subprocess.run(
-            [sys.executable, "-m", "sphinx", "-q", "-b", "html", "-d", f"{out}/doctrees",
-             str(REPO / "docs"), f"{out}/html"],
+            [sys.executable, "-m", "sphinx", "-q", "-b", "html", "-d",
+             f"{out.name}/doctrees", str(REPO / "docs"), f"{out.name}/html"],
             check=True,
             capture_output=True,
         )
-        return _inventory_names(Path(out) / "html")
+        _built.append(Path(out.name) / "html")
+    return _built[0]
+
+
+def reference_names() -> set[str]:
+    """The fully qualified names the built reference documents."""
+    return _inventory_names(built_html())
 
 
 def _own_functions(cls: type) -> list[tuple[str, Any]]:
@@ -262,3 +279,153 @@ class FieldDocsTests(TestCase):
         self.assertEqual(comments["max_requeue_delay"], "The longest requeue delay, in seconds.")
         self.assertTrue(comments["rdy_settle_time"].endswith("; 0 trusts what has arrived."))
         self.assertNotIn("__post_init__", comments)
+
+
+def _docs_extension(name: str) -> Any:
+    """A module of docs/_ext (the documentation's own Sphinx extensions)."""
+    _require_sphinx()
+    path = str(REPO / "docs" / "_ext")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    return importlib.import_module(name)
+
+
+class ExternalLinksTests(TestCase):
+    """docs/_ext/txnsq_links.py: the addresses of Twisted's and Python's API pages,
+    worked out offline from a name."""
+
+    def setUp(self) -> None:
+        self.links = _docs_extension("txnsq_links")
+
+    def test_twisted(self) -> None:
+        api = "https://docs.twisted.org/en/stable/api/"
+        cases = {
+            "twisted.internet.defer.Deferred": "twisted.internet.defer.Deferred.html",
+            "twisted.internet.defer.Deferred.addCallback":
+                "twisted.internet.defer.Deferred.html#addCallback",
+            "twisted.internet.interfaces.IReactorTime.callLater":
+                "twisted.internet.interfaces.IReactorTime.html#callLater",
+            "twisted.internet.endpoints.clientFromString":
+                "twisted.internet.endpoints.html#clientFromString",
+            "twisted.internet.task": "twisted.internet.task.html",
+            # a private module's name, where pydoctor documents it
+            "twisted.logger._logger.Logger": "twisted.logger.Logger.html",
+        }
+        for name, page in cases.items():
+            self.assertEqual(self.links.twisted_url(name), api + page, name)
+
+    def test_python(self) -> None:
+        library = "https://docs.python.org/3/library/"
+        cases = {
+            "collections.abc.Callable": "collections.abc.html#collections.abc.Callable",
+            "random.Random": "random.html#random.Random",
+            "logging": "logging.html#module-logging",
+            "asyncio.futures.Future": "asyncio-future.html#asyncio.Future",
+            "int": "functions.html#int",
+            "str": "stdtypes.html#str",
+            "ValueError": "exceptions.html#ValueError",
+            "None": "constants.html#None",
+            "typing.Any": "typing.html#typing.Any",
+        }
+        for name, page in cases.items():
+            self.assertEqual(self.links.python_url(name), library + page, name)
+
+    def test_a_misspelt_name_is_not_linked(self) -> None:
+        """So that nitpicky mode still fails the build on it."""
+        for name in ("twisted.internet.defer.Deffered", "random.Randum", "twisted.nope",
+                     "txnsq.Producer", "pyspark.sql.DataFrame"):
+            self.assertIsNone(self.links.external_url(name), name)
+
+    def test_annotations_are_qualified_as_their_module_reads_them(self) -> None:
+        qualify = self.links.qualify_annotation
+        self.assertEqual(
+            qualify("Deferred[bytes] | None", "txnsq.producer._producer"),
+            "~twisted.internet.defer.Deferred[bytes] | None",
+        )
+        self.assertEqual(
+            qualify("<InterfaceClass twisted.internet.interfaces.IReactorTime>", "txnsq"),
+            "~twisted.internet.interfaces.IReactorTime",
+        )
+        # A quoted string (a Literal's value) is left as it is.
+        self.assertEqual(qualify("'Deferred' | Deferred", "txnsq.producer._producer"),
+                         "'Deferred' | ~twisted.internet.defer.Deferred")
+
+
+class GeneratedTablesTests(TestCase):
+    """docs/_ext/txnsq_docs.py: the parsing behind the generated tables."""
+
+    def setUp(self) -> None:
+        self.docs = _docs_extension("txnsq_docs")
+
+    def test_a_field_ends_with_the_field_list(self) -> None:
+        doc = """Summary.
+
+        :param a: first
+            more
+
+            still a
+        :param b: last
+            b more
+
+        Not part of b.
+        :raises ValueError: boom
+        """
+        self.assertEqual(self.docs._fields_of(doc), {
+            ("param", "a"): "first more still a",
+            ("param", "b"): "last b more",
+            ("raises", "ValueError"): "boom",
+        })
+
+    def test_option_blocks_become_tables(self) -> None:
+        lines = [
+            "Reads::",
+            "",
+            "  ``channel``               channel name (required)",
+            "  ``maxInFlight``           messages held at once",
+            "                            (default 2 x maxMessagesPerTrigger)",
+            "  ``tlsInsecureSkipVerify`` ``true`` accepts any certificate",
+            "",
+            "After.",
+        ]
+        text = "\n".join(self.docs.option_tables(lines))
+        self.assertIn("Reads:\n\n.. list-table::", text)
+        self.assertIn("   * - ``maxInFlight``\n     - messages held at once (default 2 x "
+                      "maxMessagesPerTrigger)", text)
+        self.assertIn("   * - ``tlsInsecureSkipVerify``\n     - ``true`` accepts", text)
+        self.assertTrue(text.endswith("After."))
+
+
+class RenderedReferenceTests(TestCase):
+    """What the built reference shows."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.html = built_html()
+        cls.pages = {
+            str(path.relative_to(cls.html)): path.read_text(encoding="utf-8")
+            for path in (cls.html / "reference").glob("*.html")
+        }
+
+    def test_types_are_names_not_reprs(self) -> None:
+        shown = [name for name, text in self.pages.items() if "InterfaceClass" in text]
+        self.assertEqual(shown, [])
+
+    def test_no_separate_constructor_entries(self) -> None:
+        """A class's parameters are documented once, on the class."""
+        entries = [name for name, text in self.pages.items()
+                   if ".__init__\"" in text or ".__new__\"" in text]
+        self.assertEqual(entries, [])
+
+    def test_twisted_and_python_names_link_to_their_pages(self) -> None:
+        producer = self.pages["reference/producer.html"]
+        self.assertIn('href="https://docs.twisted.org/en/stable/api/'
+                      'twisted.internet.defer.Deferred.html"', producer)
+        self.assertIn('href="https://docs.twisted.org/en/stable/api/'
+                      'twisted.internet.interfaces.IStreamClientEndpoint.html"', producer)
+        self.assertIn('href="https://docs.python.org/3/library/random.html#random.Random"',
+                      producer)
+
+    def test_spark_options_are_tables(self) -> None:
+        spark = self.pages["reference/spark.html"]
+        self.assertIn("<span class=\"pre\">maxMessagesPerTrigger</span>", spark)
+        self.assertNotIn("``maxMessagesPerTrigger``", spark)
