@@ -336,13 +336,33 @@ def error_from_frame(code: str, text: str = "") -> NSQServerError:
     :class:`TLSRequiredError` (an :class:`InvalidError`).
     """
     cls = _BY_CODE.get(code)
+    shown = printable(text)  # what a peer sends reaches logs: cut, one line
     if cls is None:
-        return NSQServerError(text, code=code)
+        return NSQServerError(shown, code=printable(code, 40))
     if cls is InvalidError and text.endswith(_TLS_REQUIRED):
-        return TLSRequiredError(text)
+        return TLSRequiredError(shown)
     if cls is SubFailedError and _CHANNEL_FULL.search(text):
-        return TooManyChannelConsumersError(text, code=code)
-    return cls(text)
+        return TooManyChannelConsumersError(shown, code=code)
+    return cls(shown)
+
+
+#: How many characters of a peer's text an error (and so a log line) carries.
+PRINTABLE_LIMIT: Final = 200
+_UNPRINTABLE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str, limit: int = PRINTABLE_LIMIT) -> str:
+    """``text`` from a peer as it may appear in an error or a log line: at most
+    ``limit`` characters (the cut said, with how much was left out) and on one line
+    (newlines and other control characters escaped, so that a peer cannot forge log
+    lines)."""
+    cut = ""
+    if len(text) > limit:
+        cut = f"... ({len(text) - limit} more characters)"
+        text = text[:limit]
+    if _UNPRINTABLE.search(text):
+        text = _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
+    return text + cut
 
 
 class ProtocolError(NSQError):

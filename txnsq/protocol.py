@@ -632,14 +632,12 @@ class NSQProtocol(Protocol):
         assert core is not None
         self._in_read = True
         try:
-            core.receive_data(data)
+            core.receive_data(data, self._clock.seconds())
             while self._answering:
                 events = core.next_events()
                 if not events:
                     break
                 self._dispatch(events)
-        except ProtocolError as e:  # a corrupt compressed stream
-            self._ended(Ended(e, None))
         finally:
             self._in_read = False
             self._flush()
@@ -865,13 +863,16 @@ class NSQProtocol(Protocol):
         )
         self._core = core
         self._set_state(_READY)
+        # What followed the handshake is read before anyone is told the connection is
+        # ready: an answer in it can answer no command sent since.
+        self._read(b"")
+        if not self._answering:
+            return  # it ended the connection: when_ready fails with why
         self._ready_result = features
         self._schedule_liveness_check(core.check_interval)
         waiters, self._ready_waiters = self._ready_waiters, []
         for d in waiters:
             d.callback(features)
-        if ready.rest and self._answering:
-            self._read(b"")
 
     def _handshake_error(self, error: NSQError) -> None:
         if isinstance(error, WrongPeerError):

@@ -141,7 +141,13 @@ class Server:
         self.clock.advance(0)
 
 
-def ready_server(testcase: SynchronousTestCase, **kwargs: Any) -> Server:
+def ready_server(testcase: SynchronousTestCase, rdy: int = 2500, **kwargs: Any) -> Server:
+    """A server whose client has done the handshake and sent ``RDY rdy`` (nsqd sends no
+    message beyond it), with that RDY already read."""
     server = Server(testcase, **kwargs)
     server.handshake()
+    if rdy:
+        server.protocol.rdy(rdy)
+        server.flush()
+        server.raw()
     return server

@@ -133,16 +133,15 @@ class FakeServerTests(TestCase):
                 + snappy.compress(encode_response(b"OK"))
             )
             fake.read_until(conn, b"SUB")
-            conn.sendall(
-                snappy.compress(
-                    encode_response(b"OK") + encode_message(1, 1, b"0" * 16, b"hello")
-                )
-            )
+            conn.sendall(snappy.compress(encode_response(b"OK")))
+            fake.read_until(conn, b"RDY")
+            conn.sendall(snappy.compress(encode_message(1, 1, b"0" * 16, b"hello")))
             time.sleep(0.5)
 
         fake = _FakeNSQD(self, script)
         with Connection(fake.address, compression="snappy", command_timeout=5) as conn:
             conn.subscribe("t", "c")
+            conn.rdy(1)
             (message,) = conn.receive(5)
             self.assertEqual(message.body, b"hello")
 

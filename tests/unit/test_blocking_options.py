@@ -9,7 +9,9 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.support.scripted import ScriptedNSQD
 from txnsq._wire import commands
+from txnsq._wire.frames import encode_response
 from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.retry import RetryPolicy
 from txnsq.blocking import Connection, ConnectionOptions, SubscriberOptions, TLSOptions
@@ -112,20 +114,15 @@ class SettingsTests(SynchronousTestCase):
     def test_requeue_and_dpub_delays_round_half_up(self) -> None:
         """Seconds become wire milliseconds by the one rule: 0.0015 s is 2 ms, as on
         the Twisted side."""
-        conn = Connection("h:1")
-        sent: list[bytes] = []
-        self.patch(conn, "_send", lambda data, *args: sent.append(data))
-        self.patch(conn, "_request", lambda data, *args: sent.append(data) or b"OK")
-        conn.requeue(MSG_ID, 0.0015)
-        conn.requeue_many([MSG_ID], 0.0025)
-        conn.deferred_publish("t", b"x", 0.0015)
+        nsqd = ScriptedNSQD(self, 3, encode_response(b"OK"))
+        with Connection(nsqd.address, command_timeout=10) as conn:
+            conn.requeue(MSG_ID, 0.0015)
+            conn.requeue_many([MSG_ID], 0.0025)
+            conn.deferred_publish("t", b"x", 0.0015)
+        nsqd.join()
         self.assertEqual(
-            sent,
-            [
-                commands.req(MSG_ID, 2),
-                commands.req_many([MSG_ID], 3),
-                commands.dpub("t", 2, b"x"),
-            ],
+            nsqd.received,
+            commands.req(MSG_ID, 2) + commands.req_many([MSG_ID], 3) + commands.dpub("t", 2, b"x"),
         )
 
 

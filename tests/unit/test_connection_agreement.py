@@ -21,8 +21,6 @@ address replaced by ``<nsqd>``, and durations by ``<s>``.
 from __future__ import annotations
 
 import re
-import socket
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +29,8 @@ from twisted.internet import defer
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.protocol import HEARTBEAT, OK, Server, message_frame
-from tests.support.wire import identify_answer, parse_commands
+from tests.support.scripted import ScriptedNSQD
+from tests.support.wire import parse_commands
 from txnsq._wire.frames import encode_error, encode_response
 from txnsq.blocking import Connection
 from txnsq.errors import NSQError
@@ -71,9 +70,9 @@ def describe(error: BaseException, label: str) -> str:
 
 @dataclass(frozen=True)
 class Stream:
-    """A scenario: the client sends ``commands`` ("PUB" each, or "CLS"), then nsqd sends
-    ``reply`` in one write; with ``silent`` nsqd then sends nothing more for longer than
-    the silence bound."""
+    """A scenario: the client sends ``commands`` ("PUB" each, "CLS", or "RDY": RDY 2),
+    then nsqd sends ``reply`` in one write; with ``silent`` nsqd then sends nothing more
+    for longer than the silence bound."""
 
     name: str
     commands: tuple[str, ...]
@@ -96,8 +95,11 @@ STREAMS = [
     Stream("a heartbeat between answers", ("PUB", "PUB"), OK + HEARTBEAT + OK),
     Stream("a malformed frame while a publish waits", ("PUB",),
            b"\x00\x00\x00\x08\x00\x00\x00\x07abcd"),
-    Stream("messages, then an error frame nothing waits for", (),
+    Stream("messages, then an error frame nothing waits for", ("RDY",),
            message_frame(1) + message_frame(2) + encode_error("E_BAD_MESSAGE", "bad")),
+    Stream("messages beyond the RDY given", ("RDY",),
+           message_frame(1) + message_frame(2) + message_frame(3)),
+    Stream("a message before any RDY", (), message_frame(1)),
     Stream("silence", ("PUB",), b"", silent=True),
 ]
 
@@ -116,6 +118,8 @@ def play_twisted(testcase: SynchronousTestCase, stream: Stream) -> Seen:
     for command in stream.commands:
         if command == "CLS":
             waiting.append(protocol.close_cleanly())
+        elif command == "RDY":
+            protocol.rdy(2)
         else:
             waiting.append(protocol.multi_publish("t", [b"x"]))
     server.flush()
@@ -142,72 +146,15 @@ def play_twisted(testcase: SynchronousTestCase, stream: Stream) -> Seen:
 # ---------------------------------------------------------------------- blocking
 
 
-class ScriptedNSQD:
-    """One loopback connection: answers IDENTIFY, waits for ``count`` commands, sends
-    ``reply``, then records what the client writes until it closes."""
-
-    def __init__(self, testcase: SynchronousTestCase, count: int, reply: bytes) -> None:
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(1)
-        self.listener.settimeout(10)
-        testcase.addCleanup(self.listener.close)
-        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
-        self.count = count
-        self.reply = reply
-        self.after = b""
-        self.replied = threading.Event()
-        self.errors: list[BaseException] = []
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        testcase.addCleanup(self._thread.join, 10)
-
-    def _run(self) -> None:
-        try:
-            conn, _ = self.listener.accept()
-            with conn:
-                conn.settimeout(10)
-                data = b""
-                while b"}" not in data:
-                    data += self._recv(conn)
-                conn.sendall(identify_answer())
-                data = b""
-                while len(_commands(data)) < self.count:
-                    data += self._recv(conn)
-                conn.sendall(self.reply)
-                self.replied.set()
-                while chunk := self._recv(conn, eof_ok=True):
-                    self.after += chunk
-        except BaseException as e:  # reported by the test
-            self.errors.append(e)
-            self.replied.set()
-
-    @staticmethod
-    def _recv(conn: socket.socket, eof_ok: bool = False) -> bytes:
-        try:
-            data = conn.recv(65536)
-        except (ConnectionResetError, TimeoutError):
-            return b""
-        if not data and not eof_ok:
-            raise EOFError("the client closed the connection")
-        return data
-
-
-def _commands(data: bytes) -> list[bytes]:
-    """The commands complete in ``data`` (none while the last one is cut short)."""
-    try:
-        return [line for line, _ in parse_commands(data)]
-    except (AssertionError, ValueError):
-        return []
-
-
 def play_blocking(testcase: SynchronousTestCase, stream: Stream) -> Seen:
-    peer = ScriptedNSQD(testcase, len(stream.commands), stream.reply)
+    # The stream comes after the handshake (connect() returns first).
+    peer = ScriptedNSQD(testcase, len(stream.commands), stream.reply, hold=True)
     seen = Seen()
     label = peer.address
     nonfatal: list[NSQError] = []
     conn = Connection(peer.address, on_nonfatal_error=nonfatal.append, **SETTINGS)
     conn.connect()
+    peer.go.set()
 
     raised: list[BaseException] = []
 
@@ -221,7 +168,10 @@ def play_blocking(testcase: SynchronousTestCase, stream: Stream) -> Seen:
             seen.answers.append(result.decode() if isinstance(result, bytes) else "OK")
 
     commands = stream.commands
-    if commands == ("CLS",):
+    if commands == ("RDY",):
+        conn.rdy(2)
+        testcase.assertTrue(peer.replied.wait(10))
+    elif commands == ("CLS",):
         call(lambda: (conn.close_cleanly(), b"CLOSE_WAIT")[1])
     elif len(commands) == 1:
         call(lambda: conn.multi_publish("t", [b"x"]))
@@ -246,7 +196,7 @@ def play_blocking(testcase: SynchronousTestCase, stream: Stream) -> Seen:
     seen.usable = conn.connected
     conn.close()
     testcase.assertEqual(peer.errors, [])
-    peer._thread.join(10)
+    peer.join()
     seen.wrote = [line for line, _ in parse_commands(peer.after)]
     return seen
 
@@ -298,6 +248,10 @@ class StreamAgreementTests(SynchronousTestCase):
         self.assertTrue(said["CLOSE_WAIT answering CLS"].usable)
         self.assertEqual(said["OK answering CLS"].answers, [
             "ProtocolError: nsqd <nsqd> answered b'OK' where CLOSE_WAIT was expected"
+        ])
+        self.assertEqual(said["messages beyond the RDY given"].unsolicited, [
+            "ProtocolError: nsqd <nsqd> sent more messages than the RDY it was given: "
+            "3 in flight, RDY 2 at most"
         ])
         heartbeat = said["a heartbeat between answers"]
         self.assertEqual((heartbeat.answers, heartbeat.wrote), (["OK", "OK"], [b"NOP"]))

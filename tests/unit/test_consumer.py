@@ -359,7 +359,8 @@ class RdyTests(SynchronousTestCase):
         """No RDY per message: the window stays as it is while messages flow."""
         h = Harness(self, max_in_flight=3)
         conn = h.connect(A)
-        conn.messages(range(1, 10))
+        for first in (1, 4, 7):  # (nsqd sends no more than the RDY before answers come)
+            conn.messages(range(first, first + 3))
         self.assertEqual(conn.rdy_values(), [3])
         self.assertEqual(len(h.handled), 9)
 
@@ -543,7 +544,8 @@ class HandlerResultTests(SynchronousTestCase):
 
         h = Harness(self, handler=handler)
         conn = h.connect(A)
-        conn.messages([1, 2, 3])
+        for n in (1, 2, 3):  # RDY 1: one at a time
+            conn.message(n)
         self.assertEqual(conn.answers(), [fin(1), req(2, 5000), fin(3)])
         self.assertEqual(conn.rdy_values(), [1])  # requeue(backoff=False): no backoff
 
@@ -1020,7 +1022,8 @@ class BackoffTests(SynchronousTestCase):
         h = Harness(self, max_in_flight=4, max_backoff_duration=0)
         conn = h.connect(A)
         h.result = False
-        conn.messages(range(5))
+        conn.messages(range(4))  # RDY 4, then one more once they are answered
+        conn.message(4)
         self.assertEqual(conn.rdy_values(), [4])
         self.assertEqual(len(conn.answers()), 5)
         self.assertIsNone(h.consumer._flow.backoff_timer)

@@ -438,29 +438,40 @@ class CompressionTests(SynchronousTestCase):
     )
     @settings(max_examples=150, deadline=None)
     def test_upgrade_and_frames_any_fragmentation(self, kind: str, cuts: list[int]) -> None:
-        """The IDENTIFY answer, the compressed OK and later frames, cut anywhere: every
-        frame arrives once, in order, and the client's commands are compressed."""
+        """The IDENTIFY answer, the compressed OK and a heartbeat, cut anywhere, then (once
+        the client gave RDY) messages: every frame arrives once, in order, and the
+        client's commands are compressed."""
+        first = [OK, HEARTBEAT]
         later = [message_frame(1), HEARTBEAT, message_frame(2, b"\x00" * 300), message_frame(3)]
         if kind == "snappy":
             compressor = snappy.StreamCompressor()
-            tail = b"".join(bytes(compressor.add_chunk(f)) for f in [OK, *later])
+            head = b"".join(bytes(compressor.add_chunk(f)) for f in first)
+            tail = b"".join(bytes(compressor.add_chunk(f)) for f in later)
         else:
             deflater = zlib.compressobj(6, zlib.DEFLATED, -15)
-            tail = NSQD_DEFLATE_OK + b"".join(
-                deflater.compress(f) + deflater.flush(zlib.Z_SYNC_FLUSH) for f in later
-            )
-        stream = identify_answer(**{kind: True}) + tail
+
+            def deflate(frames: list[bytes]) -> bytes:
+                return b"".join(
+                    deflater.compress(f) + deflater.flush(zlib.Z_SYNC_FLUSH) for f in frames
+                )
+
+            head = NSQD_DEFLATE_OK + deflate(first[1:])
+            tail = deflate(later)
+        head = identify_answer(**{kind: True}) + head
         server = Server(self, IdentifyOptions(client_id="a", hostname="b", **{kind: True}))
         server.identify()
         d = server.protocol.when_ready()
-        points = sorted({c for c in cuts if c < len(stream)})
-        for start, end in zip([0, *points], [*points, len(stream)], strict=True):
-            server.send_raw(stream[start:end])
-        self.successResultOf(d)
+        for part, cut_at in ((head, cuts[::2]), (tail, cuts[1::2])):
+            points = sorted({c for c in cut_at if c < len(part)})
+            for start, end in zip([0, *points], [*points, len(part)], strict=True):
+                server.send_raw(part[start:end])
+            if part is head:
+                self.successResultOf(d)
+                server.protocol.rdy(3)
         self.assertEqual([m.id for m in server.messages], [msg_id(1), msg_id(2), msg_id(3)])
         self.assertEqual(server.messages[1].body, b"\x00" * 300)
         getattr(server, f"use_{kind}")()
-        self.assertEqual(server.lines(), [b"NOP"])
+        self.assertEqual(server.lines(), [b"NOP", b"RDY 3", b"NOP"])
 
     def check_compressed_traffic(self, kind: str) -> None:
         server = Server(self, IdentifyOptions(client_id="a", hostname="b", **{kind: True}))
@@ -484,6 +495,9 @@ class CompressionTests(SynchronousTestCase):
         self.assertEqual(commands[0], (b"PUB topic", b"hello " * 100))
         self.assertEqual(commands[1][0], b"MPUB topic")
         # Incoming frames are decompressed.
+        server.protocol.rdy(1)
+        server.flush()
+        server.commands()
         server.send(OK, OK, message_frame(7, b"payload"), HEARTBEAT)
         self.assertEqual(self.successResultOf(pub), b"OK")
         self.assertEqual(self.successResultOf(mpub), b"OK")

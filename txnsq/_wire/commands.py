@@ -14,6 +14,8 @@ from typing import Final
 
 __all__ = [
     "CLS",
+    "EOL",
+    "FIN",
     "MAGIC_V2",
     "NOP",
     "auth",
@@ -44,6 +46,10 @@ MAGIC_V2: Final = b"  V2"
 CLS: Final = b"CLS\n"
 #: No-op, the answer to a heartbeat.
 NOP: Final = b"NOP\n"
+#: What starts a FIN, and what ends every command line (a reader that encodes FIN on its
+#: hot path without :func:`fin`'s checks uses these, so the bytes are defined here once).
+FIN: Final = b"FIN "
+EOL: Final = b"\n"
 
 _SIZE = struct.Struct(">l")
 _MPUB_HEADER = struct.Struct(">ll")
@@ -325,7 +331,7 @@ def rdy(count: int, max_rdy_count: int | None = None) -> bytes:
 
 def fin(message_id: bytes) -> bytes:
     """Return ``FIN <id>``: the message was handled."""
-    return b"FIN " + _message_id(message_id) + b"\n"
+    return FIN + _message_id(message_id) + EOL
 
 
 def req(message_id: bytes, delay_ms: int = 0) -> bytes:
@@ -343,7 +349,7 @@ def fin_many(message_ids: Sequence[bytes]) -> bytes:
 
     :raises TypeError, ValueError: as :func:`fin` does, for any id.
     """
-    return _repeat(b"FIN ", b"\n", message_ids, fin)
+    return _repeat(FIN, EOL, message_ids, fin)
 
 
 def req_many(message_ids: Sequence[bytes], delay_ms: int = 0) -> bytes:

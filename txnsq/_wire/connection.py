@@ -52,6 +52,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, Generic, TypeAlias, TypeVar
 
 from txnsq._wire import commands
+from txnsq._wire.commands import EOL, FIN
 from txnsq._wire.compression import Compressor, Decompressor
 from txnsq._wire.frames import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -101,6 +102,8 @@ CLOSE_WAIT: Final = b"CLOSE_WAIT"
 #: nsqd's answer to a PUB or MPUB, as a whole frame (10 bytes).
 _OK_FRAME: Final = encode_response(OK)
 _OK_FRAME_SIZE: Final = len(_OK_FRAME)
+#: The frame types that are not messages.
+_CONTROL: Final = (Response, Heartbeat, ErrorFrame)
 
 #: The waiter type: what a driver gives with a command to know its answer (a Deferred,
 #: a slot).
@@ -227,12 +230,19 @@ class ConnectionCore(Generic[W, M]):
 
     __slots__ = (
         "_answered",
+        "_answered_messages",
         "_compressor",
         "_decompressor",
         "_frames",
         "_liveness",
+        "_now",
         "_out",
         "_parser",
+        "_rdy_ceiling",
+        "_received",
+        "_recent",
+        "_recent_total",
+        "_recent_window",
         "_unread",
         "_unwritten_commands",
         "_waiting",
@@ -277,6 +287,21 @@ class ConnectionCore(Generic[W, M]):
         self._unwritten_commands = 0
         self._frames = 0  # frames completed: progress, for the silence rule
         self._answered = 0  # answers received, for the command timeout
+        # What bounds the messages nsqd may send (see _beyond_rdy): the highest RDY
+        # given, the messages received and answered (FIN, REQ), and those received
+        # within the last message timeout, counted per second.
+        self._now = now
+        self._rdy_ceiling = 0
+        self._received = 0
+        self._answered_messages = 0
+        self._recent: deque[list[int]] = deque()
+        self._recent_total = 0
+        # A message nsqd timed out (and may have replaced) was received at most a message
+        # timeout ago, less what the network delayed its delivery by: counting those of
+        # a window shorter by 2 s (and by the second the counts are kept per) never
+        # counts one nsqd took back.
+        timeout = features.msg_timeout_ms / 1000.0
+        self._recent_window = max(timeout - 3.0, timeout / 2.0)
         self._liveness = Liveness(silence_timeout, now, command_timeout)
         self._liveness.check(0, now)  # the silence counts from now
 
@@ -312,19 +337,18 @@ class ConnectionCore(Generic[W, M]):
 
     # ------------------------------------------------------------------ receiving
 
-    def receive_data(self, data: bytes) -> None:
-        """Take the bytes of one read (after TLS, before decompression). Nothing is
-        parsed until :meth:`next_events`.
-
-        :raises ProtocolError: for a corrupt compressed stream (the connection is then
-            over: the driver ends it as for :class:`Ended`).
+    def receive_data(self, data: bytes, now: float) -> None:
+        """Take the bytes of one read (after TLS, before decompression), received at
+        ``now`` (the clock of :meth:`check`). Nothing is parsed until :meth:`next_events`.
         """
+        self._now = now
         if self.state is _CLOSED or not data:
             return
         decompressor = self._decompressor
         if decompressor is not None:
-            data = decompressor.decompress(data)
-        self._unread = self._unread + data if self._unread else data
+            decompressor.feed(data)  # inflated by next_events, a batch at a time
+        else:
+            self._unread = self._unread + data if self._unread else data
 
     def next_events(self) -> list[Event[M, W]]:
         """The events of the next batch of frames received (at most about
@@ -334,6 +358,8 @@ class ConnectionCore(Generic[W, M]):
         if self.state is _CLOSED:
             return []
         data, self._unread = self._unread, b""
+        if self._decompressor is not None:
+            return self._next_inflated(data)
         parser = self._parser
         size = len(data)
         if (
@@ -348,6 +374,28 @@ class ConnectionCore(Generic[W, M]):
             # A producer's read: nsqd's OKs and nothing else (they tile the read), each
             # answering a publish. Answered without building a frame for each.
             return [self._answer_oks(size // _OK_FRAME_SIZE)]
+        return self._parse(data)
+
+    def _next_inflated(self, data: bytes) -> list[Event[M, W]]:
+        """:meth:`next_events` on a compressed stream: inflated a batch at a time, so
+        that memory stays bounded by the frame limit whatever the stream inflates to."""
+        decompressor = self._decompressor
+        assert decompressor is not None
+        while True:
+            # The frames already inflated first: nothing more is inflated while the
+            # parser holds a complete one.
+            events = self._parse(data)
+            if events or self._is_over() or not decompressor.pending:
+                return events
+            try:
+                data = decompressor.read(READ_BATCH_BYTES)
+            except ProtocolError as e:  # a corrupt stream
+                return [self._end(e, None)]
+
+    def _parse(self, data: bytes) -> list[Event[M, W]]:
+        """The events of the frames ``data`` completes (a batch of at most about
+        :data:`READ_BATCH_BYTES` of them)."""
+        parser = self._parser
         before = parser.control_frames
         try:
             frames = parser.feed(data, max_bytes=READ_BATCH_BYTES)
@@ -364,8 +412,44 @@ class ConnectionCore(Generic[W, M]):
         self._frames += 1
         if parser.control_frames == before:
             # Messages only (the parser counted no other frame): one run, as it is.
-            return [frames]  # type: ignore[list-item]
-        return self._events(frames)
+            beyond = self._beyond_rdy(len(frames))
+            return [beyond] if beyond is not None else [frames]  # type: ignore[list-item]
+        beyond = self._beyond_rdy(sum(1 for f in frames if type(f) not in _CONTROL))
+        return [beyond] if beyond is not None else self._events(frames)
+
+    def _beyond_rdy(self, count: int) -> Ended[W] | None:
+        """Count ``count`` messages received; end the connection when nsqd has more in
+        flight here than the highest RDY it was given (it only sends while its count of
+        messages in flight on the connection is below the RDY).
+
+        The messages in flight are known from above: those received and not answered
+        (FIN, REQ), but not more than those received within the last message timeout
+        (nsqd takes back a message it timed out, and may send another in its place).
+        """
+        if not count:
+            return None
+        self._received += count
+        now = self._now
+        second = int(now)
+        recent = self._recent
+        if recent and recent[-1][0] == second:
+            recent[-1][1] += count
+        else:
+            recent.append([second, count])
+        self._recent_total += count
+        horizon = now - self._recent_window
+        while recent[0][0] + 1 <= horizon:
+            self._recent_total -= recent.popleft()[1]
+        in_flight = min(self._received - self._answered_messages, self._recent_total)
+        if in_flight <= self._rdy_ceiling:
+            return None
+        return self._end(
+            ProtocolError(
+                f"nsqd {self.label} sent more messages than the RDY it was given: "
+                f"{in_flight} in flight, RDY {self._rdy_ceiling} at most"
+            ),
+            None,
+        )
 
     def _is_over(self) -> bool:
         return self.state is _CLOSED
@@ -516,6 +600,8 @@ class ConnectionCore(Generic[W, M]):
         :raises NotReady: when the connection is over.
         """
         self.send(commands.rdy(count, self.features.max_rdy_count))
+        if count > self._rdy_ceiling:
+            self._rdy_ceiling = count
 
     def finish(self, message_id: bytes) -> None:
         """Queue ``FIN message_id``.
@@ -527,9 +613,11 @@ class ConnectionCore(Generic[W, M]):
         if out and type(message_id) is bytes and len(message_id) == 16 and not self._is_over():
             # A consumer's hot path (a FIN per message, most queued during a read): the
             # bytes of commands.fin, without its checks and calls.
-            out.append(b"FIN " + message_id + b"\n")
+            out.append(FIN + message_id + EOL)
+            self._answered_messages += 1
             return
         self.send(commands.fin(message_id))
+        self._answered_messages += 1
 
     def finish_many(self, message_ids: Sequence[bytes]) -> None:
         """Queue a ``FIN`` for every id, as one piece of output.
@@ -540,6 +628,28 @@ class ConnectionCore(Generic[W, M]):
         data = commands.fin_many(message_ids)
         if data:
             self.send(data)
+            self._answered_messages += len(message_ids)
+
+    def requeue_many(self, message_ids: Sequence[bytes], delay_ms: int = 0) -> None:
+        """Queue a ``REQ`` for every id, each after ``delay_ms``, as one piece of output.
+
+        :raises TypeError, ValueError: for an invalid id or delay (nothing is sent).
+        :raises NotReady: when the connection is over.
+        """
+        data = commands.req_many(message_ids, delay_ms)
+        if data:
+            self.send(data)
+            self._answered_messages += len(message_ids)
+
+    def touch_many(self, message_ids: Sequence[bytes]) -> None:
+        """Queue a ``TOUCH`` for every id, as one piece of output.
+
+        :raises TypeError, ValueError: for an invalid id (nothing is sent).
+        :raises NotReady: when the connection is over.
+        """
+        data = commands.touch_many(message_ids)
+        if data:
+            self.send(data)
 
     def requeue(self, message_id: bytes, delay_ms: int = 0) -> None:
         """Queue ``REQ message_id delay_ms``.
@@ -548,6 +658,7 @@ class ConnectionCore(Generic[W, M]):
         :raises NotReady: when the connection is over.
         """
         self.send(commands.req(message_id, delay_ms))
+        self._answered_messages += 1
 
     def touch(self, message_id: bytes) -> None:
         """Queue ``TOUCH message_id``.

@@ -120,7 +120,9 @@ class Ready:
     """The handshake succeeded.
 
     ``rest``: what followed nsqd's last handshake answer, decompressed; the driver parses
-    it as the connection's first frames (usually empty).
+    it as the connection's first frames (usually empty). With a codec on, the
+    decompressor may hold more of the stream, not inflated yet: the driver reads it
+    from there.
     """
 
     features: Features
@@ -374,15 +376,26 @@ class Handshake:
                 self._first = first = (first + data)[:_FIRST_BYTES]
                 if _not_a_frame_size(first):
                     raise wrong_peer(first, self.peer)
-            if self._decompressor is not None:
-                data = self._decompressor.decompress(data)
+            decompressor = self._decompressor
+            if decompressor is not None:
+                decompressor.feed(data)
+                data = b""
             # One frame at a time: any of them may switch the stream to TLS or a codec,
             # so the bytes after it must not be parsed as frames of the old stream.
             while self.state is not HandshakeState.DONE:
+                decompressor = self._decompressor
+                if decompressor is not None and not data:
+                    # Inflated a frame's worth at a time (a peer's stream can inflate a
+                    # thousandfold); what is left stays in the decompressor for the
+                    # ready connection.
+                    data = decompressor.read(self._parser.max_frame_size)
                 frames = self._parser.feed(data, max_frames=1)
+                data = b""
                 if not frames:
+                    if decompressor is not None and decompressor.pending:
+                        continue
                     break
-                data = self._frame(frames[0], actions)
+                self._frame(frames[0], actions)
         except ProtocolError as e:
             if self._first is not None and not isinstance(e, WrongPeerError):
                 # The first answer is not nsqd's: name the peer, keep what was wrong.
@@ -408,13 +421,12 @@ class Handshake:
 
     # -- internals
 
-    def _frame(self, frame: ParsedFrame[MessageFrame], actions: list[Action]) -> bytes:
-        """Handle one frame; return the bytes to parse next (the decompressed rest of the
-        read after a codec was switched on), usually none."""
+    def _frame(self, frame: ParsedFrame[MessageFrame], actions: list[Action]) -> None:
+        """Handle one frame."""
         kind = type(frame)
         if kind is Heartbeat:
             actions.append(Send(commands.NOP))
-            return b""
+            return
         if isinstance(frame, ErrorFrame):
             raise frame.exception()
         if not isinstance(frame, Response):
@@ -430,9 +442,9 @@ class Handshake:
         elif data != _OK:
             upgrade = "TLS" if state is HandshakeState.TLS else "compression"
             raise ProtocolError(f"expected OK after the {upgrade} upgrade, got {data[:60]!r}")
-        return self._next_step(actions)
+        self._next_step(actions)
 
-    def _next_step(self, actions: list[Action]) -> bytes:
+    def _next_step(self, actions: list[Action]) -> None:
         """Start the next upgrade step, or end the handshake when none is left."""
         features = self.features
         assert features is not None
@@ -440,7 +452,7 @@ class Handshake:
         if not self._steps:
             self.state = HandshakeState.DONE
             actions.append(Ready(features, self.auth_identity, parser.take_buffered()))
-            return b""
+            return
         step = self._steps.pop(0)
         if step == "tls":
             if parser.buffered():
@@ -462,7 +474,4 @@ class Handshake:
             actions.append(StartCompression(step, level, compressor, decompressor))
             # What came after the frame that switched compression on is compressed: take
             # it back from the parser and pass it through the decompressor.
-            rest = parser.take_buffered()
-            if rest:
-                return decompressor.decompress(rest)
-        return b""
+            decompressor.feed(parser.take_buffered())

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from txnsq._api.fielddocs import document_fields
 from txnsq._version import __version__
-from txnsq.errors import HandshakeError, ProtocolError
+from txnsq.errors import HandshakeError, ProtocolError, printable
 
 __all__ = [
     "DEFAULT_USER_AGENT",
@@ -179,6 +179,23 @@ _INT_FIELDS: Final = {
     "output_buffer_timeout": "output_buffer_timeout_ms",
 }
 _BOOL_FIELDS: Final = ("tls_v1", "deflate", "snappy", "auth_required")
+_INT32_MAX: Final = 2**31 - 1
+#: The values nsqd's answer can hold in each number field (nsqd's own limits on its
+#: flags; -1 where nsqd reports a feature as off). Anything else is not nsqd's answer,
+#: and using it would break the client later (a negative max_rdy_count makes every RDY
+#: invalid).
+_INT_RANGES: Final = {
+    "max_rdy_count": (1, _INT32_MAX),
+    "max_msg_timeout": (1, _INT32_MAX),
+    "msg_timeout": (1, _INT32_MAX),
+    "deflate_level": (0, 9),
+    "max_deflate_level": (0, 9),
+    "sample_rate": (0, 99),
+    "output_buffer_size": (-1, _INT32_MAX),
+    "output_buffer_timeout": (-1, _INT32_MAX),
+}
+#: The longest version string kept from an answer (it reaches logs).
+_VERSION_LIMIT: Final = 64
 
 
 def parse_json_object(data: bytes, what: str) -> dict[str, Any]:
@@ -208,18 +225,35 @@ def parse_identify_response(data: bytes) -> Features:
     extra: dict[str, Any] = {}
     for key, value in raw.items():
         if key in _INT_FIELDS:
-            if type(value) is not int:
-                raise ProtocolError(f"IDENTIFY answer field {key} is not an int: {value!r}")
-            values[_INT_FIELDS[key]] = value
+            values[_INT_FIELDS[key]] = _number(key, value)
         elif key in _BOOL_FIELDS:
             if type(value) is not bool:
-                raise ProtocolError(f"IDENTIFY answer field {key} is not a bool: {value!r}")
+                raise ProtocolError(
+                    f"IDENTIFY answer field {key} is not a bool: {printable(repr(value), 60)}"
+                )
             values[key] = value
         elif key == "version":
-            values["version"] = str(value)
+            values["version"] = printable(str(value), _VERSION_LIMIT)
         else:
             extra[key] = value
     return Features(extra=extra, **values)
+
+
+def _number(key: str, value: object) -> int:
+    """The number field ``key`` of an IDENTIFY answer, checked against what nsqd sends.
+
+    :raises ProtocolError: naming the field, the value and the range nsqd's answers hold.
+    """
+    if type(value) is not int:
+        raise ProtocolError(
+            f"IDENTIFY answer field {key} is not an int: {printable(repr(value), 60)}"
+        )
+    low, high = _INT_RANGES[key]
+    if not low <= value <= high:
+        raise ProtocolError(
+            f"IDENTIFY answer field {key} is {value}, where nsqd answers {low} to {high}"
+        )
+    return value
 
 
 #: One step after IDENTIFY: ``"tls"`` (start TLS, then expect OK), ``"snappy"`` or

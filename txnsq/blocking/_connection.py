@@ -34,7 +34,6 @@ from txnsq.errors import (
     HandshakeError,
     NSQError,
     NSQServerError,
-    ProtocolError,
     unreachable,
 )
 from txnsq.options import ConnectionOptions, fold_identify
@@ -339,7 +338,9 @@ class Connection:
             max_frame_size=self._max_frame_size,
         )
         self._rest = b""
+        # What followed the handshake is read now: an answer in it answers nothing.
         self._receive(b"")
+        self._check_usable()
         return self._features
 
     def _run_handshake(self, deadline: float | None) -> None:
@@ -574,7 +575,7 @@ class Connection:
             the connection).
         """
         self._usable_core().rdy(count)
-        self._write_pending(_deadline(self.command_timeout))
+        self._write_now()
 
     def receive(self, timeout: float | None = None) -> list[MessageFrame]:
         """Return the messages received so far, waiting up to ``timeout`` seconds for one.
@@ -602,35 +603,38 @@ class Connection:
 
     def finish(self, message_id: bytes) -> None:
         """``FIN`` a message: it was handled. (A failure arrives as a non-fatal error.)"""
-        self._send(commands.fin(message_id))
+        self._usable_core().finish(message_id)
+        self._write_now()
 
     def requeue(self, message_id: bytes, delay: float = 0.0) -> None:
         """``REQ`` a message: nsqd delivers it again after ``delay`` seconds.
 
         :raises TypeError, ValueError: for a bad id or a delay that is not a number >= 0.
         """
-        self._send(commands.req(message_id, seconds_to_ms(delay, "delay")))
+        ms = seconds_to_ms(delay, "delay")
+        self._usable_core().requeue(message_id, ms)
+        self._write_now()
 
     def touch(self, message_id: bytes) -> None:
         """``TOUCH`` a message: restart its in-flight timeout."""
-        self._send(commands.touch(message_id))
+        self._usable_core().touch(message_id)
+        self._write_now()
 
     def finish_many(self, message_ids: Iterable[bytes]) -> None:
         """``FIN`` several messages in one write."""
-        self._send_many(commands.fin_many(_as_list(message_ids)))
+        self._usable_core().finish_many(_as_list(message_ids))
+        self._write_now()
 
     def requeue_many(self, message_ids: Iterable[bytes], delay: float = 0.0) -> None:
         """``REQ`` several messages in one write, each after ``delay`` seconds."""
         delay_ms = seconds_to_ms(delay, "delay")
-        self._send_many(commands.req_many(_as_list(message_ids), delay_ms))
+        self._usable_core().requeue_many(_as_list(message_ids), delay_ms)
+        self._write_now()
 
     def touch_many(self, message_ids: Iterable[bytes]) -> None:
         """``TOUCH`` several messages in one write."""
-        self._send_many(commands.touch_many(_as_list(message_ids)))
-
-    def _send_many(self, data: bytes) -> None:
-        if data:
-            self._send(data)
+        self._usable_core().touch_many(_as_list(message_ids))
+        self._write_now()
 
     def close_cleanly(self) -> None:
         """Send ``CLS`` and wait for ``CLOSE_WAIT``: nsqd sends no more messages (as
@@ -656,7 +660,8 @@ class Connection:
     def req(self, message_id: bytes, delay_ms: int = 0) -> None:
         """Deprecated: :meth:`requeue`, whose delay is in seconds (this one's is in ms)."""
         _deprecated("req(message_id, delay_ms)", "requeue(message_id, delay_seconds)")
-        self._send(commands.req(message_id, delay_ms))
+        self._usable_core().requeue(message_id, delay_ms)
+        self._write_now()
 
     def fin_many(self, message_ids: Iterable[bytes]) -> None:
         """Deprecated: :meth:`finish_many`."""
@@ -667,7 +672,8 @@ class Connection:
         """Deprecated: :meth:`requeue_many`, whose delay is in seconds (this one's is in
         ms)."""
         _deprecated("req_many(message_ids, delay_ms)", "requeue_many(message_ids, delay_seconds)")
-        self._send_many(commands.req_many(_as_list(message_ids), delay_ms))
+        self._usable_core().requeue_many(_as_list(message_ids), delay_ms)
+        self._write_now()
 
     def poll(self) -> bool:
         """Process whatever is readable now (answering heartbeats); return whether the
@@ -755,11 +761,7 @@ class Connection:
         the call they belong to."""
         core = self._core
         assert core is not None
-        try:
-            core.receive_data(data)
-        except ProtocolError as e:  # a corrupt compressed stream
-            self._ended(Ended(e, None))
-            return
+        core.receive_data(data, time.monotonic())
         while True:
             events = core.next_events()
             if not events:
@@ -845,6 +847,10 @@ class Connection:
         else:
             core.command(data, slot)
         self._write_pending(deadline if deadline is not None else _deadline(self.command_timeout))
+
+    def _write_now(self) -> None:
+        """Write what the core queued, within ``command_timeout``."""
+        self._write_pending(_deadline(self.command_timeout))
 
     def _write_pending(self, deadline: float | None) -> None:
         """Write what the core queued (commands, heartbeat answers)."""
