@@ -25,27 +25,38 @@ from txnsq.errors import FinFailedError, NotReady, NSQError, ReqFailedError, Tou
 from txnsq.message import Message, awaits_auto_answer, take_auto_answer, void
 from txnsq.protocol import NSQProtocol
 
-__all__ = ["NSQDState", "Session", "SessionOwner"]
+__all__ = ["NSQDState", "Session", "SessionFlags", "SessionOwner"]
 
 #: nsqd's answers to a FIN, REQ or TOUCH of a message no longer in flight (timed out).
 _TIMED_OUT = (FinFailedError, ReqFailedError, TouchFailedError)
+
+
+class SessionFlags:
+    """The consumer's two states that change how its sessions send answers, read for
+    every message: the consumer sets them, its sessions only read them."""
+
+    __slots__ = ("draining", "in_backoff")
+
+    def __init__(self) -> None:
+        #: the consumer is backing off: each FIN goes out at once, after its backoff step
+        self.in_backoff = False
+        #: the consumer is stopping gracefully: each FIN goes out at once
+        self.draining = False
 
 
 class SessionOwner(Protocol):
     """The consumer above a :class:`Session`, as the session sees it.
 
     ``handler`` and ``max_attempts`` are read once per read (run of messages);
-    ``in_backoff`` and ``draining`` once per message, so they are plain attributes, and
-    the methods are called on the events they name. Sessions bind what they call for
-    every read once, when they are made.
+    ``flags`` once per message, so it is a plain attribute, and the methods are called
+    on the events they name. Sessions bind what they call for every read once, when
+    they are made.
     """
 
     #: the clock: what time it is, and the timers of auto touch
     clock: IReactorTime
-    #: the consumer is backing off: each FIN goes out at once, after its backoff step
-    in_backoff: bool
-    #: the consumer is stopping gracefully: each FIN goes out at once
-    draining: bool
+    #: whether the consumer is backing off or draining
+    flags: SessionFlags
 
     @property
     def handler(self) -> Callable[[Message], object]:
@@ -79,7 +90,7 @@ class SessionOwner(Protocol):
         Deferred, a coroutine, ...): answer ``message`` when it is known."""
 
     def finished_in_backoff(self) -> None:
-        """A message is being finished while ``in_backoff`` (before its FIN is written: a
+        """A message is being finished while ``flags.in_backoff`` (before its FIN is written: a
         backoff step's RDY must reach nsqd first)."""
 
     def requeued(self, backoff: bool) -> None:
@@ -90,7 +101,7 @@ class SessionOwner(Protocol):
         """The REQ delay, in seconds, of a message requeued without one."""
 
     def answered_while_draining(self) -> None:
-        """A message was answered while ``draining``: the drain may be over."""
+        """A message was answered while ``flags.draining``: the drain may be over."""
 
     def session_lost(self, session: Session, reason: Failure) -> None:
         """``session``'s connection closed (once per session)."""
@@ -108,6 +119,7 @@ class Session:
         "_answered",
         "_current",
         "_finish",
+        "_flags",
         "_now",
         "_received",
         "_send_rdy",
@@ -138,6 +150,7 @@ class Session:
         self._send_rdy = owner.send_rdy
         self._now = owner.clock.seconds
         self._finish = protocol.finish
+        self._flags = owner.flags
 
     # -- messages in
 
@@ -160,6 +173,7 @@ class Session:
             self._send_rdy(updates)
         unanswered = self.unanswered
         handler = owner.handler
+        flags = self._flags
         claim = take_auto_answer
         max_attempts = give_up_above(owner.max_attempts)
         fins: list[bytes] = []
@@ -211,7 +225,7 @@ class Session:
                             self._keep(message)
                         continue
                     self._current = None
-                    if owner.in_backoff or owner.draining:
+                    if flags.in_backoff or flags.draining:
                         # Each FIN now, in order with the backoff or the drain it ends.
                         if fins:
                             self._finish_batch(fins)
@@ -296,7 +310,7 @@ class Session:
 
     def _finished(self, msg_id: bytes, updates: list[RdyUpdate[Session]]) -> None:
         """Send the FIN of a message just taken off ``unanswered``, with what goes with it."""
-        if self.owner.in_backoff:
+        if self._flags.in_backoff:
             # Before the FIN: a backoff RDY 0 must reach nsqd before the FIN reopens
             # this connection's window.
             self.owner.finished_in_backoff()
@@ -311,7 +325,7 @@ class Session:
         """What follows an answer: the RDY it made room for, the end of a drain."""
         if updates:
             self._send_rdy(updates)
-        if self.owner.draining:
+        if self._flags.draining:
             self.owner.answered_while_draining()
 
     def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:
