@@ -283,9 +283,9 @@ class DeprecatedOptionsTests(SynchronousTestCase):
 
 class RdyTests(SynchronousTestCase):
     def test_more_connections_than_max_in_flight(self) -> None:
-        """Five nsqds, max_in_flight 2: the sum of RDY never exceeds 2 (the Subscriber
-        used to give each connection at least 1), and redistribution lets every nsqd's
-        messages through in turn."""
+        """Five nsqds, max_in_flight 2: the sum of RDY never exceeds 2 (not even by giving
+        each connection at least 1: nsqd could then hold 5 messages in flight), and
+        redistribution lets every nsqd's messages through in turn."""
         nsqds = [FakeNsqd(a) for a in (N1, N2, N3, N4, N5)]
         d = Driver(self, nsqds, nsqd_tcp_addresses=[n.address for n in nsqds], max_in_flight=2)
         d.step()
