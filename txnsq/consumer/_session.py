@@ -217,8 +217,9 @@ class Session:
                             continue
                         self._finish_now(msg_id, fins)
                     elif self._current is message or not (result is True or result is None):
-                        # (else the handler answered it itself: nothing is left to do)
                         self._handler_returned(message, result)
+                    else:
+                        continue  # the handler answered it itself: nothing is left to do
             if self.closed:
                 return
 
