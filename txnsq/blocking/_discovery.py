@@ -126,7 +126,7 @@ class Discovery:
         self._retry = options.reconnect_policy
         self._hand_over = hand_over
         self._askers = [(a, self._asker(a, fetch)) for a in options.lookupd_http_addresses]
-        #: nsqlookupd's answers, merged (read by the discovery thread only)
+        #: nsqlookupd's answers, merged (used by the rounds only: no lock)
         self.lookup = LookupAnswers(
             options.lookupd_http_addresses,
             stale_after=STALE_POLLS * options.lookupd_poll_interval,
