@@ -1,4 +1,5 @@
-"""Fault injection against real nsqd and nsqlookupd processes (issue #7).
+"""Fault injection against real nsqd and nsqlookupd processes: what the consumer loses
+or duplicates when nsqd is killed, restarted or cut off.
 
 Every scenario counts what was lost and what was duplicated and reports the numbers (a
 ``FAULT`` line on stdout, the same through ``twisted.logger``, and one JSON line per

@@ -259,7 +259,7 @@ class Driver:
 
     def discover(self) -> float:
         """One round of the discovery thread; returns when the next is due."""
-        return self.subscriber._discover(self.clock())
+        return self.subscriber._discovery.discover(self.clock())
 
     def io(self) -> None:
         """One turn of the I/O thread: commands, reads of every connection with input,
@@ -284,7 +284,7 @@ class Driver:
 
     def wanted(self) -> list[str]:
         """The nsqds the subscriber reads from now (static and discovered)."""
-        return self.subscriber._addresses(self.clock())
+        return self.subscriber._discovery.addresses(self.clock())
 
     # -- views
 

@@ -283,9 +283,9 @@ class DeprecatedOptionsTests(SynchronousTestCase):
 
 class RdyTests(SynchronousTestCase):
     def test_more_connections_than_max_in_flight(self) -> None:
-        """Five nsqds, max_in_flight 2: the sum of RDY never exceeds 2 (the Subscriber
-        used to give each connection at least 1), and redistribution lets every nsqd's
-        messages through in turn."""
+        """Five nsqds, max_in_flight 2: the sum of RDY never exceeds 2 (not even by giving
+        each connection at least 1: nsqd could then hold 5 messages in flight), and
+        redistribution lets every nsqd's messages through in turn."""
         nsqds = [FakeNsqd(a) for a in (N1, N2, N3, N4, N5)]
         d = Driver(self, nsqds, nsqd_tcp_addresses=[n.address for n in nsqds], max_in_flight=2)
         d.step()
@@ -699,13 +699,13 @@ class DefaultLookupTests(SynchronousTestCase):
         lookupd.answer(status, body)
         sub = Subscriber(topic="t", channel="c", lookupd_http_addresses=[lookupd.address])
         self.addCleanup(sub.close)
-        sub._poll_lookupd()
+        sub._discovery.poll_lookupd()
         return lookupd, sub
 
     def test_headers_and_answer(self) -> None:
         body = json.dumps({"producers": [{"broadcast_address": "h", "tcp_port": 1}]})
         lookupd, sub = self.poll(200, body.encode())
-        self.assertEqual(sub._addresses(0.0), ["h:1"])
+        self.assertEqual(sub._discovery.addresses(0.0), ["h:1"])
         [(path, headers)] = lookupd.seen
         self.assertEqual(path, "/lookup?topic=t")
         self.assertEqual(headers["User-Agent"], DEFAULT_USER_AGENT)
@@ -713,11 +713,11 @@ class DefaultLookupTests(SynchronousTestCase):
 
     def test_not_found_is_an_answer(self) -> None:
         lookupd, sub = self.poll(404, b'{"message":"TOPIC_NOT_FOUND"}')
-        self.assertFalse(sub._lookup.failing(lookupd.address))
+        self.assertFalse(sub._discovery.lookup.failing(lookupd.address))
 
     def test_size_cap(self) -> None:
         lookupd, sub = self.poll(200, b" " * (MAX_LOOKUP_RESPONSE_SIZE + 1))
-        self.assertTrue(sub._lookup.failing(lookupd.address))
+        self.assertTrue(sub._discovery.lookup.failing(lookupd.address))
 
     def test_a_malformed_entry_is_logged_and_left_out(self) -> None:
         entries = [
@@ -726,8 +726,8 @@ class DefaultLookupTests(SynchronousTestCase):
         ]
         with self.assertLogs("txnsq.blocking", "WARNING") as logs:
             lookupd, sub = self.poll(200, json.dumps({"producers": entries}).encode())
-        self.assertEqual(sub._addresses(0.0), ["h:1"])
-        self.assertFalse(sub._lookup.failing(lookupd.address))
+        self.assertEqual(sub._discovery.addresses(0.0), ["h:1"])
+        self.assertFalse(sub._discovery.lookup.failing(lookupd.address))
         [line] = logs.output
         self.assertIn(f"nsqlookupd {lookupd.address}: producer left out", line)
         self.assertIn("70000", line)

@@ -148,7 +148,7 @@ class ConsumerOnAsyncioTests(LoopTestCase):
 
     def harness(self, handler: Any, **options: Any) -> Harness:
         h = Harness(self, handler=handler, start=False, **options)
-        h.consumer._asyncio_loop = self.loop
+        h.consumer._results.asyncio_loop = self.loop
         h.consumer.startService()
         return h
 
@@ -205,7 +205,7 @@ class ConsumerOnAsyncioTests(LoopTestCase):
             return True
 
         h = Harness(self, handler=handler, max_in_flight=10)
-        self.assertIsNone(h.consumer._asyncio_loop)
+        self.assertIsNone(h.consumer._results.asyncio_loop)
         conn = h.connect(A)
         conn.message(1)
         self.assertEqual(conn.answers(), [fin(1)])  # ran at once, without a loop

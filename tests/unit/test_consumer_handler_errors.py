@@ -13,7 +13,8 @@ from twisted.logger import LogEvent, LogLevel, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.logs import LogCapture
-from txnsq.consumer._consumer import HANDLER_TRACEBACK_INTERVAL, Consumer
+from txnsq.consumer import Consumer
+from txnsq.consumer._results import HANDLER_TRACEBACK_INTERVAL
 from txnsq.message import Message
 from txnsq.testing import FakeNSQD
 

@@ -1,13 +1,12 @@
-"""The blocking :class:`~txnsq.blocking.Subscriber`'s discovery thread: it polls
-nsqlookupd and (re)connects to every nsqd short of connections, so that dialling never
-stalls the I/O thread.
+"""The blocking :class:`~txnsq.blocking.Subscriber`'s discovery: :class:`Discovery` finds
+the nsqds to read from (given, or listed by nsqlookupd) and dials those short of
+connections, on a thread of its own, so that dialling never stalls the I/O thread.
 
-:class:`SubscriberDiscovery` is that half of the Subscriber (a base class of it): its
-answers are asked for on :class:`~txnsq._wire.lookup.RecheckSchedule` and merged by
-:class:`~txnsq._wire.lookup.LookupAnswers`, announced addresses mapped by
+nsqlookupd is asked on :class:`~txnsq._wire.lookup.RecheckSchedule` and its answers are
+merged by :class:`~txnsq._wire.lookup.LookupAnswers`, announced addresses mapped by
 :func:`~txnsq._wire.address.map_address`, failed dials retried after
-:class:`~txnsq._wire.retry.RetryPolicy`'s delays. The connections it opens are handed
-to the I/O thread through the Subscriber's command queue.
+:class:`~txnsq._wire.retry.RetryPolicy`'s delays. Each connection opened is handed over
+(to the Subscriber's I/O thread), which tells of its loss with :meth:`Discovery.lost`.
 
 This module needs neither Twisted nor pyspark.
 """
@@ -18,12 +17,14 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from functools import partial
+from typing import Final
 
 from txnsq._wire.address import map_address
 from txnsq._wire.admin import LookupResult, check_response_size, lookupd_lookup
 from txnsq._wire.lookup import (
     MAX_LOOKUP_RESPONSE_SIZE,
+    STALE_POLLS,
     LookupAnswers,
     RecheckSchedule,
     discovered,
@@ -31,7 +32,6 @@ from txnsq._wire.lookup import (
     lookupd_http_address,
     topic_unknown,
 )
-from txnsq._wire.retry import RetryPolicy
 from txnsq.blocking._connection import Connection
 from txnsq.blocking._http import LookupdHTTPClient
 from txnsq.blocking._subscriber_options import SubscriberOptions
@@ -43,7 +43,7 @@ from txnsq.blocking._subscriber_state import (
 )
 from txnsq.errors import NSQError
 
-__all__ = ["SubscriberDiscovery"]
+__all__ = ["Discovery", "subscribed_connection"]
 
 _log = logging.getLogger("txnsq.blocking")
 
@@ -51,53 +51,185 @@ _log = logging.getLogger("txnsq.blocking")
 _DISCOVERY_MAX_WAIT_S: Final = 5.0
 
 
-class SubscriberDiscovery:
-    """The discovery thread's half of a :class:`~txnsq.blocking.Subscriber`: polling
-    nsqlookupd, dialling nsqds, scheduling retries. The Subscriber sets up the state
-    declared here in its ``__init__`` and starts :meth:`_discovery_loop` in a thread."""
+def subscribed_connection(options: SubscriberOptions, address: str) -> SubscriberConnection:
+    """The default :data:`~txnsq.blocking.ConnectionFactory`: a
+    :class:`~txnsq.blocking.Connection` to ``address`` with ``options``' connection part,
+    connected and subscribed to its topic and channel (closed when that fails).
 
-    options: SubscriberOptions
-    _clock: Callable[[], float]
-    _connect: ConnectionFactory
-    _rng: random.Random
-    _retry: RetryPolicy
-    _stopping: threading.Event
-    _discovery_wake: threading.Event
-    _lookupd_askers: list[tuple[str, Callable[[], LookupResult]]]
-    _lookup: LookupAnswers
-    _recheck: RecheckSchedule
-    _lock: threading.Lock
-    _per_address: dict[str, list[ConnectionState]]
-    _wanted: dict[str, int]
-    _attempts: dict[str, int]
-    _next_attempt: dict[str, float]
-    _lost_logged: set[str]
-    #: hands opened connections to the I/O thread (the Subscriber's command queue)
-    _command: Callable[[str, Any], None]
+    :raises NSQError, OSError: when it cannot be opened.
+    """
+    conn = Connection(address, options=options.connection_options())
+    try:
+        conn.connect()
+        conn.subscribe(options.topic, options.channel)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
-    def _discovery_loop(self) -> None:
+
+class _NSQD:
+    """What discovery knows of one nsqd (under :class:`Discovery`'s lock)."""
+
+    __slots__ = ("connections", "failures", "loss_logged", "retry_at", "wanted")
+
+    def __init__(self) -> None:
+        #: its open connections
+        self.connections: list[ConnectionState] = []
+        #: the connections it is to have, once its ``max_rdy_count`` is known
+        self.wanted: int | None = None
+        #: dials (or losses) that failed in a row
+        self.failures = 0
+        #: when to dial it again after one (``None``: at once)
+        self.retry_at: float | None = None
+        #: a loss was logged at warning since it last connected (the next ones at debug)
+        self.loss_logged = False
+
+    def short(self) -> bool:
+        """Whether it has fewer connections than it is to have (or none yet)."""
+        return self.wanted is None or len(self.connections) < self.wanted
+
+
+class Discovery:
+    """Which nsqds a :class:`~txnsq.blocking.Subscriber` reads from, and their connections.
+
+    The given nsqds are read from always, the discovered ones while nsqlookupd lists
+    them. Each round (:meth:`discover`) polls nsqlookupd when due and dials every nsqd
+    short of connections whose retry time has come; :meth:`start` runs rounds on a
+    thread until :meth:`stop`. :meth:`lost` is called from any thread.
+
+    :param options: the subscriber's options.
+    :param clock: monotonic seconds.
+    :param connect: how to open a subscribed connection (``None``:
+        :func:`subscribed_connection`).
+    :param fetch: how to ask one nsqlookupd (``None``: a
+        :class:`~txnsq.blocking.LookupdHTTPClient` per nsqlookupd).
+    :param rng: the random source of retry and poll jitter.
+    :param hand_over: takes the connections opened to one nsqd, together (so that RDY
+        is shared once); called on the thread that opened them.
+    """
+
+    def __init__(
+        self,
+        options: SubscriberOptions,
+        *,
+        clock: Callable[[], float],
+        connect: ConnectionFactory | None,
+        fetch: LookupdFetcher | None,
+        rng: random.Random,
+        hand_over: Callable[[list[ConnectionState]], None],
+    ) -> None:
+        self._options = options
+        self._clock = clock
+        self._connect = connect or partial(subscribed_connection, options)
+        self._rng = rng
+        self._retry = options.reconnect_policy
+        self._hand_over = hand_over
+        self._askers = [(a, self._asker(a, fetch)) for a in options.lookupd_http_addresses]
+        #: nsqlookupd's answers, merged (used by the rounds only: no lock)
+        self.lookup = LookupAnswers(
+            options.lookupd_http_addresses,
+            stale_after=STALE_POLLS * options.lookupd_poll_interval,
+        )
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        # The rest is shared with the threads that call lost() and connected_addresses().
+        self._lock = threading.Lock()
+        self._nsqds: dict[str, _NSQD] = {}
+        # When to poll nsqlookupd next: after each poll, and soon after the loss of an
+        # nsqd it listed; each delay shortened by up to lookupd_poll_jitter of it at
+        # random (the Consumer's rule).
+        self._recheck = RecheckSchedule(options.lookupd_poll_interval, options.lookupd_poll_jitter)
+
+    # -- the subscriber's calls -----------------------------------------------------------
+
+    def first_round(self) -> Exception | None:
+        """Poll nsqlookupd and dial every nsqd found or given, now (blocking), to fail
+        fast on a bad address or bad credentials; those that fail are retried later.
+
+        :returns: the first error, when no connection could be opened at all.
+        """
+        now = self._clock()
+        if self._askers:
+            self.poll_lookupd()
+            self._polled(now)
+        first_error: Exception | None = None
+        for address in self.addresses(now):
+            try:
+                self._connect_address(address)
+            except (NSQError, OSError) as e:
+                _log.warning("nsq subscriber: cannot connect to %s: %s", address, e)
+                first_error = first_error or e
+                self._failed(address)
+        with self._lock:
+            opened = any(n.connections for n in self._nsqds.values())
+        return None if opened else first_error
+
+    def start(self) -> None:
+        """Run discovery rounds on a thread of their own until :meth:`stop`."""
+        self._thread = threading.Thread(
+            target=self._loop, name="txnsq-subscriber-discovery", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop dialling (the thread ends after the dial in progress, if any)."""
+        self._stopping.set()
+        self._wake.set()
+
+    def lost(self, state: ConnectionState, now: float) -> bool:
+        """``state``'s connection was lost at ``now``: dial its nsqd again after the retry
+        delay, and ask nsqlookupd again soon when it listed that nsqd.
+
+        :returns: whether this is the first loss of that nsqd since it last connected
+            (the one worth a warning).
+        """
+        address = state.address
+        with self._lock:
+            nsqd = self._nsqds.setdefault(address, _NSQD())
+            if state in nsqd.connections:
+                nsqd.connections.remove(state)
+            if nsqd.retry_at is None:
+                self._schedule_retry(nsqd, now)
+            if self._askers and address not in self._options.nsqd_tcp_addresses:
+                # Found through nsqlookupd: poll it again soon, and again while missing.
+                self._recheck.lost(address, now, self._rng.random)
+            first = not nsqd.loss_logged
+            nsqd.loss_logged = True
+        self._wake.set()
+        return first
+
+    def connected_addresses(self) -> set[str]:
+        """The nsqds a connection is open to."""
+        with self._lock:
+            return {a for a, nsqd in self._nsqds.items() if nsqd.connections}
+
+    # -- one round ------------------------------------------------------------------------
+
+    def _loop(self) -> None:
         while not self._stopping.is_set():
-            due = self._discover(self._clock())
+            due = self.discover(self._clock())
             wait = min(max(due - self._clock(), 0.05), _DISCOVERY_MAX_WAIT_S)
-            self._discovery_wake.wait(wait)
-            self._discovery_wake.clear()
+            self._wake.wait(wait)
+            self._wake.clear()
 
-    def _discover(self, now: float) -> float:
-        """Poll nsqlookupd when due, dial every nsqd short of connections whose retry
-        time has come; return when there is something to do next."""
-        if self._lookupd_askers and now >= self._lookup_due():
-            self._poll_lookupd()
+    def discover(self, now: float) -> float:
+        """One round: poll nsqlookupd when due, dial every nsqd short of connections
+        whose retry time has come; return when there is something to do next."""
+        if self._askers and now >= self._lookup_due():
+            self.poll_lookupd()
             now = self._clock()
             self._polled(now)
-        due = [self._lookup_due()] if self._lookupd_askers else []
-        for address in self._addresses(now):
+        due = [self._lookup_due()] if self._askers else []
+        for address in self.addresses(now):
             if self._stopping.is_set():
                 break
             with self._lock:
-                have = len(self._per_address.get(address, ()))
-                want = self._wanted.get(address)
-                retry_at = self._next_attempt.get(address)
-            if want is not None and have >= want:
+                nsqd = self._nsqds.get(address)
+                short = nsqd is None or nsqd.short()
+                retry_at = None if nsqd is None else nsqd.retry_at
+            if not short:
                 continue
             if retry_at is not None and retry_at > now:
                 due.append(retry_at)
@@ -109,6 +241,13 @@ class SubscriberDiscovery:
                 due.append(self._failed(address))
         return min(due) if due else now + _DISCOVERY_MAX_WAIT_S
 
+    def addresses(self, now: float) -> list[str]:
+        """The nsqds to read from: the given ones always, the discovered ones while
+        nsqlookupd lists them."""
+        static = self._options.nsqd_tcp_addresses
+        found = self.lookup.producers(now) if self._askers else frozenset()
+        return list(static) + sorted(found.difference(static))
+
     def _lookup_due(self) -> float:
         """When nsqlookupd is to be polled next (at once before the first poll)."""
         with self._lock:
@@ -117,43 +256,43 @@ class SubscriberDiscovery:
 
     def _polled(self, now: float) -> None:
         """nsqlookupd was polled at ``now``: schedule the next poll, and forget the failed
-        attempts of the discovered nsqds it no longer lists (they are not dialled any
-        more), so that one listed again (back from an outage) is dialled at once, not
-        when its reconnect backoff would have ended."""
-        listed = set(self._addresses(now))
+        dials of the discovered nsqds it does not list (they are not dialled), so that
+        one listed again (back from an outage) is dialled at once, not when its
+        reconnect backoff would have ended."""
+        listed = set(self.addresses(now))
         with self._lock:
             self._recheck.polled(now, self._rng.random)
-            for address in [a for a in self._next_attempt if a not in listed]:
-                del self._next_attempt[address]
-                self._attempts.pop(address, None)
+            for address, nsqd in self._nsqds.items():
+                if address not in listed:
+                    nsqd.failures = 0
+                    nsqd.retry_at = None
 
-    def _addresses(self, now: float) -> list[str]:
-        """The nsqds to read from: the static ones always, the discovered ones while
-        nsqlookupd lists them."""
-        static = self.options.nsqd_tcp_addresses
-        found = self._lookup.producers(now) if self._lookupd_askers else frozenset()
-        return list(static) + sorted(found.difference(static))
+    # -- nsqlookupd -----------------------------------------------------------------------
 
-    def _mapped(self, announced: frozenset[str]) -> frozenset[str]:
-        """The nsqds nsqlookupd ``announced`` (broadcast addresses), as addresses to dial
-        through ``address_map``; one the map cannot translate is left out (logged)."""
-        mapping = self.options.address_map
-        if mapping is None:
-            return announced
-        dial: set[str] = set()
-        for address in announced:
+    def poll_lookupd(self) -> None:
+        """Ask every nsqlookupd once; feed the answers to the merge rule."""
+        for lookupd, ask in self._askers:
             try:
-                dial.add(map_address(address, mapping))
-            except Exception as e:  # a callable map is user code: log, skip, go on
-                _log.warning("nsq subscriber: address map failed for %s: %r", address, e)
-        return frozenset(dial)
+                result = ask()
+            except (NSQError, OSError) as e:
+                if topic_unknown(e):  # the topic is unknown there: no producers
+                    result = LookupResult((), ())
+                else:
+                    _log.warning("nsq subscriber: nsqlookupd %s failed: %s", lookupd, e)
+                    self.lookup.failed(lookupd)
+                    continue
+            for problem in result.problems:
+                _log.warning("nsq subscriber: nsqlookupd %s: %s", lookupd, problem)
+            producers = self._mapped(discovered(result))
+            if self.lookup.answered(lookupd, producers, self._clock()):
+                _log.info("nsq subscriber: nsqlookupd %s answers again", lookupd)
 
     def _asker(self, lookupd: str, fetch: LookupdFetcher | None) -> Callable[[], LookupResult]:
         """How to ask ``lookupd`` for the topic's producers: its
         :class:`~txnsq.blocking.LookupdHTTPClient`, or ``fetch`` (tests) with the answer
         read as that client reads it."""
-        topic = self.options.topic
-        timeout = self.options.lookupd_request_timeout
+        topic = self._options.topic
+        timeout = self._options.lookupd_request_timeout
         if fetch is None:
             client = LookupdHTTPClient(
                 lookupd_http_address(lookupd),
@@ -170,27 +309,21 @@ class SubscriberDiscovery:
 
         return ask
 
-    def _poll_lookupd(self) -> None:
-        """Ask every nsqlookupd once; feed the answers to the merge rule."""
-        for lookupd, ask in self._lookupd_askers:
+    def _mapped(self, announced: frozenset[str]) -> frozenset[str]:
+        """The nsqds nsqlookupd ``announced`` (broadcast addresses), as addresses to dial
+        through ``address_map``; one the map cannot translate is left out (logged)."""
+        mapping = self._options.address_map
+        if mapping is None:
+            return announced
+        dial: set[str] = set()
+        for address in announced:
             try:
-                result = ask()
-            except (NSQError, OSError) as e:
-                if topic_unknown(e):  # the topic is unknown there: no producers
-                    result = LookupResult((), ())
-                else:
-                    _log.warning("nsq subscriber: nsqlookupd %s failed: %s", lookupd, e)
-                    self._lookup.failed(lookupd)
-                    continue
-            for problem in result.problems:
-                _log.warning("nsq subscriber: nsqlookupd %s: %s", lookupd, problem)
-            producers = self._mapped(discovered(result))
-            if self._lookup.answered(lookupd, producers, self._clock()):
-                _log.info("nsq subscriber: nsqlookupd %s answers again", lookupd)
+                dial.add(map_address(address, mapping))
+            except Exception as e:  # a callable map is user code: log, skip, go on
+                _log.warning("nsq subscriber: address map failed for %s: %r", address, e)
+        return frozenset(dial)
 
-    def _open_count(self) -> int:
-        with self._lock:
-            return sum(len(v) for v in self._per_address.values())
+    # -- dialling -------------------------------------------------------------------------
 
     def _connect_address(self, address: str) -> None:
         """Open the connections ``address`` should have (blocking; not the I/O thread).
@@ -198,51 +331,38 @@ class SubscriberDiscovery:
         :raises NSQError, OSError: when one cannot be opened.
         """
         with self._lock:
-            have = len(self._per_address.get(address, ()))
-            want = self._wanted.get(address)
+            nsqd = self._nsqds.setdefault(address, _NSQD())
+            have = len(nsqd.connections)
+            want = nsqd.wanted
         opened: list[ConnectionState] = []
         try:
             while want is None or have < want:
                 state = ConnectionState(self._connect(address))
                 if want is None:
-                    want = self.options.connections_for(state.conn.features.max_rdy_count)
+                    want = self._options.connections_for(state.conn.features.max_rdy_count)
                 with self._lock:
-                    self._wanted[address] = want
-                    self._per_address.setdefault(address, []).append(state)
+                    nsqd.wanted = want
+                    nsqd.connections.append(state)
                 opened.append(state)
                 have += 1
                 if self._stopping.is_set():
                     return
         finally:
             if opened:  # handed over together, so that RDY is shared once
-                self._command("add", opened)
+                self._hand_over(opened)
         with self._lock:
-            self._attempts.pop(address, None)
-            self._next_attempt.pop(address, None)
-            self._lost_logged.discard(address)
+            nsqd.failures = 0
+            nsqd.retry_at = None
+            nsqd.loss_logged = False
             self._recheck.connected(address)
 
     def _failed(self, address: str) -> float:
         """A dial of ``address`` failed: return when to try again."""
         with self._lock:
-            return self._schedule_retry(address, self._clock())
+            return self._schedule_retry(self._nsqds.setdefault(address, _NSQD()), self._clock())
 
-    def _schedule_retry(self, address: str, now: float) -> float:
-        """One more failed attempt (or a loss) for ``address``; ``_lock`` is held."""
-        attempt = self._attempts.get(address, 0) + 1
-        self._attempts[address] = attempt
-        at = now + self._retry.delay(attempt, self._rng.random)
-        self._next_attempt[address] = at
-        return at
-
-    def _open(self, address: str) -> SubscriberConnection:
-        """The default :data:`ConnectionFactory`."""
-        opts = self.options
-        conn = Connection(address, options=opts.connection_options())
-        try:
-            conn.connect()
-            conn.subscribe(opts.topic, opts.channel)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+    def _schedule_retry(self, nsqd: _NSQD, now: float) -> float:
+        """One more failed dial (or a loss) of ``nsqd``; ``_lock`` is held."""
+        nsqd.failures += 1
+        nsqd.retry_at = now + self._retry.delay(nsqd.failures, self._rng.random)
+        return nsqd.retry_at

@@ -23,9 +23,9 @@ intervals: the connection is closed and dialled again, as a lost one), and annou
 addresses mapped by :func:`~txnsq._wire.address.map_address`.
 
 :class:`Subscriber` and its I/O thread are here; its options are in
-:mod:`txnsq.blocking._subscriber_options`, the discovery thread in
-:mod:`txnsq.blocking._discovery`, the per-connection state both threads share in
-:mod:`txnsq.blocking._subscriber_state`.
+:mod:`txnsq.blocking._subscriber_options`, its discovery (an object with a thread of its
+own, told of lost connections) in :mod:`txnsq.blocking._discovery`, the per-connection
+state both threads see in :mod:`txnsq.blocking._subscriber_state`.
 
 This module needs neither Twisted nor pyspark.
 """
@@ -50,12 +50,11 @@ from typing import Any, Final
 from txnsq._api.deprecate import unexpected_keyword, warn_deprecated
 from txnsq._wire.frames import MessageFrame
 from txnsq._wire.liveness import SILENT, Liveness
-from txnsq._wire.lookup import STALE_POLLS, LookupAnswers, RecheckSchedule
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq._wire.touch import touch_schedule
 from txnsq.blocking._connection import connection_silent
-from txnsq.blocking._discovery import SubscriberDiscovery
+from txnsq.blocking._discovery import Discovery
 from txnsq.blocking._subscriber_options import MAX_CONNECTIONS_PER_NSQD, SubscriberOptions
 from txnsq.blocking._subscriber_state import (
     Chunk,
@@ -82,7 +81,7 @@ _log = logging.getLogger("txnsq.blocking")
 
 #: Each wait during :meth:`Subscriber.close` (RDY 0, REQ, CLS) is bounded by this.
 _SHUTDOWN_IO_TIMEOUT_S: Final = 2.0
-#: The I/O and discovery threads look at their clocks at least this often (seconds).
+#: The I/O thread looks at its clock at least this often (seconds).
 _MAX_WAIT_S: Final = 1.0
 
 
@@ -106,7 +105,7 @@ class _TouchGroup:
 # -- the subscriber -----------------------------------------------------------------------
 
 
-class Subscriber(SubscriberDiscovery):
+class Subscriber:
     """Reads one topic/channel from every nsqd and buffers messages for the caller.
 
     :param options: what to read and how: a :class:`SubscriberOptions`, or a
@@ -155,9 +154,7 @@ class Subscriber(SubscriberDiscovery):
         #: The settings of this subscriber.
         self.options: SubscriberOptions = options
         self._clock = clock
-        self._connect = connect or self._open
-        self._rng = rng or random.Random()
-        self._retry = options.reconnect_policy
+        rng = rng or random.Random()
         # -- shared with the caller's thread
         self._ready: deque[Chunk] = deque()
         #: set while messages are buffered
@@ -183,31 +180,16 @@ class Subscriber(SubscriberDiscovery):
         self._selector: selectors.BaseSelector | None = None
         self._states: list[ConnectionState] = []
         self._rdy: RdyController[ConnectionState] = RdyController(
-            options.max_in_flight, rng=self._rng
+            options.max_in_flight, rng=rng
         )
         self._touches: list[tuple[float, int, _TouchGroup]] = []  # a heap
         self._touch_seq = itertools.count()
         self._next_redistribute = clock() + options.rdy_redistribute_interval
         self._next_liveness = math.inf  # when to check every connection's liveness next
-        # -- the discovery thread's
-        self._discovery_thread: threading.Thread | None = None
-        self._discovery_wake = threading.Event()
-        self._lookupd_askers = [(a, self._asker(a, fetch)) for a in options.lookupd_http_addresses]
-        self._lookup = LookupAnswers(
-            options.lookupd_http_addresses,
-            stale_after=STALE_POLLS * options.lookupd_poll_interval,
+        # -- discovery: finds and dials the nsqds, on a thread of its own
+        self._discovery = Discovery(
+            options, clock=clock, connect=connect, fetch=fetch, rng=rng, hand_over=self._adopt
         )
-        # When to poll nsqlookupd next: after each poll (the discovery thread) and at the
-        # loss of an nsqd it listed (the I/O thread), under _lock; each delay shortened
-        # by up to lookupd_poll_jitter of it at random (the Consumer's rule).
-        self._recheck = RecheckSchedule(options.lookupd_poll_interval, options.lookupd_poll_jitter)
-        # -- shared by the I/O and discovery threads, under _lock
-        self._lock = threading.Lock()
-        self._per_address: dict[str, list[ConnectionState]] = {}
-        self._wanted: dict[str, int] = {}  # address -> connections wanted (once known)
-        self._attempts: dict[str, int] = {}  # address -> consecutive failed attempts
-        self._next_attempt: dict[str, float] = {}  # address -> when to dial again
-        self._lost_logged: set[str] = set()
 
     # -- lifecycle (caller's thread) ----------------------------------------------------
 
@@ -223,31 +205,17 @@ class Subscriber(SubscriberDiscovery):
         if self._started or self._shut:
             raise RuntimeError("a Subscriber can be started only once")
         self._started = True
-        now = self._clock()
-        if self._lookupd_askers:
-            self._poll_lookupd()
-            self._polled(now)
-        first_error: Exception | None = None
-        for address in self._addresses(now):
-            try:
-                self._connect_address(address)
-            except (NSQError, OSError) as e:
-                _log.warning("nsq subscriber: cannot connect to %s: %s", address, e)
-                first_error = first_error or e
-                self._failed(address)
-        if self.options.nsqd_tcp_addresses and first_error is not None and not self._open_count():
+        error = self._discovery.first_round()
+        if error is not None and self.options.nsqd_tcp_addresses:
             self.close()
-            raise first_error
+            raise error
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._io_thread = threading.Thread(
             target=self._io_loop, name="txnsq-subscriber-io", daemon=True
         )
         self._io_thread.start()
-        self._discovery_thread = threading.Thread(
-            target=self._discovery_loop, name="txnsq-subscriber-discovery", daemon=True
-        )
-        self._discovery_thread.start()
+        self._discovery.start()
 
     def close(self, timeout: float | None = None) -> None:
         """Stop reading: RDY 0, REQueue every message in flight (immediate
@@ -268,7 +236,7 @@ class Subscriber(SubscriberDiscovery):
                 return
             self._shut = True
         self._stopping.set()
-        self._discovery_wake.set()
+        self._discovery.stop()
         thread = self._io_thread
         if thread is None:
             self._run_commands(self._clock())  # connections never handed to a thread
@@ -408,11 +376,14 @@ class Subscriber(SubscriberDiscovery):
     def nsqd_addresses(self) -> list[str]:
         """The nsqds read from: those given, and those found through nsqlookupd that a
         connection is open to, as ``"host:port"``, sorted."""
-        with self._lock:
-            found = {a for a, peers in self._per_address.items() if peers}
+        found = self._discovery.connected_addresses()
         return sorted(found.union(self.options.nsqd_tcp_addresses))
 
     # -- commands to the I/O thread -----------------------------------------------------
+
+    def _adopt(self, states: list[ConnectionState]) -> None:
+        """Connections discovery opened to one nsqd: the I/O thread reads them from now."""
+        self._command("add", states)
 
     def _command(self, name: str, arg: Any) -> None:
         self._commands.append((name, arg))
@@ -664,21 +635,14 @@ class Subscriber(SubscriberDiscovery):
             )
 
     def _lost(self, state: ConnectionState, error: BaseException) -> None:
+        """``state``'s connection failed: close it, share its RDY among the others, and
+        have discovery dial its nsqd again (nsqd redelivers its messages in flight)."""
         if not state.alive:
             return
         state.alive = False
         self.errors += 1
         now = self._clock()
-        if not self._stopping.is_set():
-            first = state.address not in self._lost_logged
-            self._lost_logged.add(state.address)
-            (_log.warning if first or state.inflight else _log.debug)(
-                "nsq subscriber: connection to %s lost (%s); its %d in-flight messages come "
-                "back from nsqd after msg_timeout",
-                state.address,
-                error,
-                len(state.inflight),
-            )
+        in_flight = len(state.inflight)
         if self._selector is not None:
             try:
                 self._selector.unregister(state.fd)
@@ -688,17 +652,17 @@ class Subscriber(SubscriberDiscovery):
         state.inflight.clear()
         self._states = [s for s in self._states if s is not state]
         self._conn_count = len(self._states)
-        with self._lock:
-            peers = self._per_address.get(state.address, [])
-            if state in peers:
-                peers.remove(state)
-            if state.address not in self._next_attempt:
-                self._schedule_retry(state.address, now)
-            if self._lookupd_askers and state.address not in self.options.nsqd_tcp_addresses:
-                # Found through nsqlookupd: poll it again soon, and again while missing.
-                self._recheck.lost(state.address, now, self._rng.random)
+        first = self._discovery.lost(state, now)
+        if not self._stopping.is_set():
+            # Warned once per outage of an nsqd (debug after), unless messages were lost.
+            (_log.warning if first or in_flight else _log.debug)(
+                "nsq subscriber: connection to %s lost (%s); its %d in-flight messages come "
+                "back from nsqd after msg_timeout",
+                state.address,
+                error,
+                in_flight,
+            )
         self._send_rdy(self._rdy.remove_connection(state, now))
-        self._discovery_wake.set()
 
     def _shutdown_io(self) -> None:
         states = [s for s in self._states if s.alive]

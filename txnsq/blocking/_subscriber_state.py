@@ -1,6 +1,7 @@
 """What a blocking :class:`~txnsq.blocking.Subscriber` is given and keeps per connection:
 the :class:`SubscriberConnection` it reads from (and the factories that make one or ask
-nsqlookupd), and the :class:`ConnectionState` its I/O and discovery threads share.
+nsqlookupd), and the :class:`ConnectionState` of each (made by its discovery, which
+counts them per nsqd; read and written by its I/O thread).
 
 This module needs neither Twisted nor pyspark.
 """

@@ -2,11 +2,12 @@
 to every nsqd that has the topic and hands each message to a handler.
 
 The package's parts, one job each: ``_consumer`` (the :class:`Consumer` itself: its
-nsqds, found in a list or through nsqlookupd, its handler's results, its graceful stop),
-``_session`` (one connection's messages: the per-message path), ``_flow`` (RDY and
-backoff on timers), ``_dead_letters`` (messages given up on), ``_threads`` (blocking
-handlers in threads), ``_aio`` (coroutine handlers on the asyncio reactor) and
-``_tracing`` (the traced handler, imported only with ``tracing=``).
+nsqds, found in a list or through nsqlookupd, its graceful stop), ``_session`` (one
+connection's messages: the per-message path), ``_results`` (the handler's failures and
+its results that come later), ``_flow`` (RDY and backoff on timers), ``_dead_letters``
+(messages given up on), ``_threads`` (blocking handlers in threads), ``_aio``
+(coroutine handlers on the asyncio reactor) and ``_tracing`` (the traced handler,
+imported only with ``tracing=``).
 """
 
 from txnsq.consumer import _consumer

@@ -3,11 +3,13 @@
 This module holds the :class:`Consumer` itself: its nsqds (each kept connected by a
 :class:`~txnsq._twisted.service.NSQDService`, reconnecting with backoff; the NSQ handshake and
 ``SUB`` run after ``whenConnected``), found in a static list, through nsqlookupd
-(:class:`~txnsq.lookupd.LookupdPoller`), or both; what it does with its handler's results
-and failures; its graceful stop. The rest is in private modules, one job each:
+(:class:`~txnsq.lookupd.LookupdPoller`), or both; its counters; its graceful stop. The
+rest is in private modules, one job each:
 
 - :mod:`txnsq.consumer._session`: one connection's messages (the per-message path: handler call,
   FIN/REQ/TOUCH, the per-read batching);
+- :mod:`txnsq.consumer._results`: the handler's failures and its results that come later
+  (Deferreds, coroutines);
 - :mod:`txnsq.consumer._flow`: RDY and backoff (the pure rules of :mod:`txnsq._wire.rdy` and
   :mod:`txnsq._wire.backoff` driven on timers);
 - :mod:`txnsq.consumer._dead_letters`: messages given up on, and their dead letters.
@@ -19,11 +21,11 @@ import inspect
 import random
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from twisted.application.service import Service
 from twisted.internet import defer
-from twisted.logger import Logger, LogLevel
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from txnsq._twisted.endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
@@ -32,18 +34,21 @@ from txnsq._wire import commands
 from txnsq._wire.address import map_address
 from txnsq._wire.backoff import requeue_delay
 from txnsq._wire.deadletter import DeadLetter
-from txnsq._wire.ratelimit import OncePerInterval
-from txnsq.consumer._aio import asyncio_loop, run_as_task
+from txnsq.consumer._aio import asyncio_loop
 from txnsq.consumer._dead_letters import DeadLetterPublisher, GiveUp
 from txnsq.consumer._flow import Flow
-from txnsq.consumer._session import NSQDState, Session
+from txnsq.consumer._results import HandlerResults
+from txnsq.consumer._session import NSQDState, Session, SessionFlags
 from txnsq.consumer._threads import HandlerThreads
 from txnsq.errors import NotReady, NSQError, WrongPeerError
-from txnsq.message import Message, awaits_auto_answer
+from txnsq.message import Message
 from txnsq.observers import ConsumerCounters, IConsumerObserver
 from txnsq.options import ConnectionOptions, ConsumerOptions, client_options
 from txnsq.protocol import NSQProtocol, connection_protocol
 from txnsq.tracing import Tracing
+
+if TYPE_CHECKING:
+    from txnsq.lookupd import LookupdPoller
 
 __all__ = ["Consumer", "ConsumerOptions", "DeadLetter", "DeadLetterPublisher", "Handler"]
 
@@ -51,35 +56,79 @@ __all__ = ["Consumer", "ConsumerOptions", "DeadLetter", "DeadLetterPublisher", "
 #: or coroutine of those, or raises (requeue with backoff).
 Handler = Callable[[Message], Any]
 
-#: Seconds between two tracebacks of handler exceptions of one type (every failure gets
-#: its one warn line; its traceback is logged at error for the first of its type, then
-#: at most once per this interval, with the count of those left out).
-HANDLER_TRACEBACK_INTERVAL: Final = 60.0
-
 #: The per-nsqd counters Consumer.stats() also sums.
 _TOTALS: Final = tuple(ConsumerCounters.__annotations__)
 
 
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
+def _check_arguments(
+    topic: str,
+    channel: str,
+    handler: Handler,
+    nsqd_tcp_addresses: Sequence[NSQDAddress],
+    lookupd_http_addresses: Sequence[str],
+) -> None:
+    """Check what a :class:`Consumer` is given besides its options.
+
+    :raises ValueError, TypeError: naming the argument that is wrong.
+    """
+    commands.validate_topic_name(topic)
+    commands.validate_channel_name(channel)
+    if not callable(handler):
+        raise TypeError("handler must be callable")
+    if isinstance(nsqd_tcp_addresses, str) or isinstance(lookupd_http_addresses, str):
+        raise TypeError("addresses must be given as a list")
+    if not nsqd_tcp_addresses and not lookupd_http_addresses:
+        raise ValueError("give nsqd_tcp_addresses or lookupd_http_addresses (or both)")
+
+
+def _reactor_or_global(reactor: Any) -> Any:
+    """``reactor``, or the global reactor for ``None`` (imported only then, so that
+    making a consumer with a reactor of its own installs none)."""
+    if reactor is None:
+        from twisted.internet import reactor as global_reactor
+
+        reactor = global_reactor
+    return reactor
+
+
+def _traced(handler: Handler, topic: str, channel: str, tracing: Tracing) -> Handler:
+    """``handler`` with a span per message (the tracing module is imported only for it)."""
+    from txnsq.consumer._tracing import trace_handler
+
+    return trace_handler(handler, topic, channel, tracing)
+
+
+def _handler_threads(
+    handler: Handler, threads: int, reactor: Any, topic: str, channel: str
+) -> HandlerThreads | None:
+    """The thread pool that runs ``handler`` (``handler_threads``), if any.
+
+    :raises ValueError: for an ``async def`` handler, which cannot run in a thread.
+    """
+    if not threads:
+        return None
+    if inspect.iscoroutinefunction(handler):
+        raise ValueError(
+            "handler_threads runs a blocking function in threads; an async def "
+            "handler runs on the reactor thread (leave handler_threads at 0)"
+        )
+    return HandlerThreads(reactor, threads, f"txnsq-{topic}/{channel}")
 
 
 class _SessionOwner:
     """The consumer as its sessions see it (:class:`txnsq.consumer._session.SessionOwner`): the
-    consumer's hooks, bound once, and the two flags sessions read for every message
-    (the consumer keeps them here, not on itself)."""
+    consumer's hooks, bound once, and the flags sessions read for every message."""
 
     __slots__ = (
         "_consumer",
         "answered_while_draining",
         "clock",
         "default_requeue_delay",
-        "draining",
         "finished_in_backoff",
+        "flags",
         "give_up",
         "handle_result",
         "handler_raised",
-        "in_backoff",
         "messages_answered",
         "messages_received",
         "requeued",
@@ -90,15 +139,14 @@ class _SessionOwner:
     def __init__(self, consumer: Consumer) -> None:
         self._consumer = consumer
         self.clock = consumer._reactor
-        self.in_backoff = False
-        self.draining = False
+        self.flags = consumer._flags
         flow = consumer._flow
         self.messages_received = flow.messages_received
         self.messages_answered = flow.rdy.messages_answered
         self.send_rdy = flow.send
         self.give_up = consumer._give_ups.give_up
-        self.handler_raised = consumer._handler_raised
-        self.handle_result = consumer._handle_async_result
+        self.handler_raised = consumer._results.handler_raised
+        self.handle_result = consumer._results.handle_result
         self.finished_in_backoff = flow.finished_in_backoff
         self.requeued = flow.requeued
         self.default_requeue_delay = consumer._default_requeue_delay
@@ -196,45 +244,23 @@ class Consumer(Service):
         **settings: Any,
     ) -> None:
         # Unknown keywords first: a misspelt address keyword must be named as such.
-        self.options = client_options(
-            ConsumerOptions, Consumer, options, settings
-        )
-        commands.validate_topic_name(topic)
-        commands.validate_channel_name(channel)
-        if not callable(handler):
-            raise TypeError("handler must be callable")
-        if isinstance(nsqd_tcp_addresses, str) or isinstance(lookupd_http_addresses, str):
-            raise TypeError("addresses must be given as a list")
-        if not nsqd_tcp_addresses and not lookupd_http_addresses:
-            raise ValueError("give nsqd_tcp_addresses or lookupd_http_addresses (or both)")
-        if reactor is None:
-            from twisted.internet import reactor as global_reactor
-
-            reactor = global_reactor
-        self._endpoint_factory = endpoint_factory
-        # The static nsqds, by label (duplicates dropped); lookupd's are read when listed.
-        self._targets: dict[str, NSQDTarget] = {}
-        for address in nsqd_tcp_addresses:
-            target = nsqd_target(
-                address, reactor, connect_timeout=self.options.connect_timeout,
-                endpoint_factory=endpoint_factory, tls=self.options.tls,
-            )
-            self._targets.setdefault(target.label, target)
+        self.options = opts = client_options(ConsumerOptions, Consumer, options, settings)
+        _check_arguments(topic, channel, handler, nsqd_tcp_addresses, lookupd_http_addresses)
         self.topic = topic
         self.channel = channel
-        self._handler = handler
-        if tracing is not None:  # the traced path, chosen once (txnsq.tracing)
-            from txnsq.consumer._tracing import trace_handler
-
-            self._handler = trace_handler(handler, topic, channel, tracing)
-        self._observers: list[IConsumerObserver] = list(observers)
-        self._tracebacks = OncePerInterval(HANDLER_TRACEBACK_INTERVAL)
-        self._reactor = reactor
+        self._reactor = reactor = _reactor_or_global(reactor)
         self._rng = rng or random.Random()
+        self._endpoint_factory = endpoint_factory
+        # The static nsqds, by label; lookupd's are read when listed.
+        self._targets = self._static_targets(nsqd_tcp_addresses)
+        self._static = list(self._targets)
+        self._nsqds: dict[str, NSQDState] = {}
+        self._handler = handler if tracing is None else _traced(handler, topic, channel, tracing)
+        self._observers: list[IConsumerObserver] = list(observers)
         self._give_ups = GiveUp(
             topic,
             channel,
-            self.options,
+            opts,
             reactor=reactor,
             rng=self._rng,
             endpoint_factory=endpoint_factory,
@@ -243,45 +269,64 @@ class Consumer(Service):
             giving_up=giving_up,
             notify=self._notify,
         )
-        opts = self.options
-        # Coroutine handlers run as asyncio tasks on the asyncio reactor (decided once).
-        self._asyncio_loop = asyncio_loop(reactor)
-        self._threads: HandlerThreads | None = None
-        if opts.handler_threads:
-            if inspect.iscoroutinefunction(handler):
-                raise ValueError(
-                    "handler_threads runs a blocking function in threads; an async def "
-                    "handler runs on the reactor thread (leave handler_threads at 0)"
-                )
-            self._threads = HandlerThreads(
-                reactor, opts.handler_threads, f"txnsq-{topic}/{channel}"
-            )
+        self._results = HandlerResults(
+            topic,
+            channel,
+            opts,
+            log=self._log,
+            clock=reactor,
+            # Coroutine handlers run as asyncio tasks on the asyncio reactor (decided once).
+            asyncio_loop=asyncio_loop(reactor),
+            remember_error=self._give_ups.remember_error,
+        )
+        self._threads = _handler_threads(handler, opts.handler_threads, reactor, topic, channel)
         self._max_attempts = opts.max_attempts
-        self._flow = Flow(opts, reactor, self._rng, lambda: bool(self.running), self._notify)
+        self._flags = SessionFlags()
+        self._flow = Flow(
+            opts, reactor, self._rng, lambda: bool(self.running), self._notify, self._flags
+        )
         self._rdy = self._flow.rdy
-        self._static = list(self._targets)
-        self._nsqds: dict[str, NSQDState] = {}
-        self._poller: Any = None
-        if lookupd_http_addresses:
-            from txnsq.lookupd import LookupdPoller
-
-            self._poller = LookupdPoller(
-                list(lookupd_http_addresses),
-                topic,
-                self._producers_changed,
-                reactor=reactor,
-                agent=agent,
-                poll_interval=opts.lookupd_poll_interval,
-                poll_jitter=opts.lookupd_poll_jitter,
-                request_timeout=opts.lookupd_request_timeout,
-                rng=self._rng,
-                on_failure=self._lookupd_failed,
-            )
+        self._poller = self._lookupd_poller(lookupd_http_addresses, agent)
         self._drain_waiters: list[defer.Deferred[None]] = []
         self._stopping: defer.Deferred[None] | None = None
-        # What sessions see of the consumer; it holds the backoff and draining flags.
         self._owner = _SessionOwner(self)
-        self._flow.flag = self._owner
+
+    def _static_targets(self, addresses: Sequence[NSQDAddress]) -> dict[str, NSQDTarget]:
+        """The nsqds given in ``nsqd_tcp_addresses``, by label (the first of duplicates).
+
+        :raises TypeError, ValueError: for an address that is not one.
+        """
+        targets: dict[str, NSQDTarget] = {}
+        for address in addresses:
+            target = nsqd_target(
+                address,
+                self._reactor,
+                connect_timeout=self.options.connect_timeout,
+                endpoint_factory=self._endpoint_factory,
+                tls=self.options.tls,
+            )
+            targets.setdefault(target.label, target)
+        return targets
+
+    def _lookupd_poller(self, addresses: Sequence[str], agent: Any) -> LookupdPoller | None:
+        """The poller of the nsqlookupds in ``lookupd_http_addresses`` (none without)."""
+        if not addresses:
+            return None
+        from txnsq.lookupd import LookupdPoller
+
+        opts = self.options
+        return LookupdPoller(
+            list(addresses),
+            self.topic,
+            self._producers_changed,
+            reactor=self._reactor,
+            agent=agent,
+            poll_interval=opts.lookupd_poll_interval,
+            poll_jitter=opts.lookupd_poll_jitter,
+            request_timeout=opts.lookupd_request_timeout,
+            rng=self._rng,
+            on_failure=self._lookupd_failed,
+        )
 
     # ------------------------------------------------------------------ public API
 
@@ -291,7 +336,7 @@ class Consumer(Service):
             return
         super().startService()  # type: ignore[no-untyped-call]
         self._stopping = None
-        self._owner.draining = False
+        self._flags.draining = False
         # A previous run may have stopped in the middle of a backoff window.
         self._flow.start()
         if self._threads is not None:
@@ -386,7 +431,7 @@ class Consumer(Service):
             "connections": sum(1 for s in per.values() if s["connected"]),
             "max_in_flight": self._rdy.max_in_flight,
             "backoff_level": self._flow.backoff.level,
-            "in_backoff": self._owner.in_backoff,
+            "in_backoff": self._flags.in_backoff,
             "starved": self._rdy.is_starved(),
             "nsqd": per,
         }
@@ -476,7 +521,8 @@ class Consumer(Service):
                 )
             else:
                 failures = 1 if nsqd.service is None else nsqd.service.handshake_failed()
-                # Wrong port (issue 24): named by the error, logged once per outage.
+                # A peer that is not nsqd (a wrong port) fails every retry the same
+                # way, and its error says so: logged once per outage, not per retry.
                 if failures == 1 or not isinstance(e, WrongPeerError):
                     self._log.error(
                         "Handshake with nsqd {nsqd} failed: {error}", nsqd=nsqd.address, error=e
@@ -598,100 +644,9 @@ class Consumer(Service):
                     event=event,
                 )
 
-    def _handler_raised(self, session: Session, message: Message) -> None:
-        self._handler_failed(session, message, Failure())  # type: ignore[no-untyped-call]
-
-    def _handler_failed(self, session: Session, message: Message, failure: Failure) -> None:
-        """Log the handler's failure on ``message``, before the message is requeued: one
-        line at warn (where the message is from, its attempt, the exception, what happens
-        next), and the traceback at error for the first exception of its type, then at
-        most once per :data:`HANDLER_TRACEBACK_INTERVAL` seconds."""
-        error = failure.value
-        self._give_ups.remember_error(message, repr(error))
-        kind = type(error)
-        error_type = kind.__qualname__
-        max_attempts = self._max_attempts
-        if message.has_responded:
-            outcome = "the handler had answered it"
-        elif session.closed:
-            outcome = "its connection is gone: nsqd redelivers it after its timeout"
-        else:
-            delay = self._default_requeue_delay(message.attempts)
-            outcome = f"requeueing it in {delay:g} s"
-            if max_attempts and message.attempts >= max_attempts:
-                outcome += f", to be given up at its next delivery (max_attempts {max_attempts})"
-        fields = {
-            "message_id": message.id.decode("ascii", "replace"),
-            "topic": self.topic,
-            "channel": self.channel,
-            "nsqd": session.nsqd.address,
-            "attempts": message.attempts,
-            "error_type": error_type,
-            "error": str(error),
-        }
-        self._log.warn(
-            "Handler failed on message {message_id} of {topic}/{channel} from {nsqd} "
-            "(attempt {attempts}): {error_type}: {error}; {outcome}",
-            outcome=outcome,
-            **fields,
-        )
-        suppressed = self._tracebacks.check(kind, self._reactor.seconds())
-        if suppressed is not None:
-            self._log.failure(
-                "Traceback of the handler's {error_type} on message {message_id} "
-                "({suppressed} more of this type since the last traceback shown; the next "
-                "is shown {interval:g} s after this one at the earliest)",
-                failure,
-                level=LogLevel.error,
-                suppressed=suppressed,
-                interval=self._tracebacks.interval,
-                **fields,
-            )
-
     def _default_requeue_delay(self, attempts: int) -> float:
         opts = self.options
         return requeue_delay(attempts, opts.requeue_delay, opts.max_requeue_delay)
-
-    def _handle_async_result(self, session: Session, message: Message, result: Any) -> None:
-        if isinstance(result, defer.Deferred):
-            pass
-        elif self._asyncio_loop is not None and inspect.isawaitable(result):
-            # An asyncio task, so that it can await asyncio objects (and Deferreds).
-            result = run_as_task(result, self._asyncio_loop)
-        elif inspect.iscoroutine(result):
-            result = defer.Deferred.fromCoroutine(result)
-        elif inspect.isawaitable(result):
-            result = defer.Deferred.fromCoroutine(_awaited(result))
-        if not isinstance(result, defer.Deferred):
-            # Anything else: truthy finishes, falsy requeues.
-            if awaits_auto_answer(message):
-                message.finish() if result else message.requeue()
-            return
-        if self.options.auto_touch and not result.called:
-            session.schedule_touch(message)
-
-        # The handler's own Deferred: its result is passed on unchanged to anyone who
-        # adds callbacks after the consumer; a failure is consumed here (logged, and the
-        # message requeued), so it is not reported again as unhandled.
-        def done(value: object) -> object:
-            if awaits_auto_answer(message):
-                if value is None or value is True:
-                    message.finish()
-                elif value is False:
-                    message.requeue()
-                else:
-                    message.finish() if value else message.requeue()
-            return value
-
-        def failed(failure: Failure) -> None:
-            self._handler_failed(session, message, failure)
-            if not message.has_responded:
-                message.requeue()
-
-        result.addCallbacks(done, failed)
-        result.addErrback(
-            lambda f: self._log.failure("Answering message {id} failed", f, id=message.id)
-        )
 
     def _in_flight(self) -> int:
         return sum(n.session.in_flight for n in self._nsqds.values() if n.session is not None)
@@ -699,7 +654,7 @@ class Consumer(Service):
     # ---------------------------------------------------------------- stopping
 
     def _check_drained(self) -> None:
-        if self._owner.draining and self._in_flight() == 0:
+        if self._flags.draining and self._in_flight() == 0:
             self._drained()
 
     def _drained(self) -> None:
@@ -730,7 +685,7 @@ class Consumer(Service):
         if closes:
             await defer.DeferredList(closes, consumeErrors=True)
         # 2. Wait for the handlers to answer what is in flight.
-        self._owner.draining = True
+        self._flags.draining = True
         if self._in_flight():
             waiter: defer.Deferred[None] = defer.Deferred()
             self._drain_waiters.append(waiter)
@@ -773,4 +728,4 @@ class Consumer(Service):
                     "return is dropped (their messages were requeued)",
                     busy=busy,
                 )
-        self._owner.draining = False
+        self._flags.draining = False

@@ -41,13 +41,6 @@ class BackoffFlag(Protocol):
     in_backoff: bool
 
 
-class _Flag:
-    __slots__ = ("in_backoff",)
-
-    def __init__(self) -> None:
-        self.in_backoff = False
-
-
 class Flow:
     """RDY and backoff for one consumer's sessions.
 
@@ -58,6 +51,8 @@ class Flow:
     :param rng: the random source of RDY redistribution.
     :param running: whether the consumer runs (no new timer once it stops).
     :param notify: tells the consumer's observers of an event: ``(name, *args)``.
+    :param flag: where the sessions read whether the consumer is backing off; the flow
+        sets it as backoff windows start and end.
     """
 
     def __init__(
@@ -67,6 +62,7 @@ class Flow:
         rng: random.Random,
         running: Callable[[], bool],
         notify: Callable[..., None],
+        flag: BackoffFlag,
     ) -> None:
         self.rdy: RdyController[Session] = RdyController(
             options.max_in_flight,
@@ -76,8 +72,7 @@ class Flow:
             settle_time=options.rdy_settle_time,
         )
         self.backoff = Backoff(options.backoff_multiplier, options.max_backoff_duration)
-        #: Where ``in_backoff`` is kept for the sessions (the consumer's session owner).
-        self.flag: BackoffFlag = _Flag()
+        self._flag = flag
         self._interval = options.rdy_redistribute_interval
         self._reactor = reactor
         self._running = running
@@ -106,7 +101,7 @@ class Flow:
         """The consumer starts: out of any backoff a previous run stopped in, and the
         redistribution timer running."""
         self.backoff.reset()
-        self.flag.in_backoff = False
+        self._flag.in_backoff = False
         self.send(self.rdy.leave_backoff(self._reactor.seconds()))
         loop = LoopingCall(self._redistribute)
         loop.clock = self._reactor
@@ -188,7 +183,7 @@ class Flow:
         if self.backoff.enabled:
             if backoff:
                 self._backoff_result(self.backoff.failure())
-            elif self.flag.in_backoff:
+            elif self._flag.in_backoff:
                 self._backoff_result(self.backoff.neutral())
 
     def _schedule_release(self) -> None:
@@ -248,7 +243,7 @@ class Flow:
             return  # stopping: no new timer; start() resets the backoff state
         now = self._reactor.seconds()
         if step is BackoffStep.BACKOFF:
-            self.flag.in_backoff = True
+            self._flag.in_backoff = True
             # (not "level=": Logger.emit takes the log level under that name)
             _log.warn(
                 "Backing off for {delay:.1f} s (level {backoff_level})",
@@ -259,7 +254,7 @@ class Flow:
             self._backoff_timer = self._reactor.callLater(action.delay, self._backoff_timer_fired)
             self._notify("backoff_started", action.level, action.delay)
         elif step is BackoffStep.RESUME:
-            self.flag.in_backoff = False
+            self._flag.in_backoff = False
             self._cancel_backoff_timer()
             _log.info("Backoff over: resuming full RDY")
             self._notify("backoff_ended")

@@ -25,27 +25,38 @@ from txnsq.errors import FinFailedError, NotReady, NSQError, ReqFailedError, Tou
 from txnsq.message import Message, awaits_auto_answer, take_auto_answer, void
 from txnsq.protocol import NSQProtocol
 
-__all__ = ["NSQDState", "Session", "SessionOwner"]
+__all__ = ["NSQDState", "Session", "SessionFlags", "SessionOwner"]
 
 #: nsqd's answers to a FIN, REQ or TOUCH of a message no longer in flight (timed out).
 _TIMED_OUT = (FinFailedError, ReqFailedError, TouchFailedError)
+
+
+class SessionFlags:
+    """The consumer's two states that change how its sessions send answers, read for
+    every message: the consumer sets them, its sessions only read them."""
+
+    __slots__ = ("draining", "in_backoff")
+
+    def __init__(self) -> None:
+        #: the consumer is backing off: each FIN goes out at once, after its backoff step
+        self.in_backoff = False
+        #: the consumer is stopping gracefully: each FIN goes out at once
+        self.draining = False
 
 
 class SessionOwner(Protocol):
     """The consumer above a :class:`Session`, as the session sees it.
 
     ``handler`` and ``max_attempts`` are read once per read (run of messages);
-    ``in_backoff`` and ``draining`` once per message, so they are plain attributes, and
-    the methods are called on the events they name. Sessions bind what they call for
-    every read once, when they are made.
+    ``flags`` once per message, so it is a plain attribute, and the methods are called
+    on the events they name. Sessions bind what they call for every read once, when
+    they are made.
     """
 
     #: the clock: what time it is, and the timers of auto touch
     clock: IReactorTime
-    #: the consumer is backing off: each FIN goes out at once, after its backoff step
-    in_backoff: bool
-    #: the consumer is stopping gracefully: each FIN goes out at once
-    draining: bool
+    #: whether the consumer is backing off or draining
+    flags: SessionFlags
 
     @property
     def handler(self) -> Callable[[Message], object]:
@@ -79,7 +90,7 @@ class SessionOwner(Protocol):
         Deferred, a coroutine, ...): answer ``message`` when it is known."""
 
     def finished_in_backoff(self) -> None:
-        """A message is being finished while ``in_backoff`` (before its FIN is written: a
+        """A message is being finished while ``flags.in_backoff`` (before its FIN is written: a
         backoff step's RDY must reach nsqd first)."""
 
     def requeued(self, backoff: bool) -> None:
@@ -90,7 +101,7 @@ class SessionOwner(Protocol):
         """The REQ delay, in seconds, of a message requeued without one."""
 
     def answered_while_draining(self) -> None:
-        """A message was answered while ``draining``: the drain may be over."""
+        """A message was answered while ``flags.draining``: the drain may be over."""
 
     def session_lost(self, session: Session, reason: Failure) -> None:
         """``session``'s connection closed (once per session)."""
@@ -108,6 +119,7 @@ class Session:
         "_answered",
         "_current",
         "_finish",
+        "_flags",
         "_now",
         "_received",
         "_send_rdy",
@@ -138,6 +150,7 @@ class Session:
         self._send_rdy = owner.send_rdy
         self._now = owner.clock.seconds
         self._finish = protocol.finish
+        self._flags = owner.flags
 
     # -- messages in
 
@@ -148,96 +161,104 @@ class Session:
         counters, and the FINs of the messages the handler finished synchronously, which
         go out as one write once the run is handled (before it, when a backoff or a
         graceful stop needs each FIN to go at once).
-
-        The message being handled is :attr:`_current`, not in ``unanswered``: only one
-        still unanswered when its handler returns is put there (most never are).
         """
-        owner = self.owner
         count = len(messages)
         self.nsqd.received += count
         updates = self._received(self, count, self._now())
         if updates:
             self._send_rdy(updates)
-        unanswered = self.unanswered
-        handler = owner.handler
-        claim = take_auto_answer
-        max_attempts = give_up_above(owner.max_attempts)
-        fins: list[bytes] = []
-        add_fin = fins.append
-        outer = self._current  # (a handler's own doing could nest a read in this one)
         if self.closed:
             return  # the connection went: nsqd redelivers them
-        # The connection closes only from a callback: closed is looked at after each one
-        # (after the handler, only when there is an answer to send).
+        fins: list[bytes] = []
+        outer = self._current  # (a handler's own doing could nest a read in this one)
         try:
-            for message in messages:
-                msg_id = message.id
-                if unanswered and msg_id in unanswered:
-                    # Redelivered (its in-flight timeout expired while the handler held
-                    # it): the earlier delivery is void on nsqd, so stop counting it and
-                    # let only this one be answered.
-                    self._void(unanswered[msg_id])
-                if message.attempts > max_attempts:
-                    self._current = None
-                    self._keep(message)
-                    owner.give_up(self, message)
-                    if self.closed:
-                        return
-                    continue
-                # While the handler runs, the message is _current; it stays so until
-                # the session sees it answered (_owns, or the claim below). Still
-                # _current after its handler: to be answered later (the handler kept
-                # it, or answered it from another thread: that answer reaches the
-                # session later, on the reactor thread), so it goes to unanswered.
-                self._current = message
-                try:
-                    result = handler(message)
-                except Exception:
-                    owner.handler_raised(self, message)
-                    if not message.has_responded:
-                        message.requeue()
-                    elif self._current is message:
-                        self._keep(message)
-                    if self.closed:
-                        return
-                    continue
-                if result is True or result is None:
-                    if self.closed:
-                        return  # the handler's doing: nothing can be answered now
-                    # message.finish() inlined: the handler returned, the message is ours
-                    # (unless the handler answered it or disabled the auto response).
-                    if not claim(message):
-                        if self._current is message:
-                            self._keep(message)
-                        continue
-                    self._current = None
-                    if owner.in_backoff or owner.draining:
-                        # Each FIN now, in order with the backoff or the drain it ends.
-                        if fins:
-                            self._finish_batch(fins)
-                            fins.clear()
-                        self.nsqd.finished += 1
-                        self._finished(msg_id, self._answered(self, 1))
-                        if self.closed:
-                            return
-                    else:
-                        add_fin(msg_id)
-                    continue
-                if result is False:
-                    if awaits_auto_answer(message):
-                        message.requeue()
-                    elif self._current is message:
-                        self._keep(message)
-                else:
-                    if self._current is message:
-                        self._keep(message)
-                    owner.handle_result(self, message, result)
-                if self.closed:
-                    return
+            self._handle_each(messages, fins)
         finally:
             self._current = outer
             if fins:
                 self._finish_batch(fins)
+
+    def _handle_each(self, messages: list[Message], fins: list[bytes]) -> None:
+        """Call the handler on each message in turn, until the connection closes.
+
+        The ids of the messages finished by the handler's result are added to ``fins``,
+        to be sent in one write. The message being handled is :attr:`_current`, not in
+        ``unanswered``: only one still unanswered when its handler returns is put there
+        (most never are), so the common case costs no dict writes. The connection
+        closes only from a callback (the handler, an answer, the owner): ``closed`` is
+        looked at after each of those, and not after a FIN merely added to ``fins``.
+        """
+        owner = self.owner
+        flags = self._flags
+        handler = owner.handler
+        max_attempts = give_up_above(owner.max_attempts)
+        unanswered = self.unanswered
+        claim = take_auto_answer
+        add_fin = fins.append
+        for message in messages:
+            msg_id = message.id
+            if unanswered and msg_id in unanswered:
+                self._void(unanswered[msg_id])
+            if message.attempts > max_attempts:
+                self._give_up(message)
+            else:
+                self._current = message
+                try:
+                    result = handler(message)
+                except Exception:
+                    self._handler_raised(message)
+                else:
+                    # message.finish() inlined: the handler returned, the message is
+                    # ours, unless the handler answered it or disabled the auto response.
+                    if (result is True or result is None) and not self.closed and claim(message):
+                        self._current = None
+                        if not (flags.in_backoff or flags.draining):
+                            add_fin(msg_id)
+                            continue
+                        self._finish_now(msg_id, fins)
+                    elif self._current is message or not (result is True or result is None):
+                        self._handler_returned(message, result)
+                    else:
+                        continue  # the handler answered it itself: nothing is left to do
+            if self.closed:
+                return
+
+    def _give_up(self, message: Message) -> None:
+        """``message`` was delivered more than ``max_attempts`` times: the owner answers it
+        (later, when it goes to a dead-letter topic first), without calling the handler."""
+        self._keep(message)
+        self.owner.give_up(self, message)
+
+    def _handler_raised(self, message: Message) -> None:
+        """The handler raised on ``message`` (called in the ``except`` block): report it,
+        and requeue the message unless the handler answered it first."""
+        self.owner.handler_raised(self, message)
+        if not message.has_responded:
+            message.requeue()
+        else:
+            self._keep_unanswered(message)
+
+    def _handler_returned(self, message: Message, result: object) -> None:
+        """The handler returned ``result`` without the run finishing ``message``: ``False``
+        requeues it; a Deferred or coroutine answers it once it fires (the owner sees to
+        it); ``True``/``None`` come here when the handler kept the message (it answered
+        it or disabled the auto response) or its connection closed meanwhile."""
+        if result is False and awaits_auto_answer(message):
+            message.requeue()
+            return
+        self._keep_unanswered(message)
+        if result is not True and result is not None and result is not False:
+            self.owner.handle_result(self, message, result)
+
+    def _finish_now(self, msg_id: bytes, fins: list[bytes]) -> None:
+        """Send the FIN of a message just finished by its handler's result at once, after
+        those of the run so far: each one is in order with the backoff step or the end of
+        the drain it may bring."""
+        if fins:
+            self._finish_batch(fins)
+            fins.clear()
+        self.nsqd.finished += 1
+        self._finished(msg_id, self._answered(self, 1))
 
     def _keep(self, message: Message) -> None:
         """Put ``message`` (the one being handled, or about to be given up) in
@@ -245,6 +266,14 @@ class Session:
         self._current = None
         if not self.closed:  # (else nsqd redelivers it: nothing can answer it here)
             self.unanswered[message.id] = message
+
+    def _keep_unanswered(self, message: Message) -> None:
+        """``message``'s handler returned: if the session has not seen it answered (it is
+        still :attr:`_current`), keep it to be answered later: the handler kept it, or
+        answered it from another thread (that answer reaches the session later, on the
+        reactor thread)."""
+        if self._current is message:
+            self._keep(message)
 
     @property
     def in_flight(self) -> int:
@@ -296,7 +325,7 @@ class Session:
 
     def _finished(self, msg_id: bytes, updates: list[RdyUpdate[Session]]) -> None:
         """Send the FIN of a message just taken off ``unanswered``, with what goes with it."""
-        if self.owner.in_backoff:
+        if self._flags.in_backoff:
             # Before the FIN: a backoff RDY 0 must reach nsqd before the FIN reopens
             # this connection's window.
             self.owner.finished_in_backoff()
@@ -311,7 +340,7 @@ class Session:
         """What follows an answer: the RDY it made room for, the end of a drain."""
         if updates:
             self._send_rdy(updates)
-        if self.owner.draining:
+        if self._flags.draining:
             self.owner.answered_while_draining()
 
     def message_requeued(self, message: Message, delay: float | None, backoff: bool) -> None:

@@ -23,7 +23,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from txnsq._api.deprecate import suggest, warn_deprecated
 from txnsq._wire.address import (
@@ -266,73 +266,15 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     connection = _connection(opts, _read_connection_settings(opts))
     topic = _topic(opts, required=True)
     assert topic is not None
-    channel_text = opts.get("channel")
-    if not channel_text:
-        raise OptionError("option 'channel' is required for reads")
-    try:
-        channel = validate_channel_name(channel_text)
-    except ValueError as e:
-        raise OptionError(f"option 'channel': {e}") from None
-    lookupd_name = _renamed(opts, "lookupdHttpAddresses", "lookupd", move=True)
-    lookupd = tuple(_split(opts.get("lookupdhttpaddresses", "")))
-    for address in lookupd:
-        try:
-            lookup_url(address, topic)
-        except ValueError as e:
-            raise OptionError(f"option '{lookupd_name}': {e}") from None
+    channel = _channel(opts)
+    lookupd = _lookupd_addresses(opts, topic)
     if not connection.nsqd_tcp_addresses and not lookupd:
         raise OptionError(
             "reads need option 'nsqdTcpAddresses' (host:port,...) or 'lookupdHttpAddresses' "
             "(http://...)"
         )
-    batch = _int(
-        opts,
-        "maxmessagespertrigger",
-        "maxMessagesPerTrigger",
-        DEFAULT_MAX_MESSAGES_PER_TRIGGER,
-        low=1,
-    )
-    max_in_flight = _int(opts, "maxinflight", "maxInFlight", 2 * batch, low=1)
-    if max_in_flight < batch:
-        raise OptionError(
-            f"option 'maxInFlight' ({max_in_flight}) must be at least 'maxMessagesPerTrigger' "
-            f"({batch}); twice as much keeps the next batch filling while one waits for "
-            "its commit"
-        )
-    conns = _int(opts, "connectionspernsqd", "connectionsPerNsqd", 0, low=0)
-    max_bytes = _int(opts, "maxbytespertrigger", "maxBytesPerTrigger", 0, low=0)
-    min_messages = _int(opts, "minmessagespertrigger", "minMessagesPerTrigger", 0, low=0)
-    if min_messages > batch:
-        raise OptionError(
-            f"option 'minMessagesPerTrigger' ({min_messages}) must not exceed "
-            f"'maxMessagesPerTrigger' ({batch})"
-        )
-    if "maxtriggerdelay" in opts and not min_messages:
-        raise OptionError("option 'maxTriggerDelay' needs option 'minMessagesPerTrigger'")
-    max_attempts = _int(opts, "maxattempts", "maxAttempts", 0, low=0, high=65535)
-    dead_letter_topic = opts.get("deadlettertopic")
-    dead_letter: DeadLetter | None = None
-    if dead_letter_topic:
-        if not max_attempts:
-            raise OptionError("option 'deadLetterTopic' needs option 'maxAttempts' (> 0)")
-        try:
-            dead_letter = DeadLetter(
-                dead_letter_topic,
-                envelope=_bool(opts, "deadletterenvelope", "deadLetterEnvelope", False),
-            )
-        except ValueError as e:
-            raise OptionError(f"option 'deadLetterTopic': {e}") from None
-        if dead_letter.topic == topic:
-            raise OptionError("option 'deadLetterTopic' must differ from option 'topic'")
-    elif "deadletterenvelope" in opts:
-        raise OptionError("option 'deadLetterEnvelope' needs option 'deadLetterTopic'")
-    idle_name = _renamed(opts, "availableNowIdle", "availableNowIdleMs")
-    if idle_name == "availableNowIdleMs":
-        idle = _int(opts, "availablenowidlems", idle_name, 500, low=1) / 1000.0
-    else:
-        idle = _seconds(
-            opts, "availablenowidle", idle_name, DEFAULT_AVAILABLE_NOW_IDLE, positive=True
-        )
+    triggers = _trigger_limits(opts)
+    max_attempts, dead_letter = _giving_up(opts, topic)
     return ReadOptions(
         connection=connection,
         topic=topic,
@@ -347,22 +289,128 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         lookupd_request_timeout=_seconds(
             opts, "lookupdrequesttimeout", "lookupdRequestTimeout", 5.0, positive=True
         ),
-        max_messages_per_trigger=batch,
-        max_in_flight=max_in_flight,
-        connections_per_nsqd=conns or None,
-        available_now_idle=idle,
-        address_map=_address_map(opts.get("addressmap", "")),
-        max_bytes_per_trigger=max_bytes or None,
-        min_messages_per_trigger=min_messages or None,
-        max_trigger_delay=_duration(
-            opts, "maxtriggerdelay", "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_S
+        max_messages_per_trigger=triggers.max_messages,
+        max_in_flight=triggers.max_in_flight,
+        connections_per_nsqd=(
+            _int(opts, "connectionspernsqd", "connectionsPerNsqd", 0, low=0) or None
         ),
+        available_now_idle=_available_now_idle(opts),
+        address_map=_address_map(opts.get("addressmap", "")),
+        max_bytes_per_trigger=triggers.max_bytes,
+        min_messages_per_trigger=triggers.min_messages,
+        max_trigger_delay=triggers.max_delay,
         num_partitions=_int(opts, "numpartitions", "numPartitions", 1, low=1, high=10_000),
         max_attempts=max_attempts,
         dead_letter=dead_letter,
         report_lag=_bool(opts, "reportlag", "reportLag", True),
         nsqd_http=_address_pairs(opts, "nsqdhttp", "nsqdHttp"),
     )
+
+
+def _channel(opts: Mapping[str, str]) -> str:
+    """Option ``channel`` (required), checked as nsqd checks it."""
+    text = opts.get("channel")
+    if not text:
+        raise OptionError("option 'channel' is required for reads")
+    try:
+        return validate_channel_name(text)
+    except ValueError as e:
+        raise OptionError(f"option 'channel': {e}") from None
+
+
+def _lookupd_addresses(opts: dict[str, str], topic: str) -> tuple[str, ...]:
+    """Option ``lookupdHttpAddresses`` (or its 0.1 spelling ``lookupd``), each address
+    checked by making its ``/lookup`` URL for ``topic``."""
+    name = _renamed(opts, "lookupdHttpAddresses", "lookupd", move=True)
+    addresses = tuple(_split(opts.get("lookupdhttpaddresses", "")))
+    for address in addresses:
+        try:
+            lookup_url(address, topic)
+        except ValueError as e:
+            raise OptionError(f"option '{name}': {e}") from None
+    return addresses
+
+
+class _TriggerLimits(NamedTuple):
+    """How much one micro-batch takes, and what the reader keeps in flight for it."""
+
+    max_messages: int
+    max_in_flight: int
+    max_bytes: int | None
+    min_messages: int | None
+    max_delay: float
+
+
+def _trigger_limits(opts: Mapping[str, str]) -> _TriggerLimits:
+    """Options ``maxMessagesPerTrigger``, ``maxInFlight`` (at least the former: twice it
+    by default), ``maxBytesPerTrigger``, ``minMessagesPerTrigger`` (at most
+    ``maxMessagesPerTrigger``) and ``maxTriggerDelay`` (only with
+    ``minMessagesPerTrigger``, which it bounds)."""
+    batch = _int(
+        opts,
+        "maxmessagespertrigger",
+        "maxMessagesPerTrigger",
+        DEFAULT_MAX_MESSAGES_PER_TRIGGER,
+        low=1,
+    )
+    max_in_flight = _int(opts, "maxinflight", "maxInFlight", 2 * batch, low=1)
+    if max_in_flight < batch:
+        raise OptionError(
+            f"option 'maxInFlight' ({max_in_flight}) must be at least 'maxMessagesPerTrigger' "
+            f"({batch}); twice as much keeps the next batch filling while one waits for "
+            "its commit"
+        )
+    max_bytes = _int(opts, "maxbytespertrigger", "maxBytesPerTrigger", 0, low=0)
+    min_messages = _int(opts, "minmessagespertrigger", "minMessagesPerTrigger", 0, low=0)
+    if min_messages > batch:
+        raise OptionError(
+            f"option 'minMessagesPerTrigger' ({min_messages}) must not exceed "
+            f"'maxMessagesPerTrigger' ({batch})"
+        )
+    if "maxtriggerdelay" in opts and not min_messages:
+        raise OptionError("option 'maxTriggerDelay' needs option 'minMessagesPerTrigger'")
+    return _TriggerLimits(
+        max_messages=batch,
+        max_in_flight=max_in_flight,
+        max_bytes=max_bytes or None,
+        min_messages=min_messages or None,
+        max_delay=_duration(
+            opts, "maxtriggerdelay", "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_S
+        ),
+    )
+
+
+def _giving_up(opts: Mapping[str, str], topic: str) -> tuple[int, DeadLetter | None]:
+    """Options ``maxAttempts`` (0: never give up) and ``deadLetterTopic`` (where given-up
+    messages go; it needs ``maxAttempts`` and another topic than ``topic``), with
+    ``deadLetterEnvelope`` (only with a dead-letter topic)."""
+    max_attempts = _int(opts, "maxattempts", "maxAttempts", 0, low=0, high=65535)
+    topic_text = opts.get("deadlettertopic")
+    if not topic_text:
+        if "deadletterenvelope" in opts:
+            raise OptionError("option 'deadLetterEnvelope' needs option 'deadLetterTopic'")
+        return max_attempts, None
+    if not max_attempts:
+        raise OptionError("option 'deadLetterTopic' needs option 'maxAttempts' (> 0)")
+    try:
+        dead_letter = DeadLetter(
+            topic_text,
+            envelope=_bool(opts, "deadletterenvelope", "deadLetterEnvelope", False),
+        )
+    except ValueError as e:
+        raise OptionError(f"option 'deadLetterTopic': {e}") from None
+    if dead_letter.topic == topic:
+        raise OptionError("option 'deadLetterTopic' must differ from option 'topic'")
+    return max_attempts, dead_letter
+
+
+def _available_now_idle(opts: dict[str, str]) -> float:
+    """Option ``availableNowIdle`` in seconds (or its 0.1 spelling in milliseconds,
+    ``availableNowIdleMs``)."""
+    name = _renamed(opts, "availableNowIdle", "availableNowIdleMs")
+    if name == "availableNowIdleMs":
+        return _int(opts, "availablenowidlems", name, 500, low=1) / 1000.0
+    return _seconds(opts, "availablenowidle", name, DEFAULT_AVAILABLE_NOW_IDLE, positive=True)
 
 
 def _read_connection_settings(opts: dict[str, str]) -> dict[str, Any]:
@@ -635,20 +683,9 @@ def _connection(opts: dict[str, str], settings: dict[str, Any]) -> ConnectionSet
         nsqd = tuple(parse_nsqd_address(a).label for a in _split(opts.get("nsqdtcpaddresses", "")))
     except ValueError as e:
         raise OptionError(f"option '{name}': {e}") from None
-    tls_keys = ("tlscacerts", "tlsclientcert", "tlsclientkey", "tlshostname")
-    use_tls = _bool(opts, "tls", "tls", any(opts.get(k) for k in tls_keys))
-    insecure = _bool(opts, "tlsinsecureskipverify", "tlsInsecureSkipVerify", False)
-    if use_tls or insecure:
-        try:
-            settings["tls"] = TLSOptions(
-                ca_certs=opts.get("tlscacerts") or None,
-                client_cert=opts.get("tlsclientcert") or None,
-                client_key=opts.get("tlsclientkey") or None,
-                hostname=opts.get("tlshostname") or None,
-                insecure_skip_verify=insecure,
-            )
-        except (TypeError, ValueError) as e:
-            raise OptionError(f"TLS options: {e}") from None
+    tls = _tls(opts)
+    if tls is not None:
+        settings["tls"] = tls
     compression = opts.get("compression", "none").strip().lower() or "none"
     if compression not in ("none", "snappy", "deflate"):
         raise OptionError(
@@ -658,6 +695,40 @@ def _connection(opts: dict[str, str], settings: dict[str, Any]) -> ConnectionSet
     settings["deflate_level"] = _int(opts, "deflatelevel", "deflateLevel", 6, low=1, high=9)
     settings["auth_secret"] = opts.get("authsecret") or None
     settings["client_id"] = opts.get("clientid") or None
+    settings.update(_timeouts(opts))
+    try:
+        options = ConnectionOptions(**settings)
+    except (TypeError, ValueError) as e:  # pragma: no cover - each option checked above
+        raise OptionError(str(e)) from None
+    return ConnectionSettings(nsqd_tcp_addresses=nsqd, options=options)
+
+
+def _tls(opts: Mapping[str, str]) -> TLSOptions | None:
+    """The TLS options (``None``: no TLS): ``tls`` (on by default when a certificate,
+    key or hostname is given), ``tlsCaCerts``, ``tlsClientCert``, ``tlsClientKey``,
+    ``tlsHostname``, ``tlsInsecureSkipVerify`` (which turns TLS on too)."""
+    tls_keys = ("tlscacerts", "tlsclientcert", "tlsclientkey", "tlshostname")
+    use_tls = _bool(opts, "tls", "tls", any(opts.get(k) for k in tls_keys))
+    insecure = _bool(opts, "tlsinsecureskipverify", "tlsInsecureSkipVerify", False)
+    if not (use_tls or insecure):
+        return None
+    try:
+        return TLSOptions(
+            ca_certs=opts.get("tlscacerts") or None,
+            client_cert=opts.get("tlsclientcert") or None,
+            client_key=opts.get("tlsclientkey") or None,
+            hostname=opts.get("tlshostname") or None,
+            insecure_skip_verify=insecure,
+        )
+    except (TypeError, ValueError) as e:
+        raise OptionError(f"TLS options: {e}") from None
+
+
+def _timeouts(opts: Mapping[str, str]) -> dict[str, float | None]:
+    """The :class:`~txnsq.options.ConnectionOptions` timeouts given: ``connectTimeout``,
+    ``handshakeTimeout``, ``commandTimeout`` (``none`` or ``off``: no bound), each over
+    the deprecated ``timeout`` that sets all three."""
+    settings: dict[str, float | None] = {}
     timeouts = {
         "connect_timeout": "connectTimeout",
         "handshake_timeout": "handshakeTimeout",
@@ -678,8 +749,4 @@ def _connection(opts: dict[str, str], settings: dict[str, Any]) -> ConnectionSet
             settings[setting] = None
         elif text:
             settings[setting] = _seconds(opts, key, option, 0.0, positive=True)
-    try:
-        options = ConnectionOptions(**settings)
-    except (TypeError, ValueError) as e:  # pragma: no cover - each option checked above
-        raise OptionError(str(e)) from None
-    return ConnectionSettings(nsqd_tcp_addresses=nsqd, options=options)
+    return settings
