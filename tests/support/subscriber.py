@@ -81,9 +81,9 @@ class FakeConnection:
         self.log: list[tuple[Any, ...]] = []  # (time, command, argument)
         self.closed = False
         self.broken: Exception | None = None
-        # Liveness as the real Connection has it: reads that returned bytes, and the
+        # Liveness as the real Connection has it: frames completed (progress), and the
         # bound from the subscriber's heartbeat interval.
-        self.reads = 0
+        self.progress = 0
         self.heartbeats = 0  # sent by nsqd and not read yet
         self.liveness_timeout = driver.options.silence_timeout
 
@@ -98,7 +98,7 @@ class FakeConnection:
     def receive(self, timeout: float | None = None) -> list[MessageFrame]:
         self._check()
         if self.inbox or self.heartbeats:
-            self.reads += 1
+            self.progress += 1
             self.heartbeats = 0
         out, self.inbox = self.inbox, []
         return out

@@ -242,6 +242,7 @@ class ConnectionCore(Generic[W, M]):
         "_received",
         "_recent",
         "_recent_total",
+        "_recent_width",
         "_recent_window",
         "_unread",
         "_unwritten_commands",
@@ -289,7 +290,7 @@ class ConnectionCore(Generic[W, M]):
         self._answered = 0  # answers received, for the command timeout
         # What bounds the messages nsqd may send (see _beyond_rdy): the highest RDY
         # given, the messages received and answered (FIN, REQ), and those received
-        # within the last message timeout, counted per second.
+        # within the last message timeout, counted per slot of time.
         self._now = now
         self._rdy_ceiling = 0
         self._received = 0
@@ -297,11 +298,13 @@ class ConnectionCore(Generic[W, M]):
         self._recent: deque[list[int]] = deque()
         self._recent_total = 0
         # A message nsqd timed out (and may have replaced) was received at most a message
-        # timeout ago, less what the network delayed its delivery by: counting those of
-        # a window shorter by 2 s (and by the second the counts are kept per) never
-        # counts one nsqd took back.
+        # timeout ago, less what the network delayed its delivery by: counting only
+        # those received within a shorter time (2 s less, or half, counts kept in tenths
+        # of it) never counts one nsqd took back.
         timeout = features.msg_timeout_ms / 1000.0
-        self._recent_window = max(timeout - 3.0, timeout / 2.0)
+        kept = max(timeout - 2.0, timeout / 2.0)
+        self._recent_width = kept / 10.0
+        self._recent_window = kept - self._recent_width
         self._liveness = Liveness(silence_timeout, now, command_timeout)
         self._liveness.check(0, now)  # the silence counts from now
 
@@ -321,6 +324,12 @@ class ConnectionCore(Generic[W, M]):
     def check_interval(self) -> float:
         """How often a driver should call :meth:`check`: detection comes at most this late."""
         return self._liveness.check_interval
+
+    @property
+    def progress(self) -> int:
+        """A count that grows whenever frames complete (heartbeats included): what proves
+        the peer alive, for a driver that runs the silence rule on its own clock."""
+        return self._frames
 
     @property
     def waiting(self) -> int:
@@ -430,15 +439,16 @@ class ConnectionCore(Generic[W, M]):
             return None
         self._received += count
         now = self._now
-        second = int(now)
+        width = self._recent_width
+        slot = int(now / width)
         recent = self._recent
-        if recent and recent[-1][0] == second:
+        if recent and recent[-1][0] == slot:
             recent[-1][1] += count
         else:
-            recent.append([second, count])
+            recent.append([slot, count])
         self._recent_total += count
         horizon = now - self._recent_window
-        while recent[0][0] + 1 <= horizon:
+        while (recent[0][0] + 1) * width <= horizon:
             self._recent_total -= recent.popleft()[1]
         in_flight = min(self._received - self._answered_messages, self._recent_total)
         if in_flight <= self._rdy_ceiling:

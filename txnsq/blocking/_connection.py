@@ -265,6 +265,15 @@ class Connection:
         a count that only grows, for an event loop's liveness check."""
         return self._reads
 
+    @property
+    def progress(self) -> int:
+        """A count that grows whenever frames from nsqd complete (heartbeats included):
+        what proves the peer alive (bytes that never finish a frame do not). An event
+        loop that runs the silence rule on its own clock watches it, as the
+        :class:`~txnsq.blocking.Subscriber` does."""
+        core = self._core
+        return core.progress if core is not None else 0
+
     def fileno(self) -> int:
         """The socket's file descriptor, for selectors (``-1`` once closed)."""
         return self._sock.fileno() if self._sock is not None else -1

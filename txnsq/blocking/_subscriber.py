@@ -18,7 +18,8 @@ reconnect delays by :class:`~txnsq._wire.retry.RetryPolicy`, nsqlookupd answers 
 :class:`~txnsq._wire.lookup.LookupAnswers` and asked for on
 :class:`~txnsq._wire.lookup.RecheckSchedule` (sooner while an nsqd it listed is missing,
 so that one back from an outage is read again within seconds), dead connections told by
-:class:`~txnsq._wire.liveness.Liveness` (nothing received for about two heartbeat
+:class:`~txnsq._wire.liveness.Liveness` on each connection's
+:attr:`~txnsq.blocking.Connection.progress` (no frame completed for about two heartbeat
 intervals: the connection is closed and dialled again, as a lost one), and announced
 addresses mapped by :func:`~txnsq._wire.address.map_address`.
 
@@ -469,7 +470,7 @@ class Subscriber:
             self._states.append(state)
             state.fd = state.conn.fileno()
             state.liveness = live = Liveness(state.conn.liveness_timeout, now)
-            live.check(state.conn.reads, now)  # silence counts from here
+            live.check(state.conn.progress, now)  # silence counts from here
             self._next_liveness = min(self._next_liveness, now + live.timeout)
             if self._selector is not None:
                 self._selector.register(state.fd, selectors.EVENT_READ, state)
@@ -596,7 +597,7 @@ class Subscriber:
         """Apply the liveness rule to ``state``'s connection (once per read, and when
         its bound comes; never per message); give up one silent for too long."""
         live = state.liveness
-        if live is None or live.check(state.conn.reads, now) != SILENT:
+        if live is None or live.check(state.conn.progress, now) != SILENT:
             return state.alive
         self._lost(
             state,

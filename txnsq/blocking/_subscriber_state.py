@@ -43,8 +43,8 @@ class SubscriberConnection(Protocol):
         """What nsqd agreed to in IDENTIFY."""
 
     @property
-    def reads(self) -> int:
-        """A count of reads that returned bytes (heartbeats included); only grows."""
+    def progress(self) -> int:
+        """A count that grows whenever frames complete (heartbeats included)."""
 
     @property
     def liveness_timeout(self) -> float:
