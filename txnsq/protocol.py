@@ -42,7 +42,6 @@ from dataclasses import replace
 from typing import Any, Final
 
 from twisted.internet import defer
-from twisted.internet.address import UNIXAddress
 from twisted.internet.interfaces import (
     IDelayedCall,
     IHandshakeListener,
@@ -55,9 +54,9 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from txnsq._api.deprecate import unexpected_keyword, warn_deprecated
+from txnsq._twisted.endpoints import peer_address, peer_label
+from txnsq._twisted.handshake import HandshakeDriver
 from txnsq._wire import commands
-from txnsq._wire.address import format_address
-from txnsq._wire.compression import Compressor, Decompressor
 from txnsq._wire.connection import (
     Answered,
     ConnectionCore,
@@ -68,20 +67,14 @@ from txnsq._wire.connection import (
 )
 from txnsq._wire.frames import DEFAULT_MAX_FRAME_SIZE
 from txnsq._wire.handshake import (
-    Action,
     Handshake,
-    HandshakeState,
     Ready,
-    Send,
-    StartCompression,
-    StartTLS,
 )
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.liveness import read_timeout as _read_timeout
 from txnsq._wire.numbers import seconds_to_ms
 from txnsq.errors import (
     ConnectionClosed,
-    HandshakeError,
     NotReady,
     NSQError,
     NSQServerError,
@@ -90,8 +83,6 @@ from txnsq.errors import (
 )
 from txnsq.message import Message, MessageOwner, message_factories
 from txnsq.options import ConnectionOptions
-from txnsq.tls import TLSOptions, client_connection_creator, describe_tls_failure
-from txnsq.tls_options import unix_tls_needs_hostname
 
 __all__ = ["NSQProtocol", "ProtocolState"]
 
@@ -298,13 +289,10 @@ class NSQProtocol(Protocol):
         # per-read code instead of comparing states.
         self._answering = False
         self._core: ConnectionCore[defer.Deferred[bytes], Message] | None = None
-        self._handshake_timer: IDelayedCall | None = None
+        self._driver: HandshakeDriver | None = None
         self._liveness_timer: IDelayedCall | None = None
         self._ready_waiters: list[defer.Deferred[Features]] = []
         self._ready_result: Features | BaseException | None = None
-        # Codecs during the handshake (once ready, the core has them).
-        self._compressor: Compressor | None = None
-        self._decompressor: Decompressor | None = None
         self._in_read = False
         self._flush_call: IDelayedCall | None = None
         self._closing_reason: BaseException | None = None
@@ -358,34 +346,14 @@ class NSQProtocol(Protocol):
     @property
     def peer(self) -> str:
         """A printable description of the remote end, for logs."""
-        transport = self.transport
-        if transport is None:
-            return "<not connected>"
-        try:
-            addr = transport.getPeer()
-        except Exception:
-            return "<unknown>"
-        host, port = getattr(addr, "host", None), getattr(addr, "port", None)
-        if host is None and _unix_label(addr) is not None:
-            return str(_unix_label(addr))
-        return f"{host}:{port}" if host is not None else str(addr)
+        return peer_label(self.transport)
 
     @property
     def nsqd_address(self) -> str | None:
         """The peer's address, ``"host:port"`` (IPv6 in brackets) or ``"unix:/path"``,
         for the messages this connection owns (:attr:`txnsq.message.Message.nsqd_address`);
         ``None`` when not connected or neither an IP address nor a unix socket."""
-        transport = self.transport
-        if transport is None:
-            return None
-        try:
-            addr = transport.getPeer()
-        except Exception:
-            return None
-        host, port = getattr(addr, "host", None), getattr(addr, "port", None)
-        if not isinstance(host, str) or not isinstance(port, int):
-            return _unix_label(addr)
-        return format_address(host, port)
+        return peer_address(self.transport)
 
     def when_ready(self) -> defer.Deferred[Features]:
         """Return a Deferred that fires with the negotiated features once the handshake
@@ -564,11 +532,19 @@ class NSQProtocol(Protocol):
             # the silence bound is what finds a dead peer in seconds.
             transport.setTcpKeepAlive(True)
         self._set_state(ProtocolState.HANDSHAKE)
-        self._handshake.peer = self.peer  # named by a WrongPeerError
-        self._handshake_timer = self._clock.callLater(
-            self._handshake_timeout, self._handshake_timed_out
+        assert transport is not None
+        self._driver = HandshakeDriver(
+            self._handshake,
+            transport,
+            peer=self.peer,
+            tls=self._tls,
+            tls_hostname=self._tls_hostname,
+            clock=self._clock,
+            timeout=self._handshake_timeout,
+            on_ready=self._handshake_done,
+            on_failed=self._handshake_error,
         )
-        self._perform(self._handshake.start())
+        self._driver.start()
 
     def dataReceived(self, data: bytes) -> None:
         """Decode and handle what nsqd sent: handshake answers, then responses, errors and
@@ -577,10 +553,8 @@ class NSQProtocol(Protocol):
         try:
             if self._answering:
                 self._read(data)
-            elif self._state is ProtocolState.HANDSHAKE:
-                # The handshake takes the bytes as they came (it decompresses them itself
-                # once a codec is on).
-                self._perform(self._handshake.receive_data(data))
+            elif self._driver is not None and self._state is ProtocolState.HANDSHAKE:
+                self._driver.receive(data)
             # Otherwise the connection is being dropped (or gone): ignore what arrives.
         except Exception as e:
             self._log.failure("Closing connection to nsqd {peer}: unexpected error", peer=self.peer)
@@ -745,12 +719,6 @@ class NSQProtocol(Protocol):
             if written and self.on_commands_written is not None:
                 self.on_commands_written(written)
 
-    def _write_handshake(self, data: bytes) -> None:
-        if self._compressor is not None:
-            data = self._compressor.compress(data)
-        assert self.transport is not None
-        self.transport.write(data)
-
     # -- the end of a connection
 
     def _tear_down(
@@ -772,7 +740,9 @@ class NSQProtocol(Protocol):
             return
         first = state is not _DISCONNECTING
         self._set_state(_CLOSED if lost is not None else _DISCONNECTING)
-        self._cancel_handshake_timer()
+        driver = self._driver
+        if driver is not None:
+            driver.stop()
         timer, self._liveness_timer = self._liveness_timer, None
         if timer is not None and timer.active():
             timer.cancel()
@@ -782,7 +752,12 @@ class NSQProtocol(Protocol):
         if self._core is not None:
             self._orphans = self._core.close()
         if self._ready_result is None:
-            self._handshake_failed(reason if reason is not None else self._handshake_lost(lost))
+            if reason is None:
+                reason = (
+                    driver.lost_error(lost) if driver is not None
+                    else ConnectionClosed("connection closed before the handshake")
+                )
+            self._handshake_failed(reason)
         transport = self.transport
         if lost is None and transport is not None:
             if abort:
@@ -790,57 +765,11 @@ class NSQProtocol(Protocol):
             else:
                 transport.loseConnection()
 
-    def _handshake_lost(self, lost: Failure | None) -> BaseException:
-        """The error a handshake that was still running fails with when the connection
-        ends without an error of its own."""
-        if lost is None:
-            return ConnectionClosed("connection closed by the client during the handshake")
-        if self._handshake.state is HandshakeState.TLS:
-            # Still waiting for nsqd's OK over TLS: the TLS handshake or the certificate
-            # checks failed.
-            return HandshakeError(describe_tls_failure(lost, self.transport))
-        wrong_peer = self._handshake.closed_error()  # it sent something that is not NSQ
-        if wrong_peer is not None:
-            return wrong_peer
-        return ConnectionClosed("connection closed during the handshake", lost)
-
     # -- the handshake
 
-    def _perform(self, actions: list[Action]) -> None:
-        """Carry out what the handshake asks for, in order."""
-        for action in actions:
-            if self._state is not ProtocolState.HANDSHAKE:
-                return  # torn down by an earlier action (TLS could not start)
-            if isinstance(action, Send):
-                self._write_handshake(action.data)
-            elif isinstance(action, StartTLS):
-                self._start_tls()
-            elif isinstance(action, StartCompression):
-                self._compressor = action.compressor
-                self._decompressor = action.decompressor
-            elif isinstance(action, Ready):
-                self._handshake_done(action)
-            else:
-                self._handshake_error(action.error)
-
-    def _start_tls(self) -> None:
-        host = self._tls_hostname or self.peer.rsplit(":", 1)[0]
-        if self._tls_hostname is None and self.peer.startswith("unix:"):
-            tls = self._tls or TLSOptions()
-            if tls.hostname is None:
-                self._handshake_error(HandshakeError(
-                    f"cannot start TLS with nsqd {self.peer}: "
-                    f"{unix_tls_needs_hostname(self.peer)}"
-                ))
-                return
-        try:
-            creator = client_connection_creator(self._tls or TLSOptions(), host)
-            self.transport.startTLS(creator)  # type: ignore[union-attr]
-        except Exception as e:
-            self._handshake_error(HandshakeError(f"cannot start TLS with nsqd {self.peer}: {e}"))
-
     def _handshake_done(self, ready: Ready) -> None:
-        self._cancel_handshake_timer()
+        driver = self._driver
+        assert driver is not None
         self.features = features = ready.features
         self.auth_identity = ready.auth_identity
         make, make_many = self._factories
@@ -853,8 +782,8 @@ class NSQProtocol(Protocol):
             now=clock.seconds(),
             silence_timeout=self._silence_timeout,
             command_timeout=self._command_timeout,
-            compressor=self._compressor,
-            decompressor=self._decompressor,
+            compressor=driver.compressor,
+            decompressor=driver.decompressor,
             rest=ready.rest,
             max_frame_size=self._max_frame_size,
             message_factory=make,
@@ -875,20 +804,22 @@ class NSQProtocol(Protocol):
             d.callback(features)
 
     def _handshake_error(self, error: NSQError) -> None:
+        """The handshake failed: say so (a wrong port is the client's to log, once per
+        outage) and drop the connection (nsqd closes it itself after its own error)."""
         if isinstance(error, WrongPeerError):
-            # A configuration error the client logs once per outage, with its address.
             self._tear_down(error, abort=True)
-            return
-        if isinstance(error, ProtocolError):
+        elif isinstance(error, ProtocolError):
             self._log.error(
                 "Closing connection to nsqd {peer}: protocol error: {error}",
                 peer=self.peer,
                 error=error,
             )
             self._tear_down(error, abort=True)
-            return
-        self._log.warn("Handshake with nsqd {peer} failed: {error}", peer=self.peer, error=error)
-        self._tear_down(error)
+        else:
+            self._log.warn(
+                "Handshake with nsqd {peer} failed: {error}", peer=self.peer, error=error
+            )
+            self._tear_down(error, abort=not isinstance(error, NSQServerError))
 
     def _handshake_failed(self, error: BaseException) -> None:
         # Kept for later when_ready() calls (as an exception, not a Failure, so nothing
@@ -897,13 +828,6 @@ class NSQProtocol(Protocol):
         waiters, self._ready_waiters = self._ready_waiters, []
         for d in waiters:
             d.errback(error)
-
-    def _handshake_timed_out(self) -> None:
-        self._handshake_timer = None
-        error = HandshakeError(
-            f"handshake with nsqd {self.peer} did not complete in {self._handshake_timeout} s"
-        )
-        self._tear_down(error, abort=True)
 
     # -- liveness
 
@@ -938,16 +862,3 @@ class NSQProtocol(Protocol):
 
     def _schedule_liveness_check(self, delay: float) -> None:
         self._liveness_timer = self._clock.callLater(delay, self._check_liveness)
-
-    def _cancel_handshake_timer(self) -> None:
-        timer, self._handshake_timer = self._handshake_timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
-
-
-def _unix_label(addr: object) -> str | None:
-    """``"unix:/path"`` for a unix socket's address (Twisted's ``UNIXAddress``)."""
-    if not isinstance(addr, UNIXAddress) or not addr.name:
-        return None
-    name = addr.name
-    return f"unix:{name.decode('utf-8', 'surrogateescape') if isinstance(name, bytes) else name}"

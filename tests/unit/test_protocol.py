@@ -38,6 +38,7 @@ from tests.support.wire import (
     msg_id,
 )
 from txnsq import protocol as protocol_module
+from txnsq._twisted import handshake as handshake_driver
 from txnsq._wire import handshake as handshake_module
 from txnsq._wire.commands import CLS, NOP
 from txnsq._wire.connection import READ_BATCH_BYTES
@@ -571,13 +572,13 @@ class TLSTests(SynchronousTestCase):
 
     def test_hostname_from_peer(self) -> None:
         calls: list[tuple[TLSOptions, str]] = []
-        real = protocol_module.client_connection_creator
+        real = handshake_driver.client_connection_creator
 
         def recording(options: TLSOptions, host: str) -> Any:
             calls.append((options, host))
             return real(options, host)
 
-        self.patch(protocol_module, "client_connection_creator", recording)
+        self.patch(handshake_driver, "client_connection_creator", recording)
         options = TLSOptions(hostname="nsqd.example")
         server = self.tls_server(tls=options)
         server.send(identify_answer(tls_v1=True))
@@ -585,13 +586,13 @@ class TLSTests(SynchronousTestCase):
 
     def test_tls_hostname_argument(self) -> None:
         calls: list[str] = []
-        real = protocol_module.client_connection_creator
+        real = handshake_driver.client_connection_creator
 
         def recording(options: TLSOptions, host: str) -> Any:
             calls.append(host)
             return real(options, host)
 
-        self.patch(protocol_module, "client_connection_creator", recording)
+        self.patch(handshake_driver, "client_connection_creator", recording)
         server = self.tls_server(tls_hostname="nsqd-3.internal")
         server.send(identify_answer(tls_v1=True))
         self.assertEqual(calls, ["nsqd-3.internal"])
@@ -692,7 +693,7 @@ class TLSTests(SynchronousTestCase):
         def broken(options: TLSOptions, host: str) -> Any:
             raise ValueError("host '<unknown>' is neither a valid host name nor an IP")
 
-        self.patch(protocol_module, "client_connection_creator", broken)
+        self.patch(handshake_driver, "client_connection_creator", broken)
         server = self.tls_server()
         d = server.protocol.when_ready()
         server.send(identify_answer(tls_v1=True))

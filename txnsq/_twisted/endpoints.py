@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from twisted.internet import error
+from twisted.internet.address import UNIXAddress
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import (
     HostnameEndpoint,
@@ -73,6 +74,8 @@ __all__ = [
     "connect_failure_reason",
     "endpoint_label",
     "nsqd_target",
+    "peer_address",
+    "peer_label",
     "tcp_endpoint",
 ]
 
@@ -360,3 +363,45 @@ class LabelledEndpoint:
         return self.label
 
     __str__ = __repr__
+
+
+def peer_label(transport: object) -> str:
+    """How logs and errors name the peer of a connected ``transport``: ``"host:port"``,
+    ``"unix:/path"``, or what the address says of itself."""
+    if transport is None:
+        return "<not connected>"
+    try:
+        addr = transport.getPeer()  # type: ignore[attr-defined]
+    except Exception:
+        return "<unknown>"
+    host, port = getattr(addr, "host", None), getattr(addr, "port", None)
+    if host is None:
+        unix = _unix_label(addr)
+        if unix is not None:
+            return unix
+        return str(addr)
+    return f"{host}:{port}"
+
+
+def peer_address(transport: object) -> str | None:
+    """The address of a connected ``transport``'s peer as the clients name an nsqd
+    (``"host:port"``, IPv6 in brackets, or ``"unix:/path"``); ``None`` when not
+    connected, or neither an IP address nor a unix socket."""
+    if transport is None:
+        return None
+    try:
+        addr = transport.getPeer()  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    host, port = getattr(addr, "host", None), getattr(addr, "port", None)
+    if not isinstance(host, str) or not isinstance(port, int):
+        return _unix_label(addr)
+    return format_address(host, port)
+
+
+def _unix_label(addr: object) -> str | None:
+    """``"unix:/path"`` for a unix socket's address (Twisted's ``UNIXAddress``)."""
+    if not isinstance(addr, UNIXAddress) or not addr.name:
+        return None
+    name = addr.name
+    return f"unix:{name.decode('utf-8', 'surrogateescape') if isinstance(name, bytes) else name}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import select
 import socket
 import ssl
 import time
@@ -27,6 +26,7 @@ from txnsq._wire.frames import DEFAULT_MAX_FRAME_SIZE, MessageFrame
 from txnsq._wire.handshake import Handshake, HandshakeState, Ready, Send, StartCompression, StartTLS
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.numbers import check_number, seconds_to_ms
+from txnsq.blocking._socket import Waiter, dial, read_available, recv_some, send_some
 from txnsq.blocking._tls import describe_ssl_error
 from txnsq.errors import (
     ConnectionClosed,
@@ -34,7 +34,6 @@ from txnsq.errors import (
     HandshakeError,
     NSQError,
     NSQServerError,
-    unreachable,
 )
 from txnsq.options import ConnectionOptions, fold_identify
 from txnsq.tls_options import TLSOptions, unix_tls_needs_hostname
@@ -55,9 +54,6 @@ DEFAULT_PORT: Final = NSQD_TCP_PORT
 #: bytes unless ``max_body_size`` says otherwise (nsqd's default ``--max-body-size``).
 DEFAULT_MPUB_BYTES: Final = 5 * 1024 * 1024
 
-_RECV_SIZE: Final = 256 * 1024
-_MAX_RECV_ROUNDS: Final = 8
-_SEND_CHUNK: Final = 1024 * 1024
 _CLOSE_WAIT: Final = b"CLOSE_WAIT"
 _DPUB: Final = "deferred_publish(topic, body, delay_seconds)"
 _OK: Final = b"OK"
@@ -196,7 +192,7 @@ class Connection:
         self.auth_identity: dict[str, Any] | None = None
         self._features: Features | None = None
         self._sock: socket.socket | None = None
-        self._poll: Any = None
+        self._waiter: Waiter | None = None
         self._max_frame_size = max_frame_size
         # The handshake's codec; once ready, the core has it.
         self._compressor: Compressor | None = None
@@ -305,7 +301,7 @@ class Connection:
         if self._sock is not None or self._error is not None:
             raise NSQError("Connection.connect() may only be called once")
         try:
-            sock = _dial(self.host, self.port, self.unix_path, self.connect_timeout)
+            sock = dial(self.host, self.port, self.unix_path, self.connect_timeout)
         except OSError as e:
             err = (
                 NSQTimeoutError(f"connecting to {self.address} timed out", reason=e)
@@ -380,7 +376,7 @@ class Connection:
         """Wait for bytes from nsqd during the handshake and return them, as read."""
         while True:
             self._wait_io(True, False, deadline)
-            data = self._recv_raw()
+            data = self._recv()
             if data is None:
                 continue
             if not data:
@@ -818,7 +814,7 @@ class Connection:
         if self._error is None:
             self._error = error
         sock, self._sock = self._sock, None
-        self._poll = None
+        self._waiter = None
         if sock is not None:
             try:
                 sock.close()
@@ -836,10 +832,7 @@ class Connection:
 
     def _set_socket(self, sock: socket.socket) -> None:
         self._sock = sock
-        if hasattr(select, "poll"):
-            poller = select.poll()
-            poller.register(sock.fileno(), select.POLLIN)
-            self._poll = poller
+        self._waiter = Waiter(sock)
 
     def _send_handshake(self, data: bytes, deadline: float | None) -> None:
         """Write a handshake command (through the codec once one is on)."""
@@ -879,9 +872,7 @@ class Connection:
                 self._check_usable()
                 return
             try:
-                sent = sock.send(memoryview(out)[:_SEND_CHUNK])
-            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError, InterruptedError):
-                sent = 0
+                sent = send_some(sock, out)
             except OSError as e:
                 raise self._fail(ConnectionClosed(f"cannot write to {self.address}", e)) from e
             if sent:
@@ -907,7 +898,7 @@ class Connection:
                 self._wait_ended = time.monotonic()
             return True, False
         if core is None:
-            return self._poll_socket(sock, read, write, timeout)
+            return self._wait(read, write, timeout)
         # Every counted read follows the wait before it at once: that wait's end dates
         # it. With heartbeats off, the time since then is not waited, so not counted.
         previous = self._wait_ended
@@ -918,7 +909,7 @@ class Connection:
         interval = core.check_interval
         if timeout is None or timeout > interval:
             timeout = interval
-        readable, writable = self._poll_socket(sock, read, write, timeout)
+        readable, writable = self._wait(read, write, timeout)
         ended = self._wait_ended = time.monotonic()
         if not (readable or writable):
             # The first check dates the frames since the last one, the second judges.
@@ -928,29 +919,10 @@ class Connection:
                 raise self._fail(error)
         return readable, writable
 
-    def _poll_socket(
-        self, sock: socket.socket, read: bool, write: bool, timeout: float | None
-    ) -> tuple[bool, bool]:
-        """One ``poll()`` (or ``select()``) of ``sock``: (readable, writable)."""
-        poller = self._poll
-        if poller is not None:
-            mask = (select.POLLIN if read else 0) | (select.POLLOUT if write else 0)
-            poller.modify(sock.fileno(), mask)
-            flags = 0
-            for _, event in poller.poll(None if timeout is None else max(0.0, timeout) * 1000.0):
-                flags |= event
-            broken = flags & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
-            return (
-                bool(flags & select.POLLIN or (broken and read)),
-                bool(flags & select.POLLOUT or (broken and write)),
-            )
-        r, w, x = select.select(  # pragma: no cover - platforms without poll()
-            [sock] if read else [],
-            [sock] if write else [],
-            [sock],
-            None if timeout is None else max(0.0, timeout),
-        )
-        return bool(r or (x and read)), bool(w or (x and write))  # pragma: no cover
+    def _wait(self, read: bool, write: bool, timeout: float | None) -> tuple[bool, bool]:
+        waiter = self._waiter
+        assert waiter is not None
+        return waiter.wait(read, write, timeout)
 
     def _wait_io(self, read: bool, write: bool, deadline: float | None) -> tuple[bool, bool]:
         """Like :meth:`_poll_io` until ``deadline``; past it, close and raise a timeout."""
@@ -963,21 +935,25 @@ class Connection:
             if deadline is not None and time.monotonic() >= deadline:
                 raise self._fail(NSQTimeoutError(f"timed out waiting for nsqd at {self.address}"))
 
-    def _recv_raw(self) -> bytes | None:
-        """One non-blocking recv: the bytes, ``b""`` at EOF, ``None`` when none are ready."""
+    def _recv(self) -> bytes | None:
+        """One recv (see :func:`~txnsq.blocking._socket.recv_some`), its failure closing
+        the connection with what it means."""
         sock = self._sock
         assert sock is not None
         try:
-            return sock.recv(_RECV_SIZE)
-        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError, InterruptedError):
-            return None
-        except ssl.SSLError as e:
-            if self._handshaking and self._handshake.state is HandshakeState.TLS:
-                # Waiting for nsqd's OK over TLS: the server refused our certificate.
-                raise self._fail(self._tls_failed(e)) from e
-            raise self._fail(ConnectionClosed(f"cannot read from {self.address}", e)) from e
+            return recv_some(sock)
         except OSError as e:
-            raise self._fail(ConnectionClosed(f"cannot read from {self.address}", e)) from e
+            raise self._fail(self._read_failed(e)) from e
+
+    def _read_failed(self, error: OSError) -> NSQError:
+        if (
+            isinstance(error, ssl.SSLError)
+            and self._handshaking
+            and self._handshake.state is HandshakeState.TLS
+        ):
+            # Waiting for nsqd's OK over TLS: the server refused our certificate.
+            return self._tls_failed(error)
+        return ConnectionClosed(f"cannot read from {self.address}", error)
 
     def _read_once(self, deadline: float | None, timeout_ok: bool = False) -> None:
         """Wait for input until ``deadline``, then read and process what is there.
@@ -997,24 +973,16 @@ class Connection:
             self._flush(_deadline(self.command_timeout))
 
     def _read_available(self) -> None:
-        """Read what the socket has now (a few rounds at most) and process it."""
+        """Read what the socket has now and hand it to the core."""
         sock = self._sock
         assert sock is not None
-        chunks: list[bytes] = []
-        eof = False
-        for _ in range(_MAX_RECV_ROUNDS):
-            data = self._recv_raw()
-            if data is None:
-                break
-            if not data:
-                eof = True
-                break
-            chunks.append(data)
-            if len(data) < _RECV_SIZE and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
-                break
-        if chunks:
+        try:
+            data, eof = read_available(sock)
+        except OSError as e:
+            raise self._fail(self._read_failed(e)) from e
+        if data:
             self._reads += 1
-            self._receive(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+            self._receive(data)
             if self._error is None:
                 self._write_pending(_deadline(self.command_timeout))  # heartbeat answers
         if eof and self._error is None:
@@ -1106,33 +1074,3 @@ def _as_list(message_ids: Iterable[bytes]) -> Sequence[bytes]:
     if isinstance(message_ids, bytes | str):
         raise TypeError(f"message_ids must be an iterable of ids, not {type(message_ids).__name__}")
     return list(message_ids)
-
-
-def _dial(host: str, port: int, unix_path: str | None, timeout: float | None) -> socket.socket:
-    """A connected socket: TCP to ``host:port``, or to the unix socket ``unix_path``.
-
-    :raises OSError: :class:`~txnsq.errors.UnixSocketUnreachable` naming the path for a
-        unix socket that cannot be reached, else the TCP connect's error.
-    """
-    if unix_path is None:
-        return socket.create_connection((host, port), timeout=timeout)
-    return unix_connect(unix_path, timeout)
-
-
-def unix_connect(path: str, timeout: float | None) -> socket.socket:
-    """A ``SOCK_STREAM`` socket connected to the unix socket at ``path``.
-
-    :raises TimeoutError: if the connect takes longer than ``timeout`` seconds.
-    :raises UnixSocketUnreachable: for any other failure (the path and its problem).
-    """
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(path)
-    except TimeoutError:
-        sock.close()
-        raise
-    except OSError as e:
-        sock.close()
-        raise unreachable(path, e) from e
-    return sock

@@ -36,7 +36,7 @@ from txnsq._wire.admin import (
     Producer,
 )
 from txnsq._wire.handshake import not_an_http_port
-from txnsq.blocking._connection import unix_connect
+from txnsq.blocking._socket import unix_connect
 from txnsq.blocking._tls import describe_ssl_error
 from txnsq.errors import HTTPConnectionError, HTTPTimeoutError, NSQError, UnixSocketUnreachable
 from txnsq.tls_options import TLSOptions
