@@ -225,7 +225,7 @@ class HeartbeatsOnEveryConnectionTests(TestCase):
         never SUBscribed too: waiting past the bound on it raises nothing."""
         nsqd = start_nsqd(self)
         with Connection(nsqd.tcp_address, heartbeat_interval=1.0, heartbeats_missed=1) as conn:
-            self.assertEqual(conn.liveness_timeout, 1.5)
+            self.assertEqual(conn.silence_timeout, 1.5)
             self.assertEqual(conn.receive(3.2), [])
             self.assertGreaterEqual(conn.reads, 2)
             conn.publish("hb", b"still alive")

@@ -85,7 +85,7 @@ class FakeConnection:
         # bound from the subscriber's heartbeat interval.
         self.progress = 0
         self.heartbeats = 0  # sent by nsqd and not read yet
-        self.liveness_timeout = driver.options.silence_timeout
+        self.silence_timeout = driver.options.silence_timeout
 
     # -- what the Subscriber calls
 

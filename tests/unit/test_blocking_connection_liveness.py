@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import warnings
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -86,11 +87,11 @@ def connected(test: SynchronousTestCase, **kwargs: Any) -> tuple[Connection, Pee
 
 class ConnectionLivenessTests(SynchronousTestCase):
     def test_bound_follows_the_heartbeat_interval(self) -> None:
-        self.assertEqual(Connection("h").liveness_timeout, 60.5)  # 2 x 30 s + slack
+        self.assertEqual(Connection("h").silence_timeout, 60.5)  # 2 x 30 s + slack
         conn = Connection("h", heartbeat_interval=1.0, heartbeats_missed=3)
-        self.assertEqual(conn.liveness_timeout, 3.5)
+        self.assertEqual(conn.silence_timeout, 3.5)
         off = Connection("h", heartbeat_interval=None, read_timeout=7)
-        self.assertEqual(off.liveness_timeout, 7.0)
+        self.assertEqual(off.silence_timeout, 7.0)
         for bad in ({"heartbeats_missed": 0.5}, {"read_timeout": 0}, {"read_timeout": -1}):
             self.assertRaises(ValueError, Connection, "h", **bad)
         self.assertRaises(TypeError, Connection, "h", read_timeout="5")
@@ -263,7 +264,7 @@ class SubscriberLivenessTests(SynchronousTestCase):
         d = self.driver()
         d.step()
         one, two = d.live()
-        self.assertEqual((one.liveness_timeout, one.rdy_count, two.rdy_count), (2.5, 5, 5))
+        self.assertEqual((one.silence_timeout, one.rdy_count, two.rdy_count), (2.5, 5, 5))
         one.push(5)
         two.push(5)
         d.step(0.1)
@@ -323,7 +324,7 @@ class SubscriberLivenessTests(SynchronousTestCase):
         d.step()
         d.nsqds[N2].silent = True
         one, two = d.live()
-        self.assertEqual(two.liveness_timeout, 5.0)
+        self.assertEqual(two.silence_timeout, 5.0)
         d.step(4.9)
         self.assertFalse(two.closed)
         d.step(0.2)
@@ -456,3 +457,16 @@ class SparkReadOptionsTests(SynchronousTestCase):
         # Read options only: the writer dials the nsqds it is given.
         with self.assertRaises(OptionError):
             parse_write_options({"nsqdTcpAddresses": "h:4150", "topic": "t", "addressMap": "a=b"})
+
+
+class DeprecatedNameTests(SynchronousTestCase):
+    def test_liveness_timeout_is_silence_timeout(self) -> None:
+        conn = Connection("h", heartbeat_interval=2.0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.assertEqual(conn.liveness_timeout, conn.silence_timeout)
+        [warning] = caught
+        self.assertIs(warning.category, DeprecationWarning)
+        self.assertEqual(warning.filename, __file__)
+        self.assertIn("since txnsq 0.3.0", str(warning.message))
+        self.assertIn("Connection.silence_timeout", str(warning.message))

@@ -39,7 +39,7 @@ class SettingsTests(SynchronousTestCase):
             (conn.connect_timeout, conn.handshake_timeout, conn.command_timeout),
             (10.0, 10.0, 30.0),
         )
-        self.assertEqual(conn.liveness_timeout, ConnectionOptions().silence_timeout)
+        self.assertEqual(conn.silence_timeout, ConnectionOptions().silence_timeout)
         self.assertIsNone(conn.tls_options)
 
     def test_keywords_and_options(self) -> None:
@@ -66,7 +66,7 @@ class SettingsTests(SynchronousTestCase):
             (True, 5000, -1),
         )
         self.assertTrue(identify.tls_v1)
-        self.assertEqual(conn.liveness_timeout, 7.0)
+        self.assertEqual(conn.silence_timeout, 7.0)
         self.assertIsNone(conn.command_timeout)
         self.assertIs(conn.tls_options, tls)
 
@@ -151,7 +151,7 @@ class DeprecatedSettingsTests(SynchronousTestCase):
             ("me", 5.0, 60.0, 0.025),
         )
         self.assertEqual((o.compression, o.tls), ("snappy", TLSOptions()))
-        self.assertEqual(conn.liveness_timeout, 10.5)
+        self.assertEqual(conn.silence_timeout, 10.5)
         # What IDENTIFY says is what it said before (host names filled in alike).
         for name in ("client_id", "heartbeat_interval_ms", "msg_timeout_ms", "snappy", "tls_v1"):
             self.assertEqual(getattr(conn.identify_options, name), getattr(identify, name))

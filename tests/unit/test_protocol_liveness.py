@@ -10,6 +10,7 @@ a proxy that stops relaying are in ``tests/integration/test_protocol_liveness.py
 from __future__ import annotations
 
 import pickle
+import warnings
 from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred
@@ -572,3 +573,17 @@ class ErrorTests(SynchronousTestCase):
             copy = pickle.loads(pickle.dumps(error))  # Spark ships errors to the driver
             self.assertIs(type(copy), cls)
             self.assertEqual(str(copy), "nsqd 127.0.0.1:4150 sent nothing")
+
+
+class DeprecatedNameTests(SynchronousTestCase):
+    def test_read_and_answer_timeout_are_silence_and_command_timeout(self) -> None:
+        protocol = ready(self).protocol
+        pairs = (("read_timeout", "silence_timeout"), ("answer_timeout", "command_timeout"))
+        for old, new in pairs:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                self.assertEqual(getattr(protocol, old), getattr(protocol, new))
+            [warning] = caught
+            self.assertIs(warning.category, DeprecationWarning)
+            self.assertIn("since txnsq 0.3.0", str(warning.message))
+            self.assertIn(f"NSQProtocol.{new}", str(warning.message))

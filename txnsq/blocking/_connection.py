@@ -123,7 +123,7 @@ class Connection:
     interval, so silence means a dead peer or a half-open connection (a dropped NAT
     entry, a frozen host), which TCP alone may not report for hours. Whenever a call
     waits (:meth:`receive`, an answer, a write, :meth:`poll`) and nothing has been
-    received for :attr:`liveness_timeout` seconds (``heartbeats_missed`` heartbeat
+    received for :attr:`silence_timeout` seconds (``heartbeats_missed`` heartbeat
     intervals plus 0.5 s, or ``read_timeout`` with heartbeats off), the connection is
     closed and the call raises :class:`~txnsq.errors.ConnectionSilent` (a
     :class:`~txnsq.errors.ConnectionClosed`); commands still waiting, pipelined
@@ -168,7 +168,7 @@ class Connection:
         hb_ms = self._handshake.options.heartbeat_interval_ms
         #: Seconds of silence after which the connection is presumed dead (from the
         #: heartbeat interval asked for in IDENTIFY, or ``read_timeout`` without one).
-        self.liveness_timeout: float = opts.silence_timeout
+        self.silence_timeout: float = opts.silence_timeout
         self.heartbeats_missed = opts.heartbeats_missed
         self.read_timeout = opts.read_timeout
         #: The options IDENTIFY is sent with (defaults filled in; milliseconds).
@@ -215,6 +215,13 @@ class Connection:
         self._gaps_count = hb_ms is not None and hb_ms > 0
         self._uncounted = 0.0
         self._wait_ended = 0.0
+
+    @property
+    def liveness_timeout(self) -> float:
+        """Deprecated: :attr:`silence_timeout`."""
+        warn_deprecated("Connection.liveness_timeout", "Connection.silence_timeout",
+                        since="0.3.0")
+        return self.silence_timeout
 
     @property
     def timeout(self) -> float | None:
@@ -336,7 +343,7 @@ class Connection:
             self._features,
             label=self.address,
             now=now,
-            silence_timeout=self.liveness_timeout,
+            silence_timeout=self.silence_timeout,
             compressor=self._compressor,
             decompressor=self._decompressor,
             rest=self._rest,
@@ -590,7 +597,7 @@ class Connection:
 
         :raises ConnectionClosed: if the connection is (or gets) closed;
             :class:`~txnsq.errors.ConnectionSilent` when nothing at all (not even a
-            heartbeat) arrived for :attr:`liveness_timeout` seconds.
+            heartbeat) arrived for :attr:`silence_timeout` seconds.
         :raises NSQServerError: for a fatal error frame from nsqd.
         """
         if self._messages:
@@ -683,7 +690,7 @@ class Connection:
     def poll(self) -> bool:
         """Process whatever is readable now (answering heartbeats); return whether the
         connection is still usable: ``False`` once it is closed, lost, or silent for
-        :attr:`liveness_timeout` (then it is closed). Never raises.
+        :attr:`silence_timeout` (then it is closed). Never raises.
         """
         if self._error is not None or self._sock is None:
             return False
@@ -888,7 +895,7 @@ class Connection:
 
         Once connected, a wait lasts at most the liveness check interval, and one that
         ends with nothing to do checks the liveness rule: a connection silent for
-        :attr:`liveness_timeout` is closed (:class:`~txnsq.errors.ConnectionSilent`).
+        :attr:`silence_timeout` is closed (:class:`~txnsq.errors.ConnectionSilent`).
         """
         sock = self._sock
         assert sock is not None

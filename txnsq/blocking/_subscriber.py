@@ -469,7 +469,7 @@ class Subscriber:
         for state in states:
             self._states.append(state)
             state.fd = state.conn.fileno()
-            state.liveness = live = Liveness(state.conn.liveness_timeout, now)
+            state.liveness = live = Liveness(state.conn.silence_timeout, now)
             live.check(state.conn.progress, now)  # silence counts from here
             self._next_liveness = min(self._next_liveness, now + live.timeout)
             if self._selector is not None:
@@ -601,7 +601,7 @@ class Subscriber:
             return state.alive
         self._lost(
             state,
-            connection_silent(state.address, live.silent_for(now), state.conn.liveness_timeout),
+            connection_silent(state.address, live.silent_for(now), state.conn.silence_timeout),
         )
         return False
 

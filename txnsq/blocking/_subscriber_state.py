@@ -47,7 +47,7 @@ class SubscriberConnection(Protocol):
         """A count that grows whenever frames complete (heartbeats included)."""
 
     @property
-    def liveness_timeout(self) -> float:
+    def silence_timeout(self) -> float:
         """Seconds of silence after which the connection is presumed dead."""
 
     def fileno(self) -> int:
