@@ -617,18 +617,20 @@ class NSQProtocol(Protocol):
             self._flush()
 
     def _dispatch(self, events: list[Event[Message, defer.Deferred[bytes]]]) -> None:
-        """Act on the core's events, in order."""
+        """Act on the core's events, in order. A callback may close the connection
+        meanwhile: the messages and errors after that are dropped (nothing could answer
+        them), but every command the core matched to an answer still gets it."""
         for event in events:
             if isinstance(event, list):
-                self._deliver(event)
+                if self._answering:
+                    self._deliver(event)
             elif isinstance(event, Answered):
                 self._answered(event)
             elif isinstance(event, ServerError):
-                self._server_error(event.error)
+                if self._answering:
+                    self._server_error(event.error)
             else:
                 self._ended(event)
-            if not self._answering:
-                return  # closed or being dropped from a callback
 
     def _deliver(self, messages: list[Message]) -> None:
         on_messages = self.on_messages

@@ -1583,3 +1583,27 @@ class DeprecatedNamesTests(SynchronousTestCase):
         self.assertIn("when_ready", warning["message"])
         server.send(identify_answer())
         self.assertIs(self.successResultOf(d), server.protocol.features)
+
+
+class CallbackClosesTests(SynchronousTestCase):
+    """A callback fired by an answer may close the connection: the commands the rest of
+    the read answers still get their answers (none is left unfired)."""
+
+    def test_an_error_after_an_answer_whose_callback_closes(self) -> None:
+        server = ready_server(self)
+        first = server.protocol.publish("t", b"1")
+        second = server.protocol.publish("t", b"2")
+        third = server.protocol.publish("t", b"3")
+        first.addCallback(lambda answer: (server.protocol.close(), answer)[1])
+        server.send(OK, encode_error("E_PUB_FAILED", "topic exiting"))
+        self.assertEqual(self.successResultOf(first), b"OK")
+        self.assertEqual(self.failureResultOf(second, NSQServerError).value.code, "E_PUB_FAILED")
+        server.protocol.connectionLost()
+        self.failureResultOf(third, ConnectionClosed)
+
+    def test_answers_after_an_answer_whose_callback_closes(self) -> None:
+        server = ready_server(self)
+        ds = [server.protocol.publish("t", b"%d" % i) for i in range(3)]
+        ds[0].addCallback(lambda answer: (server.protocol.close(), answer)[1])
+        server.send(OK, HEARTBEAT, OK, OK)
+        self.assertEqual([self.successResultOf(d) for d in ds], [b"OK"] * 3)
