@@ -77,7 +77,6 @@ class PublishState:
     publish path reads and counts them)."""
 
     __slots__ = (
-        "batch_queued",
         "batch_sizes",
         "batched",
         "batches",
@@ -115,9 +114,8 @@ class PublishState:
         self.published = 0
         self.failed = 0
         self.counters: dict[str, NSQDCounters] = {label: NSQDCounters() for label in labels}
-        #: With batching: publishes waiting in batchers, batches sent, the publishes they
-        #: carried, the largest, a histogram of their sizes (see BATCH_SIZE_BOUNDS).
-        self.batch_queued = 0
+        #: With batching: batches sent, the publishes they carried, the largest, a
+        #: histogram of their sizes (see BATCH_SIZE_BOUNDS).
         self.batches = 0
         self.batched = 0
         self.max_batch = 0

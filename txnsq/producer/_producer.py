@@ -244,7 +244,6 @@ class Producer(Service):
 
             reactor = global_reactor
         self._reactor = reactor
-        self._seconds: Callable[[], float] = reactor.seconds
         # The hot path reads these attributes, not the options.
         self._timeout = float(opts.ready_timeout)
         self._stop_timeout = float(opts.stop_timeout)
@@ -423,31 +422,15 @@ class Producer(Service):
             batcher = batchers[topic]
         except (KeyError, TypeError):  # a new topic (or not a str: checked there)
             return self._publish_batched(topic, body)
-        state = self._state
-        if type(body) is not bytes or not body or state.stopped:
+        if type(body) is not bytes or not body:
             return self._publish_batched(topic, body)
-        if not self._ready and state.batch_queued >= self._max_queued:
-            return self._queue_full()
+        if not self._ready:  # stopped (a stopped producer has no ready link), or waiting
+            if self._state.stopped:
+                return self._publish_batched(topic, body)
+            if self._batched() >= self._max_queued:
+                return self._queue_full()
         d: Deferred[bytes] = Deferred(batcher.cancel)
-        call = batcher.call
-        now = batcher.stamp  # this turn's time, while a send or an answer is under way
-        if now is None or call is None:
-            now = self._seconds()
-        queue = batcher.queue
-        # BatchQueue.add and the scheduling after it, inlined (this runs for every
-        # message; publish_nowait does the same with its own token).
-        queue.bodies.append(body)
-        queue.tokens.append(d)
-        queue.times.append(now)
-        queue.body_bytes += len(body)
-        state.batch_queued += 1
-        if call is None:
-            if queue.in_flight < queue.window:
-                batcher.schedule()
-        elif batcher.lingering and queue.is_full():
-            batcher.send_soon()
-        if batcher.expiry is None:
-            batcher.arm_expiry(now)
+        batcher.add(body, len(body), d)
         return d
 
     def _publish_batched(self, topic: str, body: bytes) -> Deferred[bytes]:
@@ -471,6 +454,10 @@ class Producer(Service):
         batchers = self._batchers
         assert batchers is not None
         self._batchers_sweep_at = _forget_idle(batchers)
+
+    def _batched(self) -> int:
+        """How many publishes wait in batchers (``batch=True`` and ``publish_nowait``)."""
+        return sum(batcher.queued() for batcher in self._all_batchers())
 
     def _all_batchers(self) -> list[Batcher]:
         """Every topic's batcher: ``publish`` (``batch=True``) and ``publish_nowait``."""
@@ -524,24 +511,7 @@ class Producer(Service):
             raise ledger.full(size)
         ledger.free = free
         ledger.free_bytes = free_bytes
-        call = batcher.call
-        now = batcher.stamp  # this turn's time, while a send or an answer is under way
-        if now is None or call is None:
-            now = self._seconds()
-        queue = batcher.queue
-        # BatchQueue.add and the scheduling after it, inlined as in publish().
-        queue.bodies.append(body)
-        queue.tokens.append(ledger.lot)
-        queue.times.append(now)
-        queue.body_bytes += size
-        self._state.batch_queued += 1
-        if call is None:
-            if queue.in_flight < queue.window:
-                batcher.schedule()
-        elif batcher.lingering and queue.is_full():
-            batcher.send_soon()
-        if batcher.expiry is None:
-            batcher.arm_expiry(now)
+        batcher.add(body, size, ledger.lot)
 
     def _publish_nowait_first(self, topic: str, body: bytes) -> None:
         """:meth:`publish_nowait` the first time for ``topic`` (or for an argument to
@@ -650,7 +620,7 @@ class Producer(Service):
     def queued(self) -> int:
         """How many publishes are waiting for a ready connection (or, with batching, for
         their batch to be sent)."""
-        return self._queued + self._state.batch_queued
+        return self._queued + self._batched()
 
     def stats(self) -> ProducerStats:
         """Counters of this producer, per nsqd and in total (see
@@ -872,7 +842,7 @@ class Producer(Service):
                 break
         if self._ready:
             for batcher in self._all_batchers():
-                if batcher.queue.bodies and batcher.call is None:
+                if batcher.waiting():
                     batcher.send_due()
         if self._ready:
             waiters, self._ready_waiters = self._ready_waiters, []
