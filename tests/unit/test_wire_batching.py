@@ -161,6 +161,19 @@ class QueueTests(SynchronousTestCase):
         self.assertEqual(taken, [["t0"], ["t1"], ["t2"]])
         self.assertEqual(q.take()[1], ["t3"])  # newer ones batch again
 
+    def test_learn_the_limits_nsqd_names(self) -> None:
+        q = queue(max_bytes=10_000)
+        q.learn(classify_refusal("E_BAD_BODY", "MPUB body too big 6000 > 5000"))
+        self.assertEqual(q.max_bytes, 5000)
+        q.learn(classify_refusal("E_BAD_BODY", "MPUB body too big 9000 > 8000"))
+        self.assertEqual(q.max_bytes, 5000)  # the lowest one named is kept
+        q.learn(classify_refusal("E_BAD_MESSAGE", "MPUB message too big 300 > 200"))
+        q.learn(classify_refusal("E_BAD_MESSAGE", "PUB message too big 300 > 250"))
+        self.assertEqual(q.max_message_size, 200)
+        q.learn(classify_refusal("E_BAD_TOPIC", "MPUB topic name is not valid"))
+        q.learn(classify_refusal("E_BAD_BODY", "MPUB invalid message count 0"))
+        self.assertEqual((q.max_bytes, q.max_message_size), (5000, 200))
+
     def test_invalid(self) -> None:
         self.assertRaises(ValueError, BatchQueue, 0, 100)
         self.assertRaises(ValueError, BatchQueue, 1, 8)

@@ -299,6 +299,20 @@ class BatchQueue(Generic[T]):
             sizes = list(takewhile(limit.__ge__, sizes))
         return mpub_cut(framed_ends(sizes), 0, max_count, self.max_bytes)
 
+    def learn(self, refusal: Refusal) -> None:
+        """Keep the size limit that nsqd named refusing a batch (if it named one): a
+        message over ``--max-msg-size`` is sent alone from now on, and batches are cut
+        under ``--max-body-size``, so that no other batch fails for it (each refusal
+        costs a connection)."""
+        limit = refusal.limit
+        if limit is None:
+            return
+        if refusal.kind is RefusalKind.MESSAGE_TOO_BIG:
+            known = self.max_message_size
+            self.max_message_size = limit if known is None else min(known, limit)
+        elif refusal.kind is RefusalKind.BODY_TOO_BIG:
+            self.max_bytes = max(1, min(self.max_bytes, limit))
+
     def answered(self) -> None:
         """A batch taken earlier was answered (or failed): one more may be sent."""
         if self.in_flight > 0:

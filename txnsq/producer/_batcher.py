@@ -65,6 +65,13 @@ class _NoCall:
 _ANSWERING: Final = _NoCall()
 
 
+def _select(
+    indices: list[int], bodies: list[bytes], tokens: list[Any], times: list[float]
+) -> tuple[list[bytes], list[Any], list[float]]:
+    """The publishes at ``indices`` of a batch given as parallel lists, in the same form."""
+    return [bodies[i] for i in indices], [tokens[i] for i in indices], [times[i] for i in indices]
+
+
 class Batcher:
     """The publishes to one topic while batching is on: a :class:`BatchQueue` (the rule:
     when a batch is due, how it is cut) and the timers and sends that drive it."""
@@ -308,58 +315,80 @@ class Batcher:
     ) -> None:
         """A batch failed: fail the publishes its error concerns; send the others again."""
         error = failure.value
-        state = self.state
         if isinstance(error, NSQServerError):
-            connection.fatal_error(error)
-            refusal = classify_refusal(error.code, error.text)
-            kind, limit = refusal.kind, refusal.limit
-            queue = self._queue
-            if kind is RefusalKind.MESSAGE_TOO_BIG and limit is not None:
-                known = queue.max_message_size
-                queue.max_message_size = limit if known is None else min(known, limit)
-            elif kind is RefusalKind.BODY_TOO_BIG and limit is not None:
-                queue.max_bytes = max(1, min(queue.max_bytes, limit))
-            if len(tokens) == 1 or kind is RefusalKind.WHOLE:
-                self.fail(bodies, tokens, error, connection)
-            elif kind is RefusalKind.MESSAGE_TOO_BIG:
-                assert limit is not None
-                bad = [i for i, body in enumerate(bodies) if len(body) > limit]
-                if not bad:  # nsqd named another limit: find the bad one alone
-                    self.resend(bodies, tokens, times, one_by_one=True)
-                    return
-                for j, i in enumerate(bad):
-                    self.fail(
-                        [bodies[i]],
-                        [tokens[i]],
-                        error if j == 0 else BadMessageError(
-                            f"MPUB message too big {len(bodies[i])} > {limit}"
-                        ),
-                        connection,
-                    )
-                keep = [i for i in range(len(bodies)) if len(bodies[i]) <= limit]
-                self.resend(
-                    [bodies[i] for i in keep], [tokens[i] for i in keep], [times[i] for i in keep]
-                )
-            elif kind is RefusalKind.BODY_TOO_BIG:
-                self.resend(bodies, tokens, times)
-            else:
-                self.resend(bodies, tokens, times, one_by_one=True)
+            self._refused(error, connection, bodies, tokens, times)
         elif error is not None and never_executed(error):
             # Pipelined behind a batch nsqd refused: never stored, safe to send again.
             self.resend(bodies, tokens, times)
-        elif isinstance(error, ConnectionClosed) and self.retry and not state.stopped:
-            again = self.retry_lost(bodies, tokens, error, connection)
-            if again:
-                _log.info(
-                    "Publishing {count} messages again after a lost connection", count=len(again)
-                )
-                self.resend(
-                    [bodies[i] for i in again],
-                    [tokens[i] for i in again],
-                    [times[i] for i in again],
-                )
+        elif isinstance(error, ConnectionClosed) and self.retry and not self.state.stopped:
+            self._resend_lost(error, connection, bodies, tokens, times)
         else:
             self.fail(bodies, tokens, failure, connection)
+
+    def _refused(
+        self,
+        error: NSQServerError,
+        connection: NSQDLink,
+        bodies: list[bytes],
+        tokens: list[Any],
+        times: list[float],
+    ) -> None:
+        """nsqd refused the batch (and closes the connection): fail the publishes its
+        error concerns, and send the others again (see
+        :class:`~txnsq._wire.batching.RefusalKind`)."""
+        connection.fatal_error(error)
+        refusal = classify_refusal(error.code, error.text)
+        self._queue.learn(refusal)
+        kind, limit = refusal.kind, refusal.limit
+        if len(tokens) == 1 or kind is RefusalKind.WHOLE:
+            self.fail(bodies, tokens, error, connection)
+        elif kind is RefusalKind.MESSAGE_TOO_BIG and limit is not None:
+            self._drop_too_big(error, limit, connection, bodies, tokens, times)
+        elif kind is RefusalKind.BODY_TOO_BIG:
+            self.resend(bodies, tokens, times)  # cut again under the cap just learned
+        else:
+            self.resend(bodies, tokens, times, one_by_one=True)  # the bad one fails alone
+
+    def _drop_too_big(
+        self,
+        error: NSQServerError,
+        limit: int,
+        connection: NSQDLink,
+        bodies: list[bytes],
+        tokens: list[Any],
+        times: list[float],
+    ) -> None:
+        """nsqd refused the batch for a message over its limit of ``limit`` bytes: fail
+        each message over it (the first with nsqd's error, the others with its words)
+        and send the others again. When none is over it (nsqd named another limit),
+        send them all again one by one, so that only the bad one fails."""
+        bad = [i for i, body in enumerate(bodies) if len(body) > limit]
+        if not bad:
+            self.resend(bodies, tokens, times, one_by_one=True)
+            return
+        for j, i in enumerate(bad):
+            too_big = error if j == 0 else BadMessageError(
+                f"MPUB message too big {len(bodies[i])} > {limit}"
+            )
+            self.fail([bodies[i]], [tokens[i]], too_big, connection)
+        keep = [i for i, body in enumerate(bodies) if len(body) <= limit]
+        self.resend(*_select(keep, bodies, tokens, times))
+
+    def _resend_lost(
+        self,
+        error: ConnectionClosed,
+        connection: NSQDLink,
+        bodies: list[bytes],
+        tokens: list[Any],
+        times: list[float],
+    ) -> None:
+        """The batch's connection was lost before nsqd answered, and ``publish_retries``
+        allows sending again: send again the publishes with a retry left (the others
+        fail, see :meth:`retry_lost`)."""
+        again = self.retry_lost(bodies, tokens, error, connection)
+        if again:
+            _log.info("Publishing {count} messages again after a lost connection", count=len(again))
+            self.resend(*_select(again, bodies, tokens, times))
 
     def retry_lost(
         self,
@@ -427,9 +456,7 @@ class Batcher:
             return
         live = self.live(tokens)
         if live is not None:
-            bodies = [bodies[i] for i in live]
-            tokens = [tokens[i] for i in live]
-            times = [times[i] for i in live]
+            bodies, tokens, times = _select(live, bodies, tokens, times)
         if tokens:
             self._queue.requeue(bodies, tokens, times, one_by_one)
 
