@@ -13,14 +13,14 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet import defer
 from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.client_agreement import pending_reconnect

@@ -3,7 +3,7 @@
 With ``batch=True`` each topic gets a :class:`Batcher`: it holds the topic's
 :class:`~txnsq._wire.batching.BatchQueue` (the pure rule: when a batch is due, how it is
 cut, what a refusal means for each message) and drives it: the timers, the MPUBs sent on
-the producer's ready links (:mod:`txnsq.producer._link`), and each publish's Deferred
+the producer's open links (:mod:`txnsq.producer._link`), and each publish's Deferred
 fired, failed or sent again from nsqd's answer.
 """
 
@@ -103,7 +103,7 @@ class Batcher:
             linger=options.batch_linger,
             window=BATCH_WINDOW,
         )
-        #: A queued publish fails after this many seconds without a ready link.
+        #: A queued publish fails after this many seconds without an open link.
         self.timeout = float(options.ready_timeout)
         #: How many times a publish lost with its connection is sent again.
         self.retry = options.publish_retries
@@ -187,7 +187,7 @@ class Batcher:
         )
 
     def send_due(self) -> None:
-        """Send every batch that is due, on ready connections, while the window allows."""
+        """Send every batch that is due, on open links, while the window allows."""
         call, self._call = self._call, None
         if call is not None and call.active():
             call.cancel()
@@ -209,9 +209,9 @@ class Batcher:
             if connection is None:
                 wrong_peers = state.wrong_peers
                 error = None if wrong_peers is None else wrong_peers.error()
-                if error is not None:  # wrong port (issue 24): no connection can come
+                if error is not None:  # every address is a wrong port: none will open
                     self.fail_waiting(error)
-                return  # else the producer sends them once a link is ready
+                return  # else the producer sends them once a link opens
             if not self.send_batch(connection):
                 connection.unusable()
 
@@ -500,7 +500,7 @@ class Batcher:
 
     def stop(self) -> None:
         """The producer stops: send everything queued now (window and linger aside) on
-        ready connections, or fail it with :class:`ProducerStopped`; stop the timers."""
+        open links, or fail it with :class:`ProducerStopped`; stop the timers."""
         for timer in (self._call, self._expiry):
             if timer is not None and timer.active():
                 timer.cancel()
