@@ -29,8 +29,8 @@ from tests.support.lookupd import FakeAgent
 from tests.support.producer import FakeNSQD as FakeProducerNSQD
 from tests.support.producer import sent
 from tests.support.subscriber import Driver, FakeNsqd
-from tests.support.wire import mpub_bodies, parse_commands
-from txnsq._wire.batching import DEFAULT_MAX_BATCH_BYTES, framed_ends, mpub_cut
+from tests.support.wire import mpub_bodies, mpub_cut_sizes, parse_commands
+from txnsq._wire.batching import DEFAULT_MAX_BATCH_BYTES
 from txnsq._wire.retry import DEFAULT_RETRY
 from txnsq.blocking import Connection
 from txnsq.consumer import Consumer
@@ -288,16 +288,6 @@ def spark_mpubs(bodies: list[bytes], max_count: int, max_bytes: int) -> list[lis
     return [mpub_bodies(body or b"") for _, body in parse_commands(commands)]
 
 
-def rule_sizes(bodies: list[bytes], max_count: int, max_bytes: int) -> list[int]:
-    ends = framed_ends(map(len, bodies))
-    sizes, start = [], 0
-    while start < len(bodies):
-        end = mpub_cut(ends, start, max_count, max_bytes)
-        sizes.append(end - start)
-        start = end
-    return sizes
-
-
 class MpubCutAgreementTests(SynchronousTestCase):
     """The Producer's batches, the blocking ``Connection.multi_publish(batch_size=...)``
     and the Spark writer cut the same bodies into the same MPUBs, by one rule, with one
@@ -312,7 +302,7 @@ class MpubCutAgreementTests(SynchronousTestCase):
     def test_same_cut(self, bodies: list[bytes], max_count: int, max_bytes: int) -> None:
         producer = producer_mpubs(bodies, max_count, max_bytes)
         self.assertEqual([b for batch in producer for b in batch], bodies)
-        self.assertEqual([len(b) for b in producer], rule_sizes(bodies, max_count, max_bytes))
+        self.assertEqual([len(b) for b in producer], mpub_cut_sizes(bodies, max_count, max_bytes))
         self.assertEqual(connection_mpubs(bodies, max_count, max_bytes), producer)
         self.assertEqual(spark_mpubs(bodies, max_count, max_bytes), producer)
 
@@ -326,5 +316,5 @@ class MpubCutAgreementTests(SynchronousTestCase):
         # The blocking Connection, told no max_body_size, cuts at the same default.
         bodies = [bytes([i]) * 300_000 for i in range(10)]
         sizes = [len(m) for m in connection_mpubs(bodies, 1000, None)]
-        self.assertEqual(sizes, rule_sizes(bodies, 1000, DEFAULT_MAX_BATCH_BYTES))
+        self.assertEqual(sizes, mpub_cut_sizes(bodies, 1000, DEFAULT_MAX_BATCH_BYTES))
         self.assertEqual(sizes, [3, 3, 3, 1])

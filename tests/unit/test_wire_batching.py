@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.support.wire import mpub_bodies, parse_commands
+from tests.support.wire import mpub_bodies, mpub_cut_sizes, parse_commands
 from txnsq._wire.batching import (
     BATCH_SIZE_BOUNDS,
     BatchQueue,
@@ -227,17 +227,6 @@ max_counts = st.integers(1, 40)
 max_bytes_caps = st.integers(9, 2_000)
 
 
-def cut_sizes(bodies: list[bytes], max_count: int, max_bytes: int) -> list[int]:
-    """The MPUB sizes :func:`mpub_cut` gives, walking ``bodies`` from the head."""
-    ends = framed_ends(map(len, bodies))
-    sizes, start = [], 0
-    while start < len(bodies):
-        end = mpub_cut(ends, start, max_count, max_bytes)
-        sizes.append(end - start)
-        start = end
-    return sizes
-
-
 class CutRuleTests(SynchronousTestCase):
     """The one rule that cuts messages into MPUBs (:func:`mpub_cut`) and its users here."""
 
@@ -249,7 +238,7 @@ class CutRuleTests(SynchronousTestCase):
         as the caps allow, every body once and in order."""
         chunks = list(split_mpubs(bodies, max_count, max_bytes))
         self.assertEqual([b for chunk in chunks for b in chunk], bodies)
-        self.assertEqual([len(c) for c in chunks], cut_sizes(bodies, max_count, max_bytes))
+        self.assertEqual([len(c) for c in chunks], mpub_cut_sizes(bodies, max_count, max_bytes))
         start = 0
         for chunk in chunks:
             start += len(chunk)
@@ -290,7 +279,7 @@ class CutRuleTests(SynchronousTestCase):
         sizes = []
         while len(q):
             sizes.append(len(q.take()[0]))
-        self.assertEqual(sizes, cut_sizes(bodies, max_count, max_bytes))
+        self.assertEqual(sizes, mpub_cut_sizes(bodies, max_count, max_bytes))
 
     def test_cut_from_the_middle(self) -> None:
         ends = framed_ends([10, 10, 10, 10])  # 14 framed bytes each
