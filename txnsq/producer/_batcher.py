@@ -80,21 +80,21 @@ class Batcher:
         "_call",
         "_expiry",
         "_lingering",
+        "_max_bytes",
         "_queue",
+        "_reactor",
+        "_retry",
         "_seconds",
         "_stamp",
+        "_timeout",
         "cancel",
-        "max_bytes",
-        "reactor",
-        "retry",
         "state",
-        "timeout",
         "topic",
     )
 
     def __init__(self, state: PublishState, topic: str, options: ProducerOptions) -> None:
         self.state = state
-        self.reactor = state.reactor
+        self._reactor = state.reactor
         self._seconds = state.reactor.seconds
         self.topic = topic
         self._queue: BatchQueue[Any] = BatchQueue(  # Deferreds here; see _buffer for Lots
@@ -103,11 +103,12 @@ class Batcher:
             linger=options.batch_linger,
             window=BATCH_WINDOW,
         )
-        #: A queued publish fails after this many seconds without an open link.
-        self.timeout = float(options.ready_timeout)
-        #: How many times a publish lost with its connection is sent again.
-        self.retry = options.publish_retries
-        self.max_bytes = options.batch_max_bytes
+        # A queued publish fails after this many seconds without an open link.
+        self._timeout = float(options.ready_timeout)
+        # How many times a publish lost with its connection is sent again.
+        self._retry = options.publish_retries
+        # The configured cap on an MPUB body (a refusal may lower the queue's).
+        self._max_bytes = options.batch_max_bytes
         #: The canceller of every Deferred of this topic (bound once).
         self.cancel = self._cancel
         # The scheduled send_due (end of the turn, or the linger), if any.
@@ -163,7 +164,7 @@ class Batcher:
     def _schedule(self) -> None:
         """Send what is due at the end of this reactor turn (or once the linger is over)."""
         linger = self._queue.linger
-        self._call = self.reactor.callLater(linger, self.send_due)
+        self._call = self._reactor.callLater(linger, self.send_due)
         self._lingering = lingering = linger > 0
         # Until send_due, at the end of this turn (a linger spans turns: no stamp).
         self._stamp = None if lingering else self._seconds()
@@ -173,7 +174,7 @@ class Batcher:
         call = self._call
         if call is not None and call.active():
             call.cancel()
-        self._call = self.reactor.callLater(0, self.send_due)
+        self._call = self._reactor.callLater(0, self.send_due)
         self._lingering = False
 
     def _arm_expiry(self, now: float) -> None:
@@ -182,8 +183,8 @@ class Batcher:
         oldest = self._queue.oldest()
         if oldest is None:
             return
-        self._expiry = self.reactor.callLater(
-            max(0.0, oldest + self.timeout - now), self._expire
+        self._expiry = self._reactor.callLater(
+            max(0.0, oldest + self._timeout - now), self._expire
         )
 
     def send_due(self) -> None:
@@ -202,7 +203,7 @@ class Batcher:
             if when is None:
                 return
             if when > now:
-                self._call = self.reactor.callLater(when - now, self.send_due)
+                self._call = self._reactor.callLater(when - now, self.send_due)
                 self._lingering = True
                 return
             connection = state.pick()
@@ -320,7 +321,7 @@ class Batcher:
         elif error is not None and never_executed(error):
             # Pipelined behind a batch nsqd refused: never stored, safe to send again.
             self.resend(bodies, tokens, times)
-        elif isinstance(error, ConnectionClosed) and self.retry and not self.state.stopped:
+        elif isinstance(error, ConnectionClosed) and self._retry and not self.state.stopped:
             self._resend_lost(error, connection, bodies, tokens, times)
         else:
             self.fail(bodies, tokens, failure, connection)
@@ -403,7 +404,7 @@ class Batcher:
         retries = self.state.retries
         again = []
         for i, d in enumerate(tokens):
-            left = retries.get(d, self.retry)
+            left = retries.get(d, self._retry)
             if left > 0 and not d.called:
                 retries[d] = left - 1
                 again.append(i)
@@ -470,7 +471,7 @@ class Batcher:
             and not queue.in_flight
             and self._call is None
             and queue.max_message_size is None
-            and queue.max_bytes >= self.max_bytes
+            and queue.max_bytes >= self._max_bytes
         )
 
     def retire(self) -> None:
@@ -490,7 +491,7 @@ class Batcher:
     def _expire(self) -> None:
         self._expiry = None
         now = self._seconds()
-        timeout = self.timeout
+        timeout = self._timeout
         bodies, expired = self._queue.expire(now - timeout)
         if expired:
             self.fail(
