@@ -228,7 +228,9 @@ class Batcher:
         if send is None:
             return False
         queue = self._queue
+        before = queue.body_bytes
         bodies, tokens, times = queue.take()
+        nbytes = before - queue.body_bytes  # the batch's bytes, without measuring it again
         try:
             inner = send(_publish_batch(self.topic, bodies))
         except NotReady:
@@ -245,7 +247,7 @@ class Batcher:
         state.batch_sizes[batch_size_bucket(n)] += 1
         connection.counters.batches += 1
         self.batch_sent(inner, connection, n)
-        inner.addBoth(self.answered, connection, bodies, tokens, times)
+        inner.addBoth(self.answered, connection, bodies, tokens, times, nbytes)
         return True
 
     def batch_sent(self, inner: Deferred[bytes], connection: NSQDLink, count: int) -> None:
@@ -259,9 +261,10 @@ class Batcher:
         bodies: list[bytes],
         tokens: list[Deferred[bytes]],
         times: list[float],
+        nbytes: int,
     ) -> None:
         """nsqd answered a batch (or its connection failed): fire its publishes' Deferreds,
-        or send them again; then send what waits."""
+        or send them again; then send what waits. ``nbytes``: the batch's body bytes."""
         state = self.state
         queue = self._queue
         queue.answered()
@@ -284,7 +287,7 @@ class Batcher:
             else:
                 state.published += n - 1
                 connection.counters.published += n - 1
-                self.delivered(bodies, tokens, result)
+                self.delivered(bodies, tokens, nbytes, result)
         finally:
             self._call = None
             self._stamp = None
@@ -293,9 +296,12 @@ class Batcher:
         if self._expiry is None and queue.bodies:
             self._arm_expiry(self._seconds())
 
-    def delivered(self, bodies: list[bytes], tokens: list[Any], result: bytes) -> None:
-        """nsqd acknowledged the batch of ``bodies``: fire its publishes' Deferreds
-        (each publish's token is its Deferred here; see ``txnsq.producer._buffer`` for another)."""
+    def delivered(
+        self, bodies: list[bytes], tokens: list[Any], nbytes: int, result: bytes
+    ) -> None:
+        """nsqd acknowledged the batch of ``bodies`` (``nbytes`` bytes in all): fire its
+        publishes' Deferreds (each publish's token is its Deferred here; see
+        ``txnsq.producer._buffer`` for another)."""
         retries = self.state.retries
         if retries:
             for d in tokens:
