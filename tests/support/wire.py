@@ -15,6 +15,7 @@ from twisted.internet.interfaces import IProtocol, IReactorTime
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
+from txnsq._wire.batching import framed_ends, mpub_cut
 from txnsq._wire.commands import MAGIC_V2
 from txnsq._wire.frames import encode_response
 from txnsq._wire.identify import IdentifyOptions
@@ -117,6 +118,18 @@ def mpub_bodies(body: bytes) -> list[bytes]:
         out.append(body[pos + 4 : pos + 4 + size])
         pos += 4 + size
     return out
+
+
+def mpub_cut_sizes(bodies: list[bytes], max_count: int, max_bytes: int) -> list[int]:
+    """The sizes of the MPUBs :func:`txnsq._wire.batching.mpub_cut` cuts ``bodies`` into,
+    walking from the head."""
+    ends = framed_ends(map(len, bodies))
+    sizes, start = [], 0
+    while start < len(bodies):
+        end = mpub_cut(ends, start, max_count, max_bytes)
+        sizes.append(end - start)
+        start = end
+    return sizes
 
 
 class FakeTransport(StringTransport):

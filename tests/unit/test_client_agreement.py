@@ -3,7 +3,9 @@
 Each test feeds one scenario to the Twisted clients (Consumer, Producer, LookupdPoller)
 and to the blocking Subscriber, and checks they agree: reconnect delays (one
 ``RetryPolicy``), RDY sharing (one ``RdyController``), TOUCH timing (one
-``touch_schedule``), nsqlookupd answers merged (one ``LookupAnswers``).
+``touch_schedule``), nsqlookupd answers merged (one ``LookupAnswers``), bodies cut into
+MPUBs by the Producer, the blocking ``Connection`` and the Spark writer (one
+``mpub_cut``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet import defer
 from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.error import ConnectionRefusedError
@@ -22,10 +26,16 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.support.client_agreement import pending_reconnect
 from tests.support.consumer import Harness
 from tests.support.lookupd import FakeAgent
+from tests.support.producer import FakeNSQD as FakeProducerNSQD
+from tests.support.producer import sent
 from tests.support.subscriber import Driver, FakeNsqd
+from tests.support.wire import mpub_bodies, mpub_cut_sizes, parse_commands
+from txnsq._wire.batching import DEFAULT_MAX_BATCH_BYTES
 from txnsq._wire.retry import DEFAULT_RETRY
+from txnsq.blocking import Connection
 from txnsq.consumer import Consumer
 from txnsq.lookupd import LookupdPoller
+from txnsq.options import ProducerOptions
 from txnsq.producer import Producer
 
 SEED = 20240611
@@ -228,3 +238,83 @@ class LookupAgreementTests(SynchronousTestCase):
         self.assertEqual(poller[6], {self.N3})
         self.assertEqual(poller[-1], frozenset())
         self.assertEqual(self.subscriber_rounds(), poller)
+
+
+def producer_mpubs(bodies: list[bytes], max_count: int, max_bytes: int) -> list[list[bytes]]:
+    """The batches a ``Producer(batch=True)`` sends for ``bodies`` published in one turn."""
+    reactor = MemoryReactorClock()
+    producer = Producer(
+        "127.0.0.1:4150", reactor=reactor, batch=True, batch_max_count=max_count,
+        batch_max_bytes=max_bytes,
+    )
+    producer.startService()
+    nsqd = FakeProducerNSQD(reactor)
+    nsqd.identify()
+    for body in bodies:
+        producer.publish("t", body)
+    batches: list[list[bytes]] = []
+    while new := sent(nsqd):
+        batches.extend(chunk for _, chunk in new)
+        nsqd.answer_ok(len(new))
+    producer.stopService()
+    reactor.advance(0)
+    return batches
+
+
+def connection_mpubs(
+    bodies: list[bytes], max_count: int, max_bytes: int | None
+) -> list[list[bytes]]:
+    """The MPUBs ``Connection.multi_publish(batch_size=max_count)`` sends for ``bodies``
+    (its pipelined sends recorded, no socket)."""
+    conn = Connection("127.0.0.1:4150", max_body_size=max_bytes)
+    mpubs: list[list[bytes]] = []
+
+    def start_multi_publish(topic: str, chunk: list[bytes], *, max_pending: int = 4) -> None:
+        mpubs.append(list(chunk))
+
+    conn.start_multi_publish = start_multi_publish  # type: ignore[method-assign,assignment]
+    conn.wait_published = lambda: None  # type: ignore[method-assign]
+    conn.multi_publish("t", iter(bodies), batch_size=max_count)
+    return mpubs
+
+
+def spark_mpubs(bodies: list[bytes], max_count: int, max_bytes: int) -> list[list[bytes]]:
+    """The MPUBs the Spark writer builds for a column of ``bodies``."""
+    import pyarrow as pa
+
+    from txnsq.spark.writer import mpub_commands
+
+    commands = b"".join(mpub_commands("t", pa.array(bodies, pa.binary()), max_count, max_bytes))
+    return [mpub_bodies(body or b"") for _, body in parse_commands(commands)]
+
+
+class MpubCutAgreementTests(SynchronousTestCase):
+    """The Producer's batches, the blocking ``Connection.multi_publish(batch_size=...)``
+    and the Spark writer cut the same bodies into the same MPUBs, by one rule, with one
+    default cap."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(
+        st.lists(st.binary(min_size=1, max_size=200), min_size=1, max_size=60),
+        st.integers(1, 12),
+        st.integers(9, 1_000),
+    )
+    def test_same_cut(self, bodies: list[bytes], max_count: int, max_bytes: int) -> None:
+        producer = producer_mpubs(bodies, max_count, max_bytes)
+        self.assertEqual([b for batch in producer for b in batch], bodies)
+        self.assertEqual([len(b) for b in producer], mpub_cut_sizes(bodies, max_count, max_bytes))
+        self.assertEqual(connection_mpubs(bodies, max_count, max_bytes), producer)
+        self.assertEqual(spark_mpubs(bodies, max_count, max_bytes), producer)
+
+    def test_one_default_cap(self) -> None:
+        from txnsq.spark.options import parse_write_options
+
+        self.assertEqual(DEFAULT_MAX_BATCH_BYTES, 1024 * 1024)
+        self.assertEqual(ProducerOptions().batch_max_bytes, DEFAULT_MAX_BATCH_BYTES)
+        written = parse_write_options({"nsqdTcpAddresses": "127.0.0.1:4150", "topic": "t"})
+        self.assertEqual(written.max_body_size, DEFAULT_MAX_BATCH_BYTES)
+        # The blocking Connection, told no max_body_size, cuts at the same default.
+        bodies = [bytes([i]) * 300_000 for i in range(10)]
+        sizes = [len(m) for m in connection_mpubs(bodies, 1000, None)]
+        self.assertEqual(sizes, mpub_cut_sizes(bodies, 1000, DEFAULT_MAX_BATCH_BYTES))
+        self.assertEqual(sizes, [3, 3, 3, 1])

@@ -294,7 +294,7 @@ class QueueTests(ProducerTestCase):
             producer.publish("t", b"x").addErrback(lambda f: None)
         self.reactor.advance(1)
         self.assertEqual(producer.queued, 0)
-        self.assertLess(len(producer._queue), 100)
+        self.assertLess(len(producer._waiting.entries), 100)
         self.stop(producer)
 
     def test_when_ready(self) -> None:

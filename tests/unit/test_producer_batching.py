@@ -350,7 +350,7 @@ class CancelAndTimeoutTests(BatchingTestCase):
 
         def publish_again(_: object) -> None:
             again.append(producer.publish("t", b"2"))
-            again.append(batcher.queue.times[-1])  # the time it was queued with
+            again.append(batcher._queue.times[-1])  # the time it was queued with
 
         producer.publish("t", b"1").addCallback(publish_again)
         assert producer._batchers is not None
@@ -361,7 +361,7 @@ class CancelAndTimeoutTests(BatchingTestCase):
         nsqd.answer_ok()
         self.assertEqual(again[1], answered_at)
         self.assertEqual(sent(nsqd), [(b"PUB t", [b"2"])])
-        self.assertIsNone(batcher.stamp)  # only while the answer is handed out
+        self.assertIsNone(batcher._stamp)  # only while the answer is handed out
         nsqd.answer_ok()
         self.successResultOf(again[0])
         self.stop(producer)

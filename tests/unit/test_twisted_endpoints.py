@@ -33,6 +33,7 @@ from txnsq._twisted.endpoints import (
     connect_failure_reason,
     endpoint_label,
     nsqd_target,
+    nsqd_targets,
 )
 from txnsq.testing import FakeNSQD
 
@@ -209,6 +210,31 @@ class LabelledEndpointTests(SynchronousTestCase):
         self.assertEqual(endpoint_label(other), repr(other))
         target = nsqd_target(TCP4ClientEndpoint(reactor, "10.0.0.1", 4150), reactor)
         self.assertEqual((target.label, repr(target.endpoint)), ("10.0.0.1:4150", "10.0.0.1:4150"))
+
+
+class NSQDTargetsTests(SynchronousTestCase):
+    """One nsqd or a sequence of them (a Producer's ``nsqd_tcp_addresses``)."""
+
+    def labels(self, addresses: object) -> list[str]:
+        return [t.label for t in nsqd_targets(addresses, MemoryReactorClock())]
+
+    def test_one_or_several(self) -> None:
+        reactor = MemoryReactorClock()
+        self.assertEqual(self.labels("10.0.0.1:4150"), ["10.0.0.1:4150"])
+        self.assertEqual(self.labels(("10.0.0.1", 4150)), ["10.0.0.1:4150"])  # one pair
+        self.assertEqual(
+            self.labels([("10.0.0.1", 4150), "10.0.0.2"]), ["10.0.0.1:4150", "10.0.0.2:4150"]
+        )
+        endpoint = TCP4ClientEndpoint(reactor, "10.0.0.3", 4150)
+        self.assertEqual(self.labels(endpoint), ["10.0.0.3:4150"])
+
+    def test_refused(self) -> None:
+        self.assertRaises(TypeError, self.labels, 4150)
+        self.assertRaises(TypeError, self.labels, None)
+        with self.assertRaises(ValueError) as caught:
+            self.labels([])
+        self.assertEqual(str(caught.exception), "at least one nsqd address is needed")
+        self.assertRaises(ValueError, self.labels, ["10.0.0.1:4150", "h:x"])
 
 
 class _Waiter:

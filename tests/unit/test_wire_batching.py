@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.support.wire import mpub_bodies, parse_commands
+from tests.support.wire import mpub_bodies, mpub_cut_sizes, parse_commands
 from txnsq._wire.batching import (
     BATCH_SIZE_BOUNDS,
     BatchQueue,
@@ -12,8 +16,11 @@ from txnsq._wire.batching import (
     RefusalKind,
     batch_size_bucket,
     classify_refusal,
+    framed_ends,
     mpub_body_size,
+    mpub_cut,
     never_executed,
+    split_mpubs,
 )
 from txnsq._wire.commands import mpub, pub, publish_batch
 from txnsq.errors import BadMessageError, ConnectionClosed, FinFailedError
@@ -154,6 +161,19 @@ class QueueTests(SynchronousTestCase):
         self.assertEqual(taken, [["t0"], ["t1"], ["t2"]])
         self.assertEqual(q.take()[1], ["t3"])  # newer ones batch again
 
+    def test_learn_the_limits_nsqd_names(self) -> None:
+        q = queue(max_bytes=10_000)
+        q.learn(classify_refusal("E_BAD_BODY", "MPUB body too big 6000 > 5000"))
+        self.assertEqual(q.max_bytes, 5000)
+        q.learn(classify_refusal("E_BAD_BODY", "MPUB body too big 9000 > 8000"))
+        self.assertEqual(q.max_bytes, 5000)  # the lowest one named is kept
+        q.learn(classify_refusal("E_BAD_MESSAGE", "MPUB message too big 300 > 200"))
+        q.learn(classify_refusal("E_BAD_MESSAGE", "PUB message too big 300 > 250"))
+        self.assertEqual(q.max_message_size, 200)
+        q.learn(classify_refusal("E_BAD_TOPIC", "MPUB topic name is not valid"))
+        q.learn(classify_refusal("E_BAD_BODY", "MPUB invalid message count 0"))
+        self.assertEqual((q.max_bytes, q.max_message_size), (5000, 200))
+
     def test_invalid(self) -> None:
         self.assertRaises(ValueError, BatchQueue, 0, 100)
         self.assertRaises(ValueError, BatchQueue, 1, 8)
@@ -199,3 +219,75 @@ class RefusalTests(SynchronousTestCase):
         self.assertFalse(never_executed(ConnectionClosed("closed", OSError("reset"))))
         self.assertFalse(never_executed(ConnectionClosed("closed", FinFailedError("x"))))
         self.assertFalse(never_executed(refused))
+
+
+#: Bodies of 1 to 300 bytes (the caps below make every case of the rule likely).
+bodies_lists = st.lists(st.binary(min_size=1, max_size=300), max_size=120)
+max_counts = st.integers(1, 40)
+max_bytes_caps = st.integers(9, 2_000)
+
+
+class CutRuleTests(SynchronousTestCase):
+    """The one rule that cuts messages into MPUBs (:func:`mpub_cut`) and its users here."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(bodies_lists, max_counts, max_bytes_caps)
+    def test_greedy_under_both_caps(self, bodies: list[bytes], max_count: int,
+                                    max_bytes: int) -> None:
+        """No MPUB over the caps (but a lone message too big for them), each as large
+        as the caps allow, every body once and in order."""
+        chunks = list(split_mpubs(bodies, max_count, max_bytes))
+        self.assertEqual([b for chunk in chunks for b in chunk], bodies)
+        self.assertEqual([len(c) for c in chunks], mpub_cut_sizes(bodies, max_count, max_bytes))
+        start = 0
+        for chunk in chunks:
+            start += len(chunk)
+            size = mpub_body_size(len(chunk), sum(map(len, chunk)))
+            self.assertTrue(chunk)
+            self.assertLessEqual(len(chunk), max_count)
+            if len(chunk) > 1:
+                self.assertLessEqual(size, max_bytes)
+            if start < len(bodies):  # the next body would break a cap
+                following = mpub_body_size(len(chunk) + 1, sum(map(len, chunk)) + len(
+                    bodies[start]))
+                self.assertTrue(len(chunk) == max_count or following > max_bytes)
+
+    @settings(max_examples=200, deadline=None)
+    @given(bodies_lists, max_counts, max_bytes_caps)
+    def test_an_iterator_is_read_at_most_one_mpub_ahead(
+        self, bodies: list[bytes], max_count: int, max_bytes: int
+    ) -> None:
+        read = [0]
+
+        def source() -> Iterator[bytes]:
+            for body in bodies:
+                read[0] += 1
+                yield body
+
+        done = 0
+        for chunk in split_mpubs(source(), max_count, max_bytes):
+            done += len(chunk)
+            self.assertLessEqual(read[0] - done, max_count)
+        self.assertEqual(done, len(bodies))
+
+    @settings(max_examples=200, deadline=None)
+    @given(bodies_lists, max_counts, max_bytes_caps)
+    def test_batch_queue_cuts_by_the_rule(
+        self, bodies: list[bytes], max_count: int, max_bytes: int
+    ) -> None:
+        q = queue(bodies, max_count=max_count, max_bytes=max_bytes)
+        sizes = []
+        while len(q):
+            sizes.append(len(q.take()[0]))
+        self.assertEqual(sizes, mpub_cut_sizes(bodies, max_count, max_bytes))
+
+    def test_cut_from_the_middle(self) -> None:
+        ends = framed_ends([10, 10, 10, 10])  # 14 framed bytes each
+        self.assertEqual(ends, [0, 14, 28, 42, 56])
+        self.assertEqual(mpub_cut(ends, 1, 10, mpub_body_size(2, 20)), 3)
+        self.assertEqual(mpub_cut(ends, 1, 1, 1000), 2)
+        self.assertEqual(mpub_cut(ends, 3, 10, 1000), 4)
+        self.assertEqual(mpub_cut(ends, 2, 10, 9), 3)  # too big for the cap: alone
+
+    def test_split_mpubs_needs_a_count(self) -> None:
+        self.assertRaises(ValueError, list, split_mpubs([b"x"], 0, 100))

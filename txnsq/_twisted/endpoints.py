@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from twisted.internet import error
@@ -74,6 +74,7 @@ __all__ = [
     "connect_failure_reason",
     "endpoint_label",
     "nsqd_target",
+    "nsqd_targets",
     "peer_address",
     "peer_label",
     "tcp_endpoint",
@@ -174,6 +175,57 @@ def nsqd_target(
     else:
         endpoint = tcp_endpoint(reactor, host, port, connect_timeout)
     return _target(format_address(host, port), endpoint, host)
+
+
+def nsqd_targets(
+    addresses: object,
+    reactor: Any,
+    *,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    endpoint_factory: EndpointFactory | None = None,
+    tls: TLSOptions | None = None,
+) -> list[NSQDTarget]:
+    """Read one nsqd or a sequence of them (each read by :func:`nsqd_target`, with the
+    same keywords). A ``(host, port)`` pair is one nsqd, never two: a port is not an
+    address.
+
+    :raises TypeError: for something that is neither an nsqd nor a sequence of them.
+    :raises ValueError: for an empty sequence, or as :func:`nsqd_target`.
+    """
+    if isinstance(addresses, str) or IStreamClientEndpoint.providedBy(addresses) or _is_pair(
+        addresses
+    ):
+        found: list[object] = [addresses]
+    elif isinstance(addresses, Sequence):
+        found = list(addresses)
+    else:
+        raise TypeError(
+            "addresses must be an nsqd address or a sequence of them, "
+            f"not {type(addresses).__name__}"
+        )
+    if not found:
+        raise ValueError("at least one nsqd address is needed")
+    return [
+        nsqd_target(
+            address,
+            reactor,
+            connect_timeout=connect_timeout,
+            endpoint_factory=endpoint_factory,
+            tls=tls,
+        )
+        for address in found
+    ]
+
+
+def _is_pair(value: object) -> bool:
+    """Whether ``value`` is one ``(host, port)`` pair rather than a sequence of nsqds."""
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+        and not isinstance(value[1], bool)
+    )
 
 
 def _target(label: str, endpoint: IStreamClientEndpoint, tls_hostname: str | None) -> NSQDTarget:

@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from txnsq._api.deprecate import unexpected_keyword, warn_deprecated
-from txnsq._wire import commands
+from txnsq._wire import batching, commands
 from txnsq._wire.address import NSQD_TCP_PORT, UnixSocket, parse_address, parse_nsqd_address
 from txnsq._wire.compression import Compressor, Decompressor
 from txnsq._wire.connection import (
@@ -50,9 +50,6 @@ __all__ = [
 
 #: nsqd's default TCP port.
 DEFAULT_PORT: Final = NSQD_TCP_PORT
-#: When :meth:`Connection.multi_publish` splits bodies, no MPUB body exceeds this many
-#: bytes unless ``max_body_size`` says otherwise (nsqd's default ``--max-body-size``).
-DEFAULT_MPUB_BYTES: Final = 5 * 1024 * 1024
 
 _CLOSE_WAIT: Final = b"CLOSE_WAIT"
 _DPUB: Final = "deferred_publish(topic, body, delay_seconds)"
@@ -483,8 +480,10 @@ class Connection:
         """Publish ``bodies``; return how many once nsqd has acknowledged every one.
 
         With ``batch_size=None`` all bodies go in one MPUB, which nsqd stores atomically.
-        Otherwise they are split into MPUBs of at most ``batch_size`` messages (and at
-        most ``max_body_size`` bytes), up to ``max_pending`` of them in flight at once:
+        Otherwise they are split into MPUBs of at most ``batch_size`` messages and at
+        most ``max_body_size`` bytes (1 MiB when it is ``None``: see
+        :data:`txnsq._wire.batching.DEFAULT_MAX_BATCH_BYTES`), up to ``max_pending`` of
+        them in flight at once:
         much faster, but not atomic. When an MPUB fails, the ones before it may have
         been stored: retrying can publish duplicates.
 
@@ -498,19 +497,9 @@ class Connection:
             return len(items)
         check_number(batch_size, "batch_size", integer=True, positive=True)
         check_number(max_pending, "max_pending", integer=True, positive=True)
-        limit = (self.max_body_size or DEFAULT_MPUB_BYTES) - 4
+        max_bytes = self.max_body_size or batching.DEFAULT_MAX_BATCH_BYTES
         total = 0
-        chunk: list[bytes] = []
-        size = 0
-        for body in bodies:
-            length = len(body) + 4
-            if chunk and (len(chunk) >= batch_size or size + length > limit):
-                self.start_multi_publish(topic, chunk, max_pending=max_pending)
-                total += len(chunk)
-                chunk, size = [], 0
-            chunk.append(body)
-            size += length
-        if chunk:
+        for chunk in batching.split_mpubs(bodies, batch_size, max_bytes):
             self.start_multi_publish(topic, chunk, max_pending=max_pending)
             total += len(chunk)
         self.wait_published()

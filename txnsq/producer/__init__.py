@@ -3,10 +3,12 @@ Deferreds that fire on nsqd's answer (and a fire-and-forget path,
 :meth:`Producer.publish_nowait`).
 
 The package's parts, one job each: ``_producer`` (the :class:`Producer` itself: its
-nsqds, failover, retries, stop), ``_link`` (one nsqd's connection as the producer sees
-it: its pipeline of publishes and their deadlines), ``_batcher`` (``batch=True``: a
-topic's publishes coalesced into MPUBs), ``_buffer`` (:meth:`Producer.publish_nowait`'s
-bounded buffer) and ``_tracing`` (the traced paths, imported only with ``tracing=``).
+nsqds, failover, publish paths, stop, stats), ``_link`` (one nsqd's connection as the
+producer sees it: its pipeline of publishes and their deadlines), ``_waiting`` (the
+unbatched publishes waiting for a link, and their retries), ``_batcher``
+(``batch=True``: a topic's publishes coalesced into MPUBs), ``_buffer``
+(:meth:`Producer.publish_nowait`'s bounded buffer) and ``_tracing`` (the traced paths,
+imported only with ``tracing=``).
 """
 
 from txnsq.producer._producer import (

@@ -242,9 +242,11 @@ class BufferBatcher(Batcher):
         assert ledger is not None
         self.ledger: BufferLedger = ledger
 
-    def delivered(self, bodies: list[bytes], tokens: list[Any], result: bytes) -> None:
+    def delivered(
+        self, bodies: list[bytes], tokens: list[Any], nbytes: int, result: bytes
+    ) -> None:
         """nsqd acknowledged the batch: release it (once for the whole batch)."""
-        self.ledger.settle(tokens, len(tokens), sum(map(len, bodies)))
+        self.ledger.settle(tokens, len(tokens), nbytes)
 
     def retry_lost(
         self,

@@ -1,12 +1,13 @@
 """A :class:`~txnsq.producer.Producer`'s link to one nsqd, and what it shares with it.
 
 - :class:`NSQDLink`: one nsqd: its :class:`~txnsq._twisted.service.NSQDService` (reconnects), its
-  ready protocol if any, and the accounting of nsqd's answers (counters, latency per
+  protocol once the handshake is done, and the accounting of nsqd's answers (counters, latency per
   write).
-- :class:`PublishState`: what the producer, its links and its batchers
-  (:mod:`txnsq.producer._batcher`) all read and count: the ready links and which one is next, the
-  publishes in flight, the counters of ``stats()``. Each of them holds it, so none reaches
-  into another's private attributes.
+- :class:`PublishState`: what the producer, its links, its wait queue
+  (:mod:`txnsq.producer._waiting`) and its batchers (:mod:`txnsq.producer._batcher`) all
+  read and count: the open links and which one is next, the publishes in flight, the
+  counters of ``stats()``. Each of them holds it, so none reaches into another's private
+  attributes.
 """
 
 from __future__ import annotations
@@ -73,11 +74,10 @@ class NSQDCounters:
 
 
 class PublishState:
-    """The state a producer shares with its links and batchers (plain attributes: the
-    publish path reads and counts them)."""
+    """The state a producer shares with its links, its wait queue and its batchers
+    (plain attributes: the publish path reads and counts them)."""
 
     __slots__ = (
-        "batch_queued",
         "batch_sizes",
         "batched",
         "batches",
@@ -86,11 +86,11 @@ class PublishState:
         "drained",
         "failed",
         "in_flight",
-        "link_ready",
+        "link_opened",
         "max_batch",
+        "open_links",
         "published",
         "reactor",
-        "ready",
         "retries",
         "stopped",
         "turn",
@@ -100,11 +100,13 @@ class PublishState:
     def __init__(self, reactor: Any, labels: list[str]) -> None:
         #: The reactor (``IReactorTime``, ``IReactorTCP``).
         self.reactor = reactor
-        #: The links ready for publishes, and the index of the last one used.
-        self.ready: list[NSQDLink] = []
+        #: The open links: handshake done, taking publishes (a link leaves the list
+        #: when its connection closes or refuses a command); and the index of the last
+        #: one used.
+        self.open_links: list[NSQDLink] = []
         self.turn = 0
-        #: Called with a link that became ready (the producer sends what waits).
-        self.link_ready: Callable[[NSQDLink], None] = lambda link: None
+        #: Called with a link that opened (the producer sends what waits).
+        self.link_opened: Callable[[NSQDLink], None] = lambda link: None
         #: The producer is stopped (or stopping): nothing new is sent.
         self.stopped = False
         #: Publishes sent and not answered yet (each message of a batch counts one).
@@ -115,36 +117,37 @@ class PublishState:
         self.published = 0
         self.failed = 0
         self.counters: dict[str, NSQDCounters] = {label: NSQDCounters() for label in labels}
-        #: With batching: publishes waiting in batchers, batches sent, the publishes they
-        #: carried, the largest, a histogram of their sizes (see BATCH_SIZE_BOUNDS).
-        self.batch_queued = 0
+        #: With batching: batches sent, the publishes they carried, the largest, a
+        #: histogram of their sizes (see BATCH_SIZE_BOUNDS).
         self.batches = 0
         self.batched = 0
         self.max_batch = 0
         self.batch_sizes = [0] * (len(BATCH_SIZE_BOUNDS) + 1)
         #: Batched publishes being sent again: how many more times each may be.
         self.retries: dict[Deferred[bytes], int] = {}
-        #: The addresses that answered like a wrong port (issue 24), set by the producer.
+        #: The addresses that answered like another service's port, not nsqd's (so that
+        #: it is logged once per outage, and what waits fails once all of them do); set
+        #: by the producer.
         self.wrong_peers: WrongPeers | None = None
         #: What ``publish_nowait`` holds: the producer's ``txnsq.producer._buffer.BufferLedger``
         #: (typed loosely here: ``_buffer`` builds on this module, not the reverse).
         self.buffer: Any = None
 
     def pick(self) -> NSQDLink | None:
-        """The next ready link, in turn; ``None`` if none is ready."""
-        ready = self.ready
-        n = len(ready)
+        """The next open link, in turn; ``None`` if none is open."""
+        links = self.open_links
+        n = len(links)
         if n == 0:
             return None
         if n == 1:
-            return ready[0]
+            return links[0]
         self.turn = turn = (self.turn + 1) % n
-        return ready[turn]
+        return links[turn]
 
-    def unready(self, link: NSQDLink) -> None:
+    def link_closed(self, link: NSQDLink) -> None:
         """``link`` can no longer take publishes."""
-        if link in self.ready:
-            self.ready.remove(link)
+        if link in self.open_links:
+            self.open_links.remove(link)
 
     def landed(self, count: int) -> None:
         """``count`` publishes in flight were answered (or failed)."""
@@ -168,10 +171,10 @@ class Write:
 
 
 class NSQDLink:
-    """One nsqd: its endpoint, its service and its ready protocol, if any.
+    """One nsqd: its endpoint, its service and its protocol once the handshake is done.
 
     :param state: the producer's shared state (this link's counters are there, under
-        ``label``; it joins ``state.ready`` through ``state.link_ready``).
+        ``label``; it joins ``state.open_links`` through ``state.link_opened``).
     :param label: the nsqd's name in logs and stats.
     :param endpoint: what to dial.
     :param tls_hostname: the name its certificate must carry (unless the options say).
@@ -240,12 +243,12 @@ class NSQDLink:
         protocol.on_close = lambda reason: self.protocol_closed(protocol, reason)
         protocol.on_answer = self.answered
         protocol.when_ready().addCallbacks(
-            self.protocol_ready, self.handshake_failed,
+            self.handshake_succeeded, self.handshake_failed,
             callbackArgs=(protocol,), errbackArgs=(protocol,),
         )
         return protocol
 
-    def protocol_ready(self, features: Features, protocol: NSQProtocol) -> None:
+    def handshake_succeeded(self, features: Features, protocol: NSQProtocol) -> None:
         """The handshake of ``protocol`` succeeded: publishes may go to this link."""
         if not self.active:
             protocol.close()
@@ -253,7 +256,7 @@ class NSQDLink:
         if self.service is not None:
             self.service.handshake_succeeded()
         if self.state.wrong_peers is not None:
-            self.state.wrong_peers.connected(self.label)  # wrong port (issue 24)
+            self.state.wrong_peers.connected(self.label)  # an nsqd answered: not a wrong port
         self.protocol = protocol
         self.writes.clear()  # the last protocol's publishes have all failed by now
         self.send = protocol.send_command
@@ -261,7 +264,7 @@ class NSQDLink:
             "Connected to nsqd {address} (version {version})",
             address=self.label, version=features.version,
         )
-        self.state.link_ready(self)
+        self.state.link_opened(self)
 
     def handshake_failed(self, failure: Failure, protocol: NSQProtocol) -> None:
         """The handshake of ``protocol`` failed: the next reconnect waits longer."""
@@ -271,7 +274,7 @@ class NSQDLink:
         count = service.handshake_failed()
         wrong_peers = self.state.wrong_peers
         if wrong_peers is not None and wrong_peers.handshake_failed(self.label, failure.value):
-            return  # wrong port (issue 24): logged once per outage, publishes failed
+            return  # a wrong port: logged once per outage (WrongPeers), not each time
         _log.warn(
             "Handshake with nsqd {address} failed ({count} in a row): {error}",
             address=self.label, count=count, error=failure.value,
@@ -283,7 +286,7 @@ class NSQDLink:
             return
         self.protocol = None
         self.send = None
-        self.state.unready(self)
+        self.state.link_closed(self)
         if self.active:
             _log.warn(
                 "Lost connection to nsqd {address}: {reason}",
@@ -339,7 +342,7 @@ class NSQDLink:
         protocol = self.protocol
         self.protocol = None
         self.send = None
-        self.state.unready(self)
+        self.state.link_closed(self)
         if protocol is not None:
             protocol.close()
 
@@ -355,9 +358,9 @@ class NSQDLink:
         )
         self.protocol = None
         self.send = None
-        self.state.unready(self)
+        self.state.link_closed(self)
         protocol.close()
 
     def __repr__(self) -> str:
-        state = "ready" if self.protocol is not None else "not ready"
+        state = "open" if self.protocol is not None else "not open"
         return f"<nsqd {self.label} {state}>"

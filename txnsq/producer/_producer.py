@@ -19,11 +19,12 @@ With ``batch=True``, :meth:`Producer.publish` calls to one topic are coalesced i
 (each call keeps its own Deferred); the rule (when a batch goes, how it is cut, what a
 refusal means for each message) is :mod:`txnsq._wire.batching`.
 
-This module holds the :class:`Producer` itself (its wait queue, failover between nsqds,
-retries, stop); the rest is in private modules, one job each: ``txnsq.producer._link``
-(the link to one nsqd and the state the producer shares with its links and batchers),
-``txnsq.producer._batcher`` (``batch=True``: one topic's batches, timers and answers) and
-``txnsq.producer._args`` (the checks of its addresses and keywords of txnsq 0.1).
+This module holds the :class:`Producer` itself (its nsqds, failover between them, the
+publish paths, stop, stats); the rest is in private modules, one job each:
+``txnsq.producer._link`` (the link to one nsqd and the state the producer shares with its
+links and batchers), ``txnsq.producer._waiting`` (the unbatched publishes waiting for a
+link, and their retries), ``txnsq.producer._batcher`` (``batch=True``: one topic's
+batches, timers and answers) and ``txnsq.producer._buffer`` (``publish_nowait``).
 
 Example::
 
@@ -38,40 +39,35 @@ Example::
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from txnsq._api.deprecate import warn_deprecated
-from txnsq._twisted.endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
+from txnsq._api.compat import fold_producer_keywords
+from txnsq._twisted.endpoints import EndpointFactory, NSQDAddress, nsqd_targets
 from txnsq._twisted.wrongport import WrongPeers
 from txnsq._wire import commands
 from txnsq._wire.batching import BATCH_SIZE_BOUNDS
 from txnsq._wire.numbers import seconds_to_ms
 from txnsq._wire.retry import DEFAULT_RETRY
 from txnsq.errors import (
-    ConnectionClosed,
-    DPubFailedError,
-    MPubFailedError,
     NotReady,
     ProducerStopped,
-    PubFailedError,
     PublishBufferFull,
     PublishQueueFull,
 )
 from txnsq.observers import ProducerNSQDStats, ProducerStats
 from txnsq.options import ConnectionOptions, ProducerOptions, client_options
-from txnsq.producer._args import address_list, take_deprecated
 from txnsq.producer._batcher import Batcher
 from txnsq.producer._buffer import BufferBatcher, BufferLedger, ErrorHandler
 from txnsq.producer._link import NSQDLink, PublishState
+from txnsq.producer._waiting import RETRIABLE as RETRIABLE
+from txnsq.producer._waiting import WaitQueue
 from txnsq.tracing import Tracing
 
 __all__ = [
@@ -81,12 +77,6 @@ __all__ = [
     "PublishQueueFull",
     "default_retry_policy",
 ]
-
-# What a publish with retries left is sent again after: a connection lost before nsqd
-# answered, or nsqd's E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED (fatal: nsqd could not
-# store it, e.g. its topic is exiting because nsqd is; nsqd 1.2.0 answers that way to
-# publishes that arrive while it stops).
-RETRIABLE: Final = (ConnectionClosed, PubFailedError, MPubFailedError, DPubFailedError)
 
 _log: Final = Logger(namespace="txnsq.producer")
 
@@ -101,6 +91,9 @@ _dpub = commands.dpub
 #: With batching, the topics a producer keeps state for before it forgets the idle ones
 #: (see Producer._forget_idle_topics).
 _TOPICS_BEFORE_SWEEP: Final = 64
+
+#: What makes a topic's batcher (the traced one with tracing on).
+BatcherMaker = Callable[[PublishState, str, ProducerOptions], Batcher]
 
 
 def _forget_idle(batchers: dict[str, Batcher]) -> int:
@@ -121,39 +114,6 @@ def default_retry_policy() -> Callable[[int], float]:
     :data:`txnsq._wire.retry.DEFAULT_RETRY` (1 s, doubling up to 60 s, each delay
     shortened by up to 20% at random), as every client uses."""
     return DEFAULT_RETRY.policy()
-
-
-# Publish states.
-_QUEUED: Final = 0
-_SENT: Final = 1
-_DONE: Final = 2
-
-
-class _Publish:
-    """A publish that went through the queue (or that may be retried)."""
-
-    __slots__ = ("cancel_hook", "data", "deferred", "inner", "retries_left", "state", "timer")
-
-    def __init__(self, data: bytes, retries: int) -> None:
-        self.data = data
-        self.retries_left = retries
-        self.state = _QUEUED
-        self.timer: IDelayedCall | None = None
-        self.inner: Deferred[bytes] | None = None
-        self.deferred: Deferred[bytes] = Deferred(self._cancel)
-        self.cancel_hook: Callable[[_Publish], None] | None = None
-
-    def _cancel(self, d: Deferred[bytes]) -> None:
-        # Deferred.cancel() errbacks with CancelledError when this returns without firing.
-        if self.state == _QUEUED:
-            self.state = _DONE
-            hook = self.cancel_hook
-            if hook is not None:
-                hook(self)
-        elif self.state == _SENT and self.inner is not None:
-            # Fails ``inner`` (its FIFO slot on the connection stays; nsqd's later answer
-            # is dropped), which is relayed to ``deferred``.
-            self.inner.cancel()
 
 
 class Producer(Service):
@@ -230,79 +190,83 @@ class Producer(Service):
         on_publish_error: ErrorHandler | None = None,
         **settings: Any,
     ) -> None:
-        policy = take_deprecated(settings)
-        if "addresses" in settings:
-            warn_deprecated("Producer(addresses=...)", "Producer(nsqd_tcp_addresses=...)")
-            if nsqd_tcp_addresses is not None:
-                raise TypeError("Producer() got multiple values for 'nsqd_tcp_addresses'")
-            nsqd_tcp_addresses = settings.pop("addresses")
+        addresses, policy = fold_producer_keywords(nsqd_tcp_addresses, settings)
         self.options = opts = client_options(ProducerOptions, Producer, options, settings)
-        if nsqd_tcp_addresses is None:
+        if addresses is None:
             raise TypeError("Producer() missing its nsqd address: Producer('127.0.0.1:4150')")
         if reactor is None:
             from twisted.internet import reactor as global_reactor
 
             reactor = global_reactor
         self._reactor = reactor
-        self._seconds: Callable[[], float] = reactor.seconds
+        self._retry_policy = policy if policy is not None else opts.reconnect_policy.policy(rng)
+        self._addresses = nsqd_targets(
+            addresses,
+            reactor,
+            connect_timeout=opts.connect_timeout,
+            endpoint_factory=endpoint_factory,
+            tls=opts.tls,
+        )
+        self._init_links(opts)
+        self._init_batching(opts, on_publish_error)
+        if tracing is not None:
+            self._trace(tracing)
+
+    def _init_links(self, opts: ProducerOptions) -> None:
+        """The state shared with the links, and what waits for a link to open: the
+        unbatched publishes and the callers of :meth:`when_ready`."""
+        #: What this producer shares with its links and batchers.
+        self._state = state = PublishState(self._reactor, [t.label for t in self._addresses])
+        state.link_opened = self._link_opened
+        # Addresses that answered like another service's port, not nsqd's (logged once
+        # per outage): once all of them do, no connection can come, and what waits fails.
+        state.wrong_peers = WrongPeers(len(self._addresses), self._fail_waiting, _log)
+        self._open_links = state.open_links  # the same list, never replaced
+        self._connections: list[NSQDLink] = []
         # The hot path reads these attributes, not the options.
-        self._timeout = float(opts.ready_timeout)
-        self._stop_timeout = float(opts.stop_timeout)
         self._max_queued = opts.max_queued
         self._retry = opts.publish_retries
-        self._init_batching(opts)
-        self._retry_policy = policy if policy is not None else opts.reconnect_policy.policy(rng)
-
-        self._addresses: list[NSQDTarget] = [
-            nsqd_target(
-                a, reactor, connect_timeout=opts.connect_timeout,
-                endpoint_factory=endpoint_factory, tls=opts.tls,
-            )
-            for a in address_list(nsqd_tcp_addresses)
-        ]
-
-        #: What this producer shares with its links and batchers.
-        self._state = state = PublishState(reactor, [label for label, _, _ in self._addresses])
-        state.link_ready = self._connection_ready
-        self._connections: list[NSQDLink] = []
-        self._ready = state.ready  # the same list, never replaced
-        # Wrong port (issue 24): addresses that answered like one, logged once per outage.
-        state.wrong_peers = WrongPeers(len(self._addresses), self._fail_waiting, _log)
-        self._queue: deque[_Publish] = deque()
-        self._queued = 0  # live entries in _queue (cancelled/timed-out ones stay until skipped)
+        self._stop_timeout = float(opts.stop_timeout)
+        self._waiting = WaitQueue(state, float(opts.ready_timeout), opts.publish_retries)
         self._ready_waiters: list[Deferred[None]] = []
         self._running = False
         self._stopping: Deferred[None] | None = None
-        #: Makes a topic's batcher (the traced one with tracing on).
-        self._new_batcher: Callable[[PublishState, str, ProducerOptions], Batcher] = Batcher
+
+    def _init_batching(
+        self, opts: ProducerOptions, on_publish_error: ErrorHandler | None
+    ) -> None:
+        """The per-topic batchers of :meth:`publish` (with ``batch=True``) and of
+        :meth:`publish_nowait`, and the ledger of what ``publish_nowait`` holds."""
         if on_publish_error is not None and not callable(on_publish_error):
             raise TypeError(
                 "on_publish_error must be a callable (topic, body, error), not "
                 f"{type(on_publish_error).__name__}"
             )
-        #: What publish_nowait holds, over every topic (txnsq.producer._buffer).
-        self._ledger = state.buffer = BufferLedger(opts, on_publish_error)
-        #: Topic -> the batcher of its publish_nowait messages.
-        self._buffers: dict[str, Batcher] = {}
-        self._buffers_sweep_at = _TOPICS_BEFORE_SWEEP
-        self._new_buffer: Callable[[PublishState, str, ProducerOptions], Batcher] = BufferBatcher
-        if tracing is not None:  # the traced path, chosen once (txnsq.tracing)
-            from txnsq.producer._tracing import trace_buffer, trace_producer
-
-            traced = trace_producer(
-                tracing, opts.batch, self.publish, self.multi_publish, self.deferred_publish
-            )
-            self.publish, self.multi_publish, self.deferred_publish = traced[:3]  # type: ignore[method-assign,assignment]
-            self._new_batcher = traced[3]
-            self.publish_nowait, self._new_buffer = trace_buffer(  # type: ignore[method-assign,assignment]
-                tracing, self.publish_nowait
-            )
-
-    def _init_batching(self, opts: ProducerOptions) -> None:
         #: Topic -> its batcher, when batching is on.
         self._batchers: dict[str, Batcher] | None = {} if opts.batch else None
         #: Idle topics are forgotten when a new topic would make this many.
         self._batchers_sweep_at = _TOPICS_BEFORE_SWEEP
+        self._new_batcher: BatcherMaker = Batcher
+        #: What publish_nowait holds, over every topic (txnsq.producer._buffer).
+        self._ledger = self._state.buffer = BufferLedger(opts, on_publish_error)
+        #: Topic -> the batcher of its publish_nowait messages.
+        self._buffers: dict[str, Batcher] = {}
+        self._buffers_sweep_at = _TOPICS_BEFORE_SWEEP
+        self._new_buffer: BatcherMaker = BufferBatcher
+
+    def _trace(self, tracing: Tracing) -> None:
+        """Put the traced publish paths and batchers in place (chosen once, so that a
+        producer without tracing pays nothing for it; see :mod:`txnsq.tracing`)."""
+        from txnsq.producer._tracing import trace_buffer, trace_producer
+
+        traced = trace_producer(
+            tracing, self.options.batch, self.publish, self.multi_publish, self.deferred_publish
+        )
+        self.publish, self.multi_publish, self.deferred_publish = traced[:3]  # type: ignore[method-assign,assignment]
+        self._new_batcher = traced[3]
+        self.publish_nowait, self._new_buffer = trace_buffer(  # type: ignore[method-assign,assignment]
+            tracing, self.publish_nowait
+        )
 
     # ---------------------------------------------------------------- IService
 
@@ -348,8 +312,10 @@ class Producer(Service):
         self._ledger.close()
         for batcher in self._all_batchers():
             batcher.stop()
-        self._ready.clear()
-        self._fail_queue(ProducerStopped("the producer was stopped before a connection was ready"))
+        self._open_links.clear()
+        self._waiting.fail_all(
+            ProducerStopped("the producer was stopped before a connection was ready")
+        )
         waiters, self._ready_waiters = self._ready_waiters, []
         for w in waiters:
             w.errback(ProducerStopped("the producer was stopped"))
@@ -423,31 +389,15 @@ class Producer(Service):
             batcher = batchers[topic]
         except (KeyError, TypeError):  # a new topic (or not a str: checked there)
             return self._publish_batched(topic, body)
-        state = self._state
-        if type(body) is not bytes or not body or state.stopped:
+        if type(body) is not bytes or not body:
             return self._publish_batched(topic, body)
-        if not self._ready and state.batch_queued >= self._max_queued:
-            return self._queue_full()
+        if not self._open_links:  # stopped (a stopped producer has none open), or waiting
+            if self._state.stopped:
+                return self._publish_batched(topic, body)
+            if self._batched() >= self._max_queued:
+                return self._queue_full()
         d: Deferred[bytes] = Deferred(batcher.cancel)
-        call = batcher.call
-        now = batcher.stamp  # this turn's time, while a send or an answer is under way
-        if now is None or call is None:
-            now = self._seconds()
-        queue = batcher.queue
-        # BatchQueue.add and the scheduling after it, inlined (this runs for every
-        # message; publish_nowait does the same with its own token).
-        queue.bodies.append(body)
-        queue.tokens.append(d)
-        queue.times.append(now)
-        queue.body_bytes += len(body)
-        state.batch_queued += 1
-        if call is None:
-            if queue.in_flight < queue.window:
-                batcher.schedule()
-        elif batcher.lingering and queue.is_full():
-            batcher.send_soon()
-        if batcher.expiry is None:
-            batcher.arm_expiry(now)
+        batcher.add(body, len(body), d)
         return d
 
     def _publish_batched(self, topic: str, body: bytes) -> Deferred[bytes]:
@@ -471,6 +421,10 @@ class Producer(Service):
         batchers = self._batchers
         assert batchers is not None
         self._batchers_sweep_at = _forget_idle(batchers)
+
+    def _batched(self) -> int:
+        """How many publishes wait in batchers (``batch=True`` and ``publish_nowait``)."""
+        return sum(batcher.queued() for batcher in self._all_batchers())
 
     def _all_batchers(self) -> list[Batcher]:
         """Every topic's batcher: ``publish`` (``batch=True``) and ``publish_nowait``."""
@@ -524,24 +478,7 @@ class Producer(Service):
             raise ledger.full(size)
         ledger.free = free
         ledger.free_bytes = free_bytes
-        call = batcher.call
-        now = batcher.stamp  # this turn's time, while a send or an answer is under way
-        if now is None or call is None:
-            now = self._seconds()
-        queue = batcher.queue
-        # BatchQueue.add and the scheduling after it, inlined as in publish().
-        queue.bodies.append(body)
-        queue.tokens.append(ledger.lot)
-        queue.times.append(now)
-        queue.body_bytes += size
-        self._state.batch_queued += 1
-        if call is None:
-            if queue.in_flight < queue.window:
-                batcher.schedule()
-        elif batcher.lingering and queue.is_full():
-            batcher.send_soon()
-        if batcher.expiry is None:
-            batcher.arm_expiry(now)
+        batcher.add(body, size, ledger.lot)
 
     def _publish_nowait_first(self, topic: str, body: bytes) -> None:
         """:meth:`publish_nowait` the first time for ``topic`` (or for an argument to
@@ -616,13 +553,13 @@ class Producer(Service):
     @property
     def is_ready(self) -> bool:
         """Whether at least one connection is ready for publishes."""
-        return bool(self._ready)
+        return bool(self._open_links)
 
     def when_ready(self) -> Deferred[None]:
         """Return a Deferred that fires with ``None`` once a connection is ready (at once
         if one is). It fails with :class:`ProducerStopped` if the producer stops first;
         cancelling it is harmless. Combine with ``addTimeout`` to bound the wait."""
-        if self._ready:
+        if self._open_links:
             return defer.succeed(None)
         if self._state.stopped:
             return defer.fail(ProducerStopped("the producer is stopped"))
@@ -639,7 +576,7 @@ class Producer(Service):
     def ready_addresses(self) -> list[str]:
         """The nsqds whose connection is ready, for health checks and logs: each as
         ``"host:port"`` (IPv6 in brackets), or the endpoint string or endpoint given."""
-        return [connection.label for connection in self._ready]
+        return [connection.label for connection in self._open_links]
 
     @property
     def in_flight(self) -> int:
@@ -650,7 +587,7 @@ class Producer(Service):
     def queued(self) -> int:
         """How many publishes are waiting for a ready connection (or, with batching, for
         their batch to be sent)."""
-        return self._queued + self._state.batch_queued
+        return self._waiting.count + self._batched()
 
     def stats(self) -> ProducerStats:
         """Counters of this producer, per nsqd and in total (see
@@ -683,7 +620,7 @@ class Producer(Service):
           one command).
         """
         state = self._state
-        ready = {connection.label for connection in self._ready}
+        ready = {connection.label for connection in self._open_links}
         per: dict[str, ProducerNSQDStats] = {
             label: {
                 "connected": label in ready,
@@ -707,23 +644,23 @@ class Producer(Service):
             "buffered": self._ledger.count,
             "buffered_bytes": self._ledger.nbytes,
             "buffer_failed": self._ledger.failed,
-            "connections": len(self._ready),
+            "connections": len(self._open_links),
             "nsqd": per,
         }
 
     # ---------------------------------------------------------------- internals
 
     def _submit(self, data: bytes) -> Deferred[bytes]:
-        """Send ``data`` on a ready connection now, or queue it."""
-        ready = self._ready
-        if ready and not self._queued and not self._retry:
-            n = len(ready)
+        """Send ``data`` on an open link now, or queue it."""
+        links = self._open_links
+        if links and not self._waiting.count and not self._retry:
+            n = len(links)
             if n == 1:
-                connection = ready[0]
+                connection = links[0]
             else:
                 state = self._state
                 state.turn = turn = (state.turn + 1) % n
-                connection = ready[turn]
+                connection = links[turn]
             send = connection.send
             if send is not None:
                 try:
@@ -738,147 +675,48 @@ class Producer(Service):
         return self._submit_slow(data)
 
     def _submit_slow(self, data: bytes) -> Deferred[bytes]:
-        if self._state.stopped:
-            self._state.failed += 1
+        """:meth:`_submit` when ``data`` cannot go at once: the producer is stopped, no
+        connection can come, publishes wait already, or it may be retried."""
+        state = self._state
+        if state.stopped:
+            state.failed += 1
             return defer.fail(ProducerStopped("the producer is stopped"))
-        wrong_peers = self._state.wrong_peers
-        wrong_peer = None if self._ready or wrong_peers is None else wrong_peers.error()
-        if wrong_peer is not None:  # wrong port (issue 24): no connection can come
-            self._state.failed += 1
+        wrong_peers = state.wrong_peers
+        wrong_peer = None if self._open_links or wrong_peers is None else wrong_peers.error()
+        if wrong_peer is not None:  # every address answered like a wrong port
+            state.failed += 1
             return defer.fail(wrong_peer)
-        item = _Publish(data, self._retry)
-        if self._ready and not self._queued and self._send_item(item):
-            return item.deferred
+        d = self._waiting.try_send(data)
+        if d is not None:
+            return d
         if self.queued >= self._max_queued:
             return self._queue_full()
-        self._enqueue(item)
-        return item.deferred
-
-    def _enqueue(self, item: _Publish, front: bool = False) -> None:
-        item.state = _QUEUED
-        item.inner = None
-        item.cancel_hook = self._queued_cancelled
-        item.timer = self._reactor.callLater(self._timeout, self._queued_timed_out, item)
-        self._queued += 1
-        if front:
-            self._queue.appendleft(item)
-        else:
-            self._queue.append(item)
-
-    def _queued_cancelled(self, item: _Publish) -> None:
-        self._queued -= 1
-        self._state.failed += 1
-        timer, item.timer = item.timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
-        self._compact_queue()
-
-    def _queued_timed_out(self, item: _Publish) -> None:
-        item.timer = None
-        if item.state != _QUEUED:
-            return
-        item.state = _DONE
-        self._queued -= 1
-        self._state.failed += 1
-        self._compact_queue()
-        item.deferred.errback(NotReady(f"no nsqd connection was ready within {self._timeout} s"))
-
-    def _compact_queue(self) -> None:
-        queue = self._queue
-        if len(queue) > 2 * self._queued + 64:
-            self._queue = deque(item for item in queue if item.state == _QUEUED)
+        return self._waiting.wait(data)
 
     def _fail_waiting(self, error: Exception) -> None:
         """Fail every publish waiting for a connection, batched ones included (every nsqd
         address answered like a wrong port)."""
-        self._fail_queue(error)
+        self._waiting.fail_all(error)
         for batcher in self._all_batchers():
             batcher.fail_waiting(error)
 
-    def _fail_queue(self, error: Exception) -> None:
-        queue, self._queue = self._queue, deque()
-        self._queued = 0
-        for item in queue:
-            if item.state != _QUEUED:
-                continue
-            item.state = _DONE
-            self._state.failed += 1
-            timer, item.timer = item.timer, None
-            if timer is not None and timer.active():
-                timer.cancel()
-            item.deferred.errback(error)
-
-    def _send_item(self, item: _Publish) -> bool:
-        """Send a (dequeued) publish on a ready connection; False if none is ready."""
-        while True:
-            connection = self._state.pick()
-            if connection is None:
-                return False
-            send = connection.send
-            if send is not None:
-                try:
-                    inner = send(item.data)
-                except NotReady:
-                    pass
-                else:
-                    break
-            connection.unusable()
-        timer, item.timer = item.timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
-        item.state = _SENT
-        item.inner = inner
-        self._state.in_flight += 1  # counted down by NSQDLink.answered
-        inner.addBoth(self._relay, item)
-        return True
-
-    def _relay(self, result: Any, item: _Publish) -> None:
-        """Pass a sent publish's result on to its caller's Deferred (or retry it)."""
-        d = item.deferred
-        if d.called:  # cancelled
-            return None
-        if (
-            type(result) is Failure
-            and item.retries_left > 0
-            and isinstance(result.value, RETRIABLE)
-            and not self._state.stopped
-        ):
-            item.retries_left -= 1
-            self._state.failed -= 1  # counted by NSQDLink.answered, but it goes again
-            _log.info("Publishing again after {error} ({left} retries left)",
-                      error=result.value, left=item.retries_left)
-            if not (self._ready and not self._queued and self._send_item(item)):
-                self._enqueue(item, front=True)
-            return None
-        item.state = _DONE
-        item.inner = None
-        if type(result) is Failure:
-            d.errback(result)
-        else:
-            d.callback(result)
-        return None
-
-    def _connection_ready(self, connection: NSQDLink) -> None:
-        if connection not in self._ready:
-            self._ready.append(connection)
-        while self._queued and self._ready:
-            item = self._queue.popleft()
-            if item.state != _QUEUED:
-                continue
-            self._queued -= 1
-            if not self._send_item(item):
-                self._queued += 1
-                self._queue.appendleft(item)
-                break
-        if self._ready:
+    def _link_opened(self, connection: NSQDLink) -> None:
+        """``connection`` can take publishes: send what waits for a link, and fire the
+        Deferreds of :meth:`when_ready`."""
+        links = self._open_links
+        if connection not in links:
+            links.append(connection)
+        self._waiting.send_waiting()
+        if links:
             for batcher in self._all_batchers():
-                if batcher.queue.bodies and batcher.call is None:
+                if batcher.waiting():
                     batcher.send_due()
-        if self._ready:
+        if links:
             waiters, self._ready_waiters = self._ready_waiters, []
             for w in waiters:
                 w.callback(None)
 
     def __repr__(self) -> str:
         labels = ", ".join(label for label, _, _ in self._addresses)
-        return f"<Producer [{labels}] ready={len(self._ready)} in_flight={self._state.in_flight}>"
+        links, in_flight = len(self._open_links), self._state.in_flight
+        return f"<Producer [{labels}] ready={links} in_flight={in_flight}>"

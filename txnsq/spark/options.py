@@ -31,6 +31,7 @@ from txnsq._wire.address import (
     check_address_map,
     parse_nsqd_address,
 )
+from txnsq._wire.batching import DEFAULT_MAX_BATCH_BYTES
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
 from txnsq._wire.deadletter import DeadLetter
 from txnsq._wire.identify import IdentifyOptions
@@ -48,8 +49,9 @@ __all__ = [
     "parse_write_options",
 ]
 
-#: nsqd's default ``--max-body-size``: the largest MPUB body the writer builds.
-DEFAULT_MAX_BODY_SIZE: Final = 5 * 1024 * 1024
+#: The largest MPUB body the writer builds unless ``maxBodySize`` says: every client's
+#: one default (:data:`txnsq._wire.batching.DEFAULT_MAX_BATCH_BYTES`, which says why).
+DEFAULT_MAX_BODY_SIZE: Final = DEFAULT_MAX_BATCH_BYTES
 DEFAULT_BATCH_SIZE: Final = 500
 DEFAULT_MAX_PENDING: Final = 4
 DEFAULT_MAX_MESSAGES_PER_TRIGGER: Final = 50_000

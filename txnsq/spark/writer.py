@@ -14,7 +14,6 @@ is reused, and dropped on any error.
 from __future__ import annotations
 
 import array
-import bisect
 import logging
 import sys
 import threading
@@ -38,6 +37,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from txnsq._wire.batching import mpub_cut
 from txnsq._wire.commands import mpub_framed, validate_topic_name
 from txnsq.blocking import Connection
 from txnsq.errors import HandshakeError, NSQServerError
@@ -355,11 +355,13 @@ def mpub_commands(
     topic: str, values: pa.Array, batch_size: int, max_body_size: int
 ) -> Iterator[bytes]:
     """Return the MPUB commands for ``values`` (a binary array of non-empty bodies): at
-    most ``batch_size`` messages and ``max_body_size`` bytes each, in order.
+    most ``batch_size`` messages and ``max_body_size`` bytes each, in order, cut by
+    :func:`txnsq._wire.batching.mpub_cut` (a body too big for ``max_body_size`` goes alone).
 
     The bodies are framed as MPUB carries them (:func:`~txnsq._wire.commands.mpub`: each
     preceded by its 4-byte big-endian size) by Arrow, for the whole array at once, and
-    the commands are cut from that one buffer.
+    the commands are cut from that one buffer: its offsets are the framed ends the rule
+    reads.
     """
     count = len(values)
     if not count:
@@ -374,17 +376,11 @@ def mpub_commands(
     prefixes = pa.Array.from_buffers(pa.binary(4), count, [None, pa.py_buffer(sizes)])
     framed = pc.binary_join_element_wise(prefixes.cast(pa.binary()), values, b"")
     offsets = memoryview(framed.buffers()[1]).cast("i")[framed.offset : framed.offset + count + 1]
-    data = framed.buffers()[2]
-    # An MPUB body is 4 bytes of count, then the framed messages.
-    max_framed = max_body_size - 4
+    data = memoryview(framed.buffers()[2])
     start = 0
     while start < count:
-        end = min(count, start + batch_size)
-        if offsets[end] - offsets[start] > max_framed:
-            # The most messages from start that fit (at least one: nsqd refuses a larger
-            # one with a clear error).
-            end = max(start + 1, bisect.bisect_right(offsets, offsets[start] + max_framed) - 1)
-        yield mpub_framed(topic, end - start, memoryview(data)[offsets[start] : offsets[end]])
+        end = mpub_cut(offsets, start, batch_size, max_body_size)
+        yield mpub_framed(topic, end - start, data[offsets[start] : offsets[end]])
         start = end
 
 
