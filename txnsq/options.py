@@ -52,6 +52,15 @@ __all__ = [
 #: The values of :attr:`ConnectionOptions.compression`.
 COMPRESSIONS: Final = (None, "snappy", "deflate")
 
+#: A consumer's ``batch_max_count`` by default: a size stores take in one statement or
+#: request (a SQL ``INSERT``, a bulk API call), and Kafka's ``max.poll.records``.
+DEFAULT_CONSUMER_BATCH_MAX_COUNT: Final = 500
+#: A consumer's ``batch_linger`` by default, in seconds: long enough for a batch to
+#: form at a few hundred messages a second, short enough to keep data fresh. (The
+#: producer's default is 0: its batches form while earlier ones are unanswered, and a
+#: publish should not wait for a timer.)
+DEFAULT_CONSUMER_BATCH_LINGER: Final = 1.0
+
 _O = TypeVar("_O", bound="ConnectionOptions")
 
 
@@ -509,6 +518,14 @@ class ConsumerOptions(ConnectionOptions):
     #: nsqd acknowledged the publish; requeued if that fails, never dropped. ``None``:
     #: finished and handed to ``giving_up``.
     dead_letter: DeadLetter | None = None
+    #: With a ``batch_handler``: at most this many messages per call (a batch may hold
+    #: messages of several nsqds). ``max_in_flight`` must be at least this, or no batch
+    #: could fill.
+    batch_max_count: int = DEFAULT_CONSUMER_BATCH_MAX_COUNT
+    #: With a ``batch_handler``: seconds a message may wait for others to join its batch;
+    #: the batch is handed over when it is full or when its first message has waited
+    #: this long, whichever comes first (0: what arrived in one reactor turn).
+    batch_linger: float = DEFAULT_CONSUMER_BATCH_LINGER
 
     # Deprecated in 0.2.0 (accepted with a DeprecationWarning, folded into the fields
     # above, then cleared).
@@ -537,6 +554,8 @@ class ConsumerOptions(ConnectionOptions):
         )
         check_number(self.max_attempts, "max_attempts", integer=True, minimum=0, maximum=65535)
         check_number(self.handler_threads, "handler_threads", integer=True, minimum=0)
+        check_number(self.batch_max_count, "batch_max_count", integer=True, minimum=1)
+        check_number(self.batch_linger, "batch_linger", minimum=0)
         for name in (
             "requeue_delay",
             "max_requeue_delay",
@@ -605,3 +624,30 @@ class ConsumerOptions(ConnectionOptions):
             )
             object.__setattr__(self, "reconnect_delay", None)
             object.__setattr__(self, "max_reconnect_delay", None)
+
+
+def check_batch_options(options: ConsumerOptions) -> None:
+    """Check that ``options`` suit a batch handler (the Consumer and ``twistd
+    nsq-consumer`` check them when given one). A batch's messages stay in flight until
+    the handler answers them, so ``max_in_flight`` must be at least ``batch_max_count``
+    (``set_max_in_flight`` may lower it later, to throttle or pause: a batch then goes
+    when no more messages can come); and a message must not wait for its batch as long
+    as nsqd's ``msg_timeout``.
+
+    :raises ValueError: naming the settings and what to give instead.
+    """
+    count, room = options.batch_max_count, options.max_in_flight
+    if room < count:
+        raise ValueError(
+            f"max_in_flight={room} leaves no room for a batch of batch_max_count={count} "
+            "messages (a batch's messages are in flight until the handler answers them): "
+            f"give max_in_flight={2 * count} (one batch fills while another is handled) "
+            f"or at least {count}, or a smaller batch_max_count"
+        )
+    linger, timeout = options.batch_linger, options.msg_timeout
+    if timeout is not None and linger >= timeout:
+        raise ValueError(
+            f"batch_linger={linger:g} is not below msg_timeout={timeout:g}: nsqd would "
+            "deliver a message again while it waits for its batch; give a shorter "
+            "batch_linger"
+        )

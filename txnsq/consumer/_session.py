@@ -25,7 +25,7 @@ from txnsq.errors import FinFailedError, NotReady, NSQError, ReqFailedError, Tou
 from txnsq.message import Message, awaits_auto_answer, take_auto_answer, void
 from txnsq.protocol import NSQProtocol
 
-__all__ = ["NSQDState", "Session", "SessionFlags", "SessionOwner"]
+__all__ = ["BatchCollector", "NSQDState", "Session", "SessionFlags", "SessionOwner"]
 
 #: nsqd's answers to a FIN, REQ or TOUCH of a message no longer in flight (timed out).
 _TIMED_OUT = (FinFailedError, ReqFailedError, TouchFailedError)
@@ -44,13 +44,22 @@ class SessionFlags:
         self.draining = False
 
 
+class BatchCollector(Protocol):
+    """Where a batch consumer's sessions put the messages they receive (the consumer's
+    batches, :mod:`txnsq.consumer._batches`)."""
+
+    def add(self, session: Session, messages: list[Message]) -> None:
+        """``messages``, just received on ``session`` and kept in its ``unanswered``, are
+        for the batch handler."""
+
+
 class SessionOwner(Protocol):
     """The consumer above a :class:`Session`, as the session sees it.
 
-    ``handler`` and ``max_attempts`` are read once per read (run of messages);
-    ``flags`` once per message, so it is a plain attribute, and the methods are called
-    on the events they name. Sessions bind what they call for every read once, when
-    they are made.
+    ``handler`` and ``max_attempts`` are read once per read (run of messages),
+    ``batches`` once; ``flags`` once per message, so it is a plain attribute, and the
+    methods are called on the events they name. Sessions bind what they call for every
+    read once, when they are made.
     """
 
     #: the clock: what time it is, and the timers of auto touch
@@ -65,6 +74,11 @@ class SessionOwner(Protocol):
     @property
     def max_attempts(self) -> int:
         """Deliveries after which a message is given up; 0 for no limit."""
+
+    @property
+    def batches(self) -> BatchCollector | None:
+        """Where messages go with a batch handler; ``None``: to :attr:`handler`, one by
+        one."""
 
     def messages_received(
         self, session: Session, count: int, now: float
@@ -117,6 +131,7 @@ class Session:
 
     __slots__ = (
         "_answered",
+        "_batches",
         "_current",
         "_finish",
         "_flags",
@@ -151,6 +166,7 @@ class Session:
         self._now = owner.clock.seconds
         self._finish = protocol.finish
         self._flags = owner.flags
+        self._batches = owner.batches
 
     # -- messages in
 
@@ -169,6 +185,10 @@ class Session:
             self._send_rdy(updates)
         if self.closed:
             return  # the connection went: nsqd redelivers them
+        batches = self._batches
+        if batches is not None:
+            self._collect(messages, batches)
+            return
         fins: list[bytes] = []
         outer = self._current  # (a handler's own doing could nest a read in this one)
         try:
@@ -222,6 +242,51 @@ class Session:
                         continue  # the handler answered it itself: nothing is left to do
             if self.closed:
                 return
+
+    def _collect(self, messages: list[Message], batches: BatchCollector) -> None:
+        """With a batch handler: keep each message in ``unanswered`` and hand the run to
+        ``batches``; a message past ``max_attempts`` is given up instead, on its own."""
+        max_attempts = give_up_above(self.owner.max_attempts)
+        unanswered = self.unanswered
+        kept: list[Message] = []
+        for message in messages:
+            msg_id = message.id
+            if msg_id in unanswered:
+                self._void(unanswered[msg_id])
+            if message.attempts > max_attempts:
+                self._give_up(message)
+                if self.closed:
+                    return
+            else:
+                unanswered[msg_id] = message
+                kept.append(message)
+        if kept:
+            batches.add(self, kept)
+
+    def finish_batch(self, messages: list[Message]) -> None:
+        """FIN, in one write, those of ``messages`` (received on this connection) that
+        still await their answer from the handler's result: a batch handler's ``True``.
+        Those the handler answered or kept are left alone; nothing is sent once the
+        connection has closed (nsqd redelivers them)."""
+        unanswered = self.unanswered
+        ids: list[bytes] = []
+        for message in messages:
+            msg_id = message.id
+            if unanswered.get(msg_id) is message and take_auto_answer(message):
+                del unanswered[msg_id]
+                ids.append(msg_id)
+        if not ids:
+            return
+        if self.touch_calls:
+            for msg_id in ids:
+                self._cancel_touch(msg_id)
+        flags = self._flags
+        if flags.in_backoff:
+            # One result for the backoff (the batch's), and its RDY before the FINs.
+            self.owner.finished_in_backoff()
+        self._finish_batch(ids)
+        if flags.draining:
+            self.owner.answered_while_draining()
 
     def _give_up(self, message: Message) -> None:
         """``message`` was delivered more than ``max_attempts`` times: the owner answers it
