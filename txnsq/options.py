@@ -626,7 +626,13 @@ class ConsumerOptions(ConnectionOptions):
             object.__setattr__(self, "max_reconnect_delay", None)
 
 
-def check_batch_options(options: ConsumerOptions) -> None:
+def _code_setting(name: str, value: object) -> str:
+    return f"{name}={value}"
+
+
+def check_batch_options(
+    options: ConsumerOptions, setting: Callable[[str, object], str] = _code_setting
+) -> None:
     """Check that ``options`` suit a batch handler (the Consumer and ``twistd
     nsq-consumer`` check them when given one). A batch's messages stay in flight until
     the handler answers them, so ``max_in_flight`` must be at least ``batch_max_count``
@@ -634,20 +640,23 @@ def check_batch_options(options: ConsumerOptions) -> None:
     when no more messages can come); and a message must not wait for its batch as long
     as nsqd's ``msg_timeout``.
 
+    :param setting: writes a setting and its value as the user gave it
+        (``max_in_flight=1`` in code, ``--max-in-flight 1`` on a command line).
     :raises ValueError: naming the settings and what to give instead.
     """
     count, room = options.batch_max_count, options.max_in_flight
     if room < count:
         raise ValueError(
-            f"max_in_flight={room} leaves no room for a batch of batch_max_count={count} "
-            "messages (a batch's messages are in flight until the handler answers them): "
-            f"give max_in_flight={2 * count} (one batch fills while another is handled) "
-            f"or at least {count}, or a smaller batch_max_count"
+            f"{setting('max_in_flight', room)} leaves no room for a batch of "
+            f"{setting('batch_max_count', count)} messages (a batch's messages are in "
+            "flight until the handler answers them): give "
+            f"{setting('max_in_flight', 2 * count)} (one batch fills while another is "
+            f"handled) or at least {count}, or a smaller batch_max_count"
         )
     linger, timeout = options.batch_linger, options.msg_timeout
     if timeout is not None and linger >= timeout:
         raise ValueError(
-            f"batch_linger={linger:g} is not below msg_timeout={timeout:g}: nsqd would "
-            "deliver a message again while it waits for its batch; give a shorter "
-            "batch_linger"
+            f"{setting('batch_linger', f'{linger:g}')} is not below "
+            f"{setting('msg_timeout', f'{timeout:g}')}: nsqd would deliver a message "
+            "again while it waits for its batch; give a shorter batch_linger"
         )

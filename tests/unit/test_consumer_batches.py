@@ -11,20 +11,26 @@ write per connection, REQ with backoff, TOUCH while a Deferred is pending).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from twisted.internet import defer
 from twisted.logger import LogLevel, globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.consumer import A, B, Harness, NSQDConn, fin, req, touch
+from tests.support.fake_nsqd import FakeTestCase
 from txnsq._wire.frames import encode_response
-from txnsq.consumer import Consumer, ConsumerOptions
+from txnsq.consumer import Consumer, ConsumerOptions, DeadLetter
 from txnsq.consumer._threads import HandlerThreads
 from txnsq.message import Message
 from txnsq.options import DEFAULT_CONSUMER_BATCH_LINGER, DEFAULT_CONSUMER_BATCH_MAX_COUNT
+from txnsq.tracing import Tracing
 
 RDY = b"RDY"
 
@@ -429,3 +435,129 @@ class ThreadTests(SynchronousTestCase):
         h.advance(0)
         self.assertEqual([c[0] for c in conn.answers()], [b"REQ"] * 5)
         self.flushLoggedErrors(TypeError)
+
+
+class AsyncioTests(SynchronousTestCase):
+    """A coroutine batch handler runs as an asyncio task on the asyncio reactor (here the
+    memory reactor with a loop of the test's own as the consumer's asyncio loop, as in
+    ``test_consumer_aio.py``)."""
+
+    def test_coroutine_awaiting_asyncio(self) -> None:
+        loop = asyncio.new_event_loop()
+        self.addCleanup(loop.close)
+        h = BatchHarness(self, start=False)
+        h.consumer._results.asyncio_loop = loop
+        h.consumer.startService()
+        conn = h.connect(A)
+
+        async def insert(messages: list[Message]) -> bool:
+            await asyncio.sleep(0.001)
+            self.assertIsNotNone(asyncio.current_task())
+            return True
+
+        h.answer = insert
+        conn.messages(range(1, 6))
+
+        async def settle() -> None:
+            while len(conn.answers()) < 5:
+                h.advance(0)
+                await asyncio.sleep(0.001)
+
+        loop.run_until_complete(asyncio.wait_for(settle(), 5))
+        self.assertEqual(conn.answers(), [fin(n) for n in range(1, 6)])
+
+
+class FakeNSQDTests(FakeTestCase):
+    """Batch consumers against :class:`txnsq.testing.FakeNSQD`: the public fake users test
+    their own batch handlers with."""
+
+    def batch_consumer(self, handler: Any, **settings: Any) -> Consumer:
+        consumer = Consumer(
+            "t", "c", batch_handler=handler, nsqd_tcp_addresses=[self.nsqd.address],
+            endpoint_factory=self.nsqd.endpoint_factory, reactor=self.clock,
+            client_id="test", hostname="test.local", **settings,
+        )
+        consumer.startService()
+        self.addCleanup(self.stop, consumer)
+        self.nsqd.flush()
+        return consumer
+
+    def test_batches_of_published_messages(self) -> None:
+        batches: list[list[bytes]] = []
+        self.batch_consumer(
+            lambda messages: batches.append([m.body for m in messages]),
+            batch_max_count=100, batch_linger=0.5, max_in_flight=200,
+        )
+        for n in range(250):
+            self.nsqd.publish("t", b"click-%d" % n)
+        self.nsqd.flush()
+        self.assertEqual([len(b) for b in batches], [100, 100])
+        self.nsqd.advance(0.5)
+        self.assertEqual([len(b) for b in batches], [100, 100, 50])
+        self.assertEqual([body for b in batches for body in b],
+                         [b"click-%d" % n for n in range(250)])
+        stats = self.nsqd.channel_stats("t", "c")
+        self.assertEqual((stats.finished, stats.in_flight, stats.depth), (250, 0, 0))
+
+    def test_dead_letters_per_message(self) -> None:
+        def handler(messages: list[Message]) -> bool:
+            for message in messages:
+                if message.body == b"poison":
+                    message.requeue(0, backoff=False)
+            return True  # the others are finished
+
+        consumer = self.batch_consumer(
+            handler, batch_max_count=10, max_in_flight=10, max_attempts=2,
+            dead_letter=DeadLetter("t_dead"),
+        )
+        for body in (b"ok-1", b"poison", b"ok-2"):
+            self.nsqd.publish("t", body)
+        self.nsqd.advance(5)
+        self.assertEqual(self.nsqd.published("t_dead"), [b"poison"])
+        stats = consumer.stats()
+        self.assertEqual((stats["given_up"], stats["dead_lettered"]), (1, 1))
+        self.assertEqual(self.nsqd.channel_stats("t", "c").finished, 3)
+
+    def test_graceful_stop_drains_the_gathering_batch(self) -> None:
+        batches: list[int] = []
+        consumer = self.batch_consumer(
+            lambda messages: batches.append(len(messages)),
+            batch_max_count=100, batch_linger=30, max_in_flight=100,
+        )
+        for n in range(7):
+            self.nsqd.publish("t", b"%d" % n)
+        self.nsqd.flush()
+        self.assertEqual(batches, [])
+        d = consumer.stopService()
+        self.nsqd.flush()
+        self.successResultOf(d)
+        self.assertEqual(batches, [7])
+        self.assertEqual(self.nsqd.channel_stats("t", "c").finished, 7)
+
+
+class TracingTests(FakeTestCase):
+    def test_a_span_per_batch_linked_to_each_producers_span(self) -> None:
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        self.addCleanup(provider.shutdown)
+        tracing = Tracing(tracer_provider=provider, envelope=True)
+        seen: list[bytes] = []
+        consumer = Consumer(
+            "t", "c", batch_handler=lambda ms: seen.extend(m.body for m in ms),
+            nsqd_tcp_addresses=[self.nsqd.address], endpoint_factory=self.nsqd.endpoint_factory,
+            reactor=self.clock, max_in_flight=10, batch_max_count=3, tracing=tracing,
+        )
+        consumer.startService()
+        self.addCleanup(self.stop, consumer)
+        producer = self.producer(tracing=tracing)
+        for body in (b"a", b"b", b"c"):
+            producer.publish("t", body)
+        self.nsqd.flush()
+        self.assertEqual(seen, [b"a", b"b", b"c"])  # unwrapped
+        sends = [s for s in exporter.get_finished_spans() if s.name == "send t"]
+        [process] = [s for s in exporter.get_finished_spans() if s.name == "process t"]
+        self.assertIsNone(process.parent)
+        self.assertEqual((process.attributes or {})["messaging.batch.message_count"], 3)
+        self.assertEqual(sorted(link.context.span_id for link in process.links),
+                         sorted(s.context.span_id for s in sends))
