@@ -23,9 +23,10 @@ from twisted.logger import LogLevel, globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.support.consumer import A, B, Harness, NSQDConn, fin, req, touch
+from tests.support.consumer import TS, A, B, Harness, NSQDConn, fin, req, touch
 from tests.support.fake_nsqd import FakeTestCase
-from txnsq._wire.frames import encode_response
+from tests.support.wire import msg_id
+from txnsq._wire.frames import encode_message, encode_response
 from txnsq.consumer import Consumer, ConsumerOptions, DeadLetter
 from txnsq.consumer._threads import HandlerThreads
 from txnsq.message import Message
@@ -339,6 +340,20 @@ class DeliveryTests(SynchronousTestCase):
         self.assertEqual(message.attempts, 2)
         self.assertEqual(conn.answers(), [fin(1)])
         self.assertEqual(h.consumer.stats()["timed_out"], 1)
+
+
+    def test_an_id_twice_in_one_read_is_handled_once(self) -> None:
+        h = BatchHarness(self)
+        conn = h.connect(A)
+        conn.send(encode_message(TS, 1, msg_id(1), b"first"),
+                  encode_message(TS, 2, msg_id(1), b"again"),
+                  encode_message(TS, 1, msg_id(2), b"other"))
+        h.advance(1.0)
+        [batch] = h.batches
+        self.assertEqual([(m.id, m.attempts) for m in batch], [(msg_id(1), 2), (msg_id(2), 1)])
+        self.assertEqual(sorted(conn.answers()), sorted([fin(1), fin(2)]))
+        stats = h.consumer.stats()
+        self.assertEqual((stats["in_flight"], stats["timed_out"], stats["rdy"]), (0, 1, 10))
 
 
 class StopTests(SynchronousTestCase):

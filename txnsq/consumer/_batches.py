@@ -33,7 +33,7 @@ from txnsq._wire.touch import touch_schedule
 from txnsq.consumer._results import HandlerResults
 from txnsq.consumer._session import Session, SessionFlags
 from txnsq.consumer._threads import HandlerThreads
-from txnsq.message import Message, awaits_auto_answer
+from txnsq.message import Message, awaits_auto_answer, not_answered
 from txnsq.options import ConsumerOptions
 
 __all__ = ["BatchHandler", "Batches"]
@@ -165,7 +165,7 @@ class Batches:
         for session, received in chunks:
             if session.closed:
                 continue  # nsqd delivers them again
-            waiting = [m for m in received if not m.has_responded]
+            waiting = not_answered(received)  # (one delivered again since is void)
             if waiting:
                 live.append((session, waiting))
                 messages.extend(waiting)
@@ -302,7 +302,7 @@ class _BatchTouch:
         live: list[_Chunk] = []
         for session, messages in self._live:
             if not session.closed:
-                waiting = [m for m in messages if not m.has_responded]
+                waiting = not_answered(messages)
                 if waiting:
                     live.append((session, waiting))
         self._live = live

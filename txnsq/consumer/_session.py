@@ -11,7 +11,8 @@ the per-message code can be read on its own.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from operator import attrgetter
+from typing import Final, Protocol
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
@@ -22,13 +23,23 @@ from txnsq._wire.identify import Features
 from txnsq._wire.rdy import RdyUpdate
 from txnsq._wire.touch import touch_schedule
 from txnsq.errors import FinFailedError, NotReady, NSQError, ReqFailedError, TouchFailedError
-from txnsq.message import Message, awaits_auto_answer, take_auto_answer, void
+from txnsq.message import (
+    Message,
+    awaits_auto_answer,
+    take_auto_answer,
+    take_auto_answers,
+    void,
+)
 from txnsq.protocol import NSQProtocol
 
 __all__ = ["BatchCollector", "NSQDState", "Session", "SessionFlags", "SessionOwner"]
 
 #: nsqd's answers to a FIN, REQ or TOUCH of a message no longer in flight (timed out).
 _TIMED_OUT = (FinFailedError, ReqFailedError, TouchFailedError)
+
+# A read's (or a batch's) ids and attempts taken in C, without a Python call per message.
+_ID: Final = attrgetter("id")
+_ATTEMPTS: Final = attrgetter("attempts")
 
 
 class SessionFlags:
@@ -245,9 +256,21 @@ class Session:
 
     def _collect(self, messages: list[Message], batches: BatchCollector) -> None:
         """With a batch handler: keep each message in ``unanswered`` and hand the run to
-        ``batches``; a message past ``max_attempts`` is given up instead, on its own."""
+        ``batches``; a message past ``max_attempts`` is given up instead, on its own.
+
+        Most reads hold neither a message to give up nor one delivered again: those are
+        kept whole, by C loops."""
         max_attempts = give_up_above(self.owner.max_attempts)
         unanswered = self.unanswered
+        ids = list(map(_ID, messages))
+        if max(map(_ATTEMPTS, messages)) <= max_attempts and unanswered.keys().isdisjoint(ids):
+            before = len(unanswered)
+            unanswered.update(zip(ids, messages, strict=True))
+            if len(unanswered) == before + len(ids):
+                batches.add(self, messages)
+                return
+            for msg_id in ids:  # an id twice in one read: undone, taken one by one below
+                unanswered.pop(msg_id, None)
         kept: list[Message] = []
         for message in messages:
             msg_id = message.id
@@ -269,12 +292,19 @@ class Session:
         Those the handler answered or kept are left alone; nothing is sent once the
         connection has closed (nsqd redelivers them)."""
         unanswered = self.unanswered
-        ids: list[bytes] = []
-        for message in messages:
-            msg_id = message.id
-            if unanswered.get(msg_id) is message and take_auto_answer(message):
+        ids = list(map(_ID, messages))
+        # Most often all of them are still here and none was answered by the handler: a
+        # C loop checks it (list equality compares the messages by identity first).
+        if list(map(unanswered.get, ids)) == messages and take_auto_answers(messages):
+            for msg_id in ids:
                 del unanswered[msg_id]
-                ids.append(msg_id)
+        else:
+            ids = []
+            for message in messages:
+                msg_id = message.id
+                if unanswered.get(msg_id) is message and take_auto_answer(message):
+                    del unanswered[msg_id]
+                    ids.append(msg_id)
         if not ids:
             return
         if self.touch_calls:
