@@ -30,7 +30,6 @@ from txnsq._wire.frames import encode_message, encode_response
 from txnsq.consumer import Consumer, ConsumerOptions, DeadLetter
 from txnsq.consumer._threads import HandlerThreads
 from txnsq.message import Message
-from txnsq.options import DEFAULT_CONSUMER_BATCH_LINGER, DEFAULT_CONSUMER_BATCH_MAX_COUNT
 from txnsq.tracing import Tracing
 
 RDY = b"RDY"
@@ -68,8 +67,6 @@ def fin_writes(conn: NSQDConn) -> list[bytes]:
 class OptionTests(SynchronousTestCase):
     def test_defaults(self) -> None:
         options = ConsumerOptions()
-        self.assertEqual(options.batch_max_count, DEFAULT_CONSUMER_BATCH_MAX_COUNT)
-        self.assertEqual(options.batch_linger, DEFAULT_CONSUMER_BATCH_LINGER)
         self.assertEqual((options.batch_max_count, options.batch_linger), (500, 1.0))
 
     def test_invalid_values(self) -> None:
