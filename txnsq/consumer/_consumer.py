@@ -287,8 +287,9 @@ class Consumer(Service):
         address, else ``HostnameEndpoint``. Lets tests and users plug in their own.
     :param agent: the ``IAgent`` used to poll nsqlookupd.
     :param tracing: a :class:`~txnsq.tracing.Tracing` to make an OpenTelemetry span per
-        handled message (and, with ``envelope=True``, unwrap the trace context
-        producers put in the bodies); ``None`` (the default): no tracing, nothing paid
+        handled message, or per batch with a ``batch_handler`` (linked to its messages'
+        producer spans), and, with ``envelope=True``, unwrap the trace context
+        producers put in the bodies; ``None`` (the default): no tracing, nothing paid
         for it.
     :raises ValueError, TypeError: on an invalid name, address or option; a keyword
         that is neither a parameter nor a :class:`~txnsq.options.ConsumerOptions`
@@ -448,7 +449,8 @@ class Consumer(Service):
     def stopService(self) -> defer.Deferred[None]:
         """Stop gracefully: CLS on every connection, wait (up to ``stop_timeout``) for
         ``CLOSE_WAIT`` and for in-flight messages to be answered (by handlers in
-        ``handler_threads`` too), requeue what is still unanswered, close every
+        ``handler_threads`` too; a batch still gathering is handed to the batch handler
+        at once), requeue what is still unanswered, close every
         connection, then stop the handler threads (a thread still in the handler is
         not waited for: it ends when the handler returns).
 
