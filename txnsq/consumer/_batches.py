@@ -90,11 +90,6 @@ class Batches:
         self._timer: IDelayedCall | None = None
         self._touches: set[_BatchTouch] = set()
 
-    @property
-    def pending(self) -> int:
-        """Messages waiting for their batch to be handed over."""
-        return self._count
-
     def add(self, session: Session, messages: list[Message]) -> None:
         """``messages`` arrived on ``session``: add them to the pending batch, and hand
         it over if it is full, no more messages can come or the consumer is stopping."""
@@ -160,17 +155,10 @@ class Batches:
         """Call the handler with the messages of ``chunks`` that can still be answered
         (their connection open, not delivered again since), and answer them from what
         it returns."""
-        live: list[_Chunk] = []
-        messages: list[Message] = []
-        for session, received in chunks:
-            if session.closed:
-                continue  # nsqd delivers them again
-            waiting = not_answered(received)  # (one delivered again since is void)
-            if waiting:
-                live.append((session, waiting))
-                messages.extend(waiting)
-        if not messages:
+        live = _answerable(chunks)
+        if not live:
             return
+        messages = [message for _, waiting in live for message in waiting]
         threads = self._threads
         if threads is not None:
             result: Any = threads.run_batch(self._handler, messages)
@@ -227,6 +215,19 @@ class Batches:
         """The handler failed on the batch: log it, requeue what it did not answer."""
         self._results.batch_failed([m for _, ms in live for m in ms], failure)
         _requeue(live)
+
+
+def _answerable(chunks: list[_Chunk]) -> list[_Chunk]:
+    """The messages of ``chunks`` that can still be answered: their connection is open
+    (else nsqd delivers them again) and they were not answered or voided since (nsqd
+    delivered one again, or the handler answered it)."""
+    live: list[_Chunk] = []
+    for session, messages in chunks:
+        if not session.closed:
+            waiting = not_answered(messages)
+            if waiting:
+                live.append((session, waiting))
+    return live
 
 
 def _finish(live: list[_Chunk]) -> None:
@@ -299,13 +300,7 @@ class _BatchTouch:
 
     def refresh(self) -> None:
         """Forget the messages answered since, and stop when none is left."""
-        live: list[_Chunk] = []
-        for session, messages in self._live:
-            if not session.closed:
-                waiting = not_answered(messages)
-                if waiting:
-                    live.append((session, waiting))
-        self._live = live
+        self._live = live = _answerable(self._live)
         if not live:
             self.cancel()
 
