@@ -126,6 +126,37 @@ class InProcessTests(TestCase, Checks):
         await consumer.stopService()
         self.check(Tally(read_rows(writer.path)), restarted, "in process")
 
+    async def test_auto_touch_keeps_a_slow_batch(self) -> None:
+        """Batches that take four times nsqd's message timeout to write (8 s against
+        2 s) are touched together while they are written: nothing times out, nothing
+        comes back. (nsqd looks for timed-out messages of a new channel within 5 s of
+        its making: 8 s is past that; without auto_touch they come back.)"""
+        topic = "slow_batches_" + uuid.uuid4().hex[:10]
+        nsqd = start_nsqd(self)
+        bodies_ = [b"slow-%03d" % n for n in range(300)]
+        nsqd.http_mpublish(topic, bodies_)
+        seen: list[bytes] = []
+
+        def write(messages: list[Any]) -> Any:
+            seen.extend(m.body for m in messages)
+            return deferLater(reactor, 8.0, lambda: True)
+
+        consumer = Consumer(
+            topic, CHANNEL, batch_handler=write, nsqd_tcp_addresses=[nsqd.tcp_address],
+            max_in_flight=300, batch_max_count=100, batch_linger=0.5, msg_timeout=2.0,
+            auto_touch=True,
+        )
+        consumer.startService()
+        self.addCleanup(consumer.stopService)
+        await self.until(lambda: consumer.stats()["finished"] == 300, "300 finished", 30)
+        await consumer.stopService()
+        self.assertEqual(sorted(seen), bodies_)
+        stats = consumer.stats()
+        self.assertEqual((stats["timed_out"], stats["requeued"]), (0, 0))
+        channel = await deferToThread(nsqd.channel_stats, topic, CHANNEL)
+        assert channel is not None
+        self.assertEqual((channel["timeout_count"], channel["depth"]), (0, 0))
+
     async def until(self, predicate: Callable[[], bool], what: str, timeout: float = 20) -> None:
         deadline = reactor.seconds() + timeout
         while not await deferToThread(predicate):
