@@ -16,6 +16,9 @@ handled twice is two rows. What may duplicate a message, and what may not:
   is handled twice because of it: a message not yet handled is requeued unhandled, one
   handled is finished before the connection closes. So the first handling of every
   duplicate was written before nsqd was back, none after.
+
+Also: ``auto_touch`` keeps batches alive that take longer to write than nsqd's message
+timeout.
 """
 
 from __future__ import annotations
