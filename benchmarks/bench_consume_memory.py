@@ -8,11 +8,12 @@ the handshake, rounds of 2500 message frames (100-byte bodies) are fed to its
 FINs. What is timed is everything the client does per message: parsing, ``Message``,
 the session's accounting and handler call, RDY, the FIN commands.
 
-Two handlers: ``return`` returns ``True`` (the consumer finishes the message; a read's
-FINs go out as one write) and ``finish`` calls ``message.finish()`` itself (one FIN
-through the message's owner per message). Prints the CPU µs per message (process time,
-so that other work on the machine counts less), best and median of ``--runs``; asserts
-nothing about speed.
+Three handlers: ``return`` returns ``True`` (the consumer finishes the message; a read's
+FINs go out as one write), ``finish`` calls ``message.finish()`` itself (one FIN
+through the message's owner per message), and ``batch``, a batch handler
+(``batch_handler=``, batches of 500) that returns ``True`` (one FIN write per batch).
+Prints the CPU µs per message (process time, so that other work on the machine counts
+less), best and median of ``--runs``; asserts nothing about speed.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from txnsq.message import Message
 MAX_IN_FLIGHT = 2500
 BODY = b"b" * 100
 
-HANDLERS: dict[str, Callable[[Message], Any]] = {
-    "return": lambda message: True,
-    "finish": lambda message: message.finish(),
+HANDLERS: dict[str, dict[str, Any]] = {
+    "return": {"handler": lambda message: True},
+    "finish": {"handler": lambda message: message.finish()},
+    "batch": {"batch_handler": lambda messages: True, "batch_max_count": 500},
 }
 
 
@@ -67,10 +69,10 @@ class DroppingEndpoint:
 
 
 def subscribed_consumer(
-    handler: Callable[[Message], Any], **settings: Any
+    handler: Callable[[Message], Any] | None = None, **settings: Any
 ) -> tuple[Consumer, Any, task.Clock]:
     """A started Consumer whose one connection has done IDENTIFY and SUB (``settings``:
-    more Consumer keywords)."""
+    more Consumer keywords: a ``batch_handler`` instead of ``handler``)."""
     clock = task.Clock()
     endpoint = DroppingEndpoint()
     consumer = Consumer(
@@ -94,7 +96,7 @@ def subscribed_consumer(
 
 
 def bench(mode: str, rounds: int, runs: int) -> None:
-    consumer, protocol, clock = subscribed_consumer(HANDLERS[mode])
+    consumer, protocol, clock = subscribed_consumer(**HANDLERS[mode])
     stream = b"".join(encode_message(1, 1, b"%016x" % i, BODY) for i in range(MAX_IN_FLIGHT))
     reads = chunked(stream)  # frames cut across reads, as from a socket
     feed, turn = protocol.dataReceived, clock.advance

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from txnsq._wire.deadletter import DeadLetter
     from txnsq._wire.identify import Features
     from txnsq._wire.retry import RetryPolicy
-    from txnsq.consumer import Consumer, Handler
+    from txnsq.consumer import BatchHandler, Consumer, Handler
     from txnsq.errors import ProducerStopped, PublishBufferFull, PublishQueueFull
     from txnsq.message import Message, MessageAlreadyAnswered
     from txnsq.observers import ConsumerObserver, IConsumerObserver
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from txnsq.tls_options import TLSOptions
 
 _LAZY = {
+    "BatchHandler": "txnsq.consumer",
     "Consumer": "txnsq.consumer",
     "ConsumerObserver": "txnsq.observers",
     "ConnectionOptions": "txnsq.options",
@@ -58,6 +59,7 @@ _DEPRECATED = {
 }
 
 __all__ = [
+    "BatchHandler",
     "ConnectionOptions",
     "Consumer",
     "ConsumerObserver",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from operator import attrgetter
+from typing import Final, Protocol
 
 from txnsq.errors import NSQError
 
@@ -218,6 +219,28 @@ def take_auto_answer(message: Message) -> bool:
     if message._state:
         return False
     message._state = ANSWERED
+    return True
+
+
+_STATE: Final = attrgetter("_state")
+
+
+def not_answered(messages: list[Message]) -> list[Message]:
+    """Those of ``messages`` not yet finished, requeued or voided: ``messages`` itself
+    when none is (the common case, checked without a Python call per message)."""
+    if not any(map(_STATE, messages)):
+        return messages
+    return [m for m in messages if m._state != ANSWERED]
+
+
+def take_auto_answers(messages: list[Message]) -> bool:
+    """If every message of ``messages`` :func:`awaits_auto_answer`, mark them all
+    answered and return ``True`` (the caller sends their FINs itself); else ``False``,
+    and nothing is changed (a batch consumer then takes them one by one)."""
+    if any(map(_STATE, messages)):
+        return False
+    for message in messages:
+        message._state = ANSWERED
     return True
 
 

@@ -509,6 +509,17 @@ class ConsumerOptions(ConnectionOptions):
     #: nsqd acknowledged the publish; requeued if that fails, never dropped. ``None``:
     #: finished and handed to ``giving_up``.
     dead_letter: DeadLetter | None = None
+    #: With a ``batch_handler``: at most this many messages per call (a batch may hold
+    #: messages of several nsqds; 500 is a size stores take in one statement or request,
+    #: and Kafka's ``max.poll.records``). ``max_in_flight`` must be at least this, or no
+    #: batch could fill.
+    batch_max_count: int = 500
+    #: With a ``batch_handler``: seconds a message may wait for others to join its batch;
+    #: the batch is handed over when it is full or when its first message has waited
+    #: this long, whichever comes first (0: what arrived in one reactor turn). The
+    #: Producer's default is 0, as a publish should not wait for a timer; a batch
+    #: handler's batches need time to form.
+    batch_linger: float = 1.0
 
     # Deprecated in 0.2.0 (accepted with a DeprecationWarning, folded into the fields
     # above, then cleared).
@@ -537,6 +548,8 @@ class ConsumerOptions(ConnectionOptions):
         )
         check_number(self.max_attempts, "max_attempts", integer=True, minimum=0, maximum=65535)
         check_number(self.handler_threads, "handler_threads", integer=True, minimum=0)
+        check_number(self.batch_max_count, "batch_max_count", integer=True, minimum=1)
+        check_number(self.batch_linger, "batch_linger", minimum=0)
         for name in (
             "requeue_delay",
             "max_requeue_delay",
@@ -605,3 +618,52 @@ class ConsumerOptions(ConnectionOptions):
             )
             object.__setattr__(self, "reconnect_delay", None)
             object.__setattr__(self, "max_reconnect_delay", None)
+
+
+def _code_setting(name: str, value: object) -> str:
+    return f"{name}={value}"
+
+
+def check_batch_options(
+    options: ConsumerOptions, setting: Callable[[str, object], str] = _code_setting
+) -> None:
+    """Check that ``options`` suit a batch handler (the Consumer and ``twistd
+    nsq-consumer`` check them when given one): room for a batch in ``max_in_flight``
+    (:func:`check_batch_room`), and a message must not wait for its batch as long as
+    nsqd's ``msg_timeout``.
+
+    :param setting: writes a setting and its value as the user gave it
+        (``max_in_flight=1`` in code, ``--max-in-flight 1`` on a command line).
+    :raises ValueError: naming the settings and what to give instead.
+    """
+    check_batch_room(options.max_in_flight, options.batch_max_count, setting)
+    linger, timeout = options.batch_linger, options.msg_timeout
+    if timeout is not None and linger >= timeout:
+        raise ValueError(
+            f"{setting('batch_linger', f'{linger:g}')} is not below "
+            f"{setting('msg_timeout', f'{timeout:g}')}: nsqd would deliver a message "
+            "again while it waits for its batch; give a shorter batch_linger"
+        )
+
+
+def check_batch_room(
+    max_in_flight: int, batch_max_count: int,
+    setting: Callable[[str, object], str] = _code_setting,
+) -> None:
+    """Check that ``max_in_flight`` has room for a batch of ``batch_max_count``: a
+    batch's messages stay in flight until they are answered, so it must be at least
+    that (``set_max_in_flight`` may lower it later, to throttle or pause: a batch then
+    goes when no more messages can come). The Consumer's batches and the blocking
+    Subscriber's ``take_batch`` follow this one rule.
+
+    :raises ValueError: naming both settings and what to give instead.
+    """
+    if max_in_flight < batch_max_count:
+        count = batch_max_count
+        raise ValueError(
+            f"{setting('max_in_flight', max_in_flight)} leaves no room for a batch of "
+            f"{setting('batch_max_count', count)} messages (a batch's messages are in "
+            "flight until they are answered): give "
+            f"{setting('max_in_flight', 2 * count)} (one batch fills while another is "
+            f"handled) or at least {count}, or a smaller batch_max_count"
+        )

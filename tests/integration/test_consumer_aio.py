@@ -122,6 +122,45 @@ class AsyncioConsumerTests(SynchronousTestCase):
         self.assertEqual(channel["message_count"], count)
 
 
+    def test_async_batch_handler(self) -> None:
+        """An async batch handler awaiting ``asyncio.sleep`` runs as an asyncio task and
+        writes every message once, in batches."""
+        nsqd = start_nsqd(self)
+        count = 1000
+        bodies = [b"row-%04d" % n for n in range(count)]
+        nsqd.http_mpublish(TOPIC, bodies)
+        seen: Counter[bytes] = Counter()
+        sizes: list[int] = []
+
+        async def main(reactor: AsyncioSelectorReactor, loop: asyncio.AbstractEventLoop) -> None:
+            all_seen = loop.create_future()
+
+            async def write(messages: list[Message]) -> None:
+                self.assertIsNotNone(asyncio.current_task())
+                await asyncio.sleep(0.01)  # the store's round trip
+                sizes.append(len(messages))
+                seen.update(m.body for m in messages)
+                if len(seen) == count and not all_seen.done():
+                    all_seen.set_result(None)
+
+            consumer = Consumer(
+                TOPIC, CHANNEL, batch_handler=write, nsqd_tcp_addresses=[nsqd.tcp_address],
+                max_in_flight=200, batch_max_count=100, batch_linger=0.1, reactor=reactor,
+            )
+            consumer.startService()
+            try:
+                await asyncio.wait_for(all_seen, 30)
+            finally:
+                await consumer.stopService().asFuture(loop)
+            self.assertEqual(consumer.stats()["finished"], count)
+
+        run_on_asyncio_reactor(self, main)
+        self.assertEqual(set(seen), set(bodies))
+        self.assertEqual(set(seen.values()), {1})
+        self.assertLessEqual(max(sizes), 100)
+        self.assertLess(len(sizes), count // 10)  # batches, not single messages
+
+
 # ---- twistd --reactor=asyncio -----------------------------------------------------------
 
 

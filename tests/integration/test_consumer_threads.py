@@ -53,6 +53,39 @@ class BlockingHandlerTests(TestCase):
         clients = (channel or {}).get("clients") or []
         return [(str(c["client_id"]), int(c["connect_ts"])) for c in clients]
 
+    async def test_batch_handler_in_threads(self) -> None:
+        """A blocking batch handler (0.5 s per batch) in 2 threads, heartbeats every
+        second: batches of at most 100, every message once, nothing left."""
+        nsqd = start_nsqd(self)
+        topic = "blocking_batches"
+        bodies = [b"row-%04d" % n for n in range(2000)]
+        nsqd.http_mpublish(topic, bodies)
+        seen: Counter[bytes] = Counter()
+        sizes: list[int] = []
+        lock = threading.Lock()
+
+        def write(messages: list[Message]) -> None:
+            self.assertNotEqual(threading.current_thread(), threading.main_thread())
+            time.sleep(0.5)  # a blocking bulk insert
+            with lock:
+                seen.update(m.body for m in messages)
+                sizes.append(len(messages))
+
+        consumer = Consumer(
+            topic, CHANNEL, batch_handler=write, nsqd_tcp_addresses=[nsqd.tcp_address],
+            handler_threads=2, max_in_flight=200, batch_max_count=100, heartbeat_interval=1.0,
+        )
+        consumer.startService()
+        self.addCleanup(consumer.stopService)
+        await self.wait(lambda: consumer.stats()["finished"] == 2000, "2000 messages", 60)
+        await consumer.stopService()
+        self.assertEqual(set(seen), set(bodies))
+        self.assertEqual(set(seen.values()), {1})
+        self.assertLessEqual(max(sizes), 100)
+        stats = consumer.stats()
+        self.assertEqual((stats["requeued"], stats["timed_out"]), (0, 0))
+        self.assertEqual(stats["nsqd"][nsqd.tcp_address]["connects"], 1)
+
     async def test_two_seconds_per_message_in_twenty_threads(self) -> None:
         """200 messages, each handled by ``time.sleep(2)``, 20 threads, heartbeats every
         second: one connection all along, every message handled once, nothing left."""

@@ -209,6 +209,20 @@ class ExamplesTests(TestCase):
         self.assertIn("counted 3 clicks", out)
         self.assert_consumed(nsqd, "clicks", "stats", 3)
 
+    def test_batch_sqlite(self) -> None:
+        """Counted per page and minute; the unreadable message is finished on its own."""
+        nsqd = start_nsqd(self)
+        out = run_python(example("batch_sqlite.py").replace("127.0.0.1:4150", nsqd.tcp_address))
+        self.assertEqual(out.splitlines(), [
+            "/         22:13 UTC  267",
+            "/         22:14 UTC  400",
+            "/cart     22:13 UTC  267",
+            "/cart     22:14 UTC  400",
+            "/pricing  22:13 UTC  266",
+            "/pricing  22:14 UTC  400",
+        ])
+        self.assert_consumed(nsqd, "clicks", "sqlite", 2001)
+
     def assert_drained(self, nsqd: NSQD, topic: str, channel_name: str) -> None:
         """Nothing is left in the channel: not queued, not in flight."""
         channel = nsqd.channel_stats(topic, channel_name)
@@ -356,6 +370,19 @@ class ExamplesTests(TestCase):
         )
         self.assertNotIn("Traceback", output)
         self.assert_consumed(nsqd, "orders", "store", 1)
+
+    def test_nsq_consumer_batches(self) -> None:
+        """examples/nsq_consumer_batches.sh runs examples/batch_sqlite.py's writer
+        ("batch_sqlite.py") under twistd, a batch of clicks per transaction."""
+        nsqd = start_nsqd(self)
+        clicks = [b'{"page": "/", "ts": 1700000000}'] * 3
+        nsqd.http_mpublish("clicks", [*clicks, b"not json"])
+        output = self.run_twistd(
+            "nsq_consumer_batches.sh", {"127.0.0.1:4150": nsqd.tcp_address}, "Stored 3 clicks"
+        )
+        self.assertIn("Dropping unreadable click b'not json'", output)
+        self.assertNotIn("Traceback", output)
+        self.assert_consumed(nsqd, "clicks", "sqlite", 4)
 
     def run_until(
         self,

@@ -287,10 +287,12 @@ class Harness:
         # The nsqds played here send no heartbeats: silence must not close them (the
         # read timeout is tested in tests/unit/test_protocol_liveness.py).
         options.setdefault("heartbeats_missed", 1e6)
+        # With a batch_handler (among the options), no per-message handler.
+        if "batch_handler" not in options:
+            options["handler"] = handler or self.handler
         self.consumer = Consumer(
             TOPIC,
             CHANNEL,
-            handler or self.handler,
             nsqd_tcp_addresses=list(nsqd),
             lookupd_http_addresses=list(lookupd),
             reactor=self.reactor,

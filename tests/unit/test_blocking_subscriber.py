@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import threading
 import warnings
 from dataclasses import fields
 from typing import Any
@@ -462,6 +463,53 @@ class AnswerTests(SynchronousTestCase):
         d.subscriber.finish(chunks)
         d.io()
         self.assertEqual(conn.commands("FIN"), [])
+
+
+class TakeBatchTests(SynchronousTestCase):
+    """``take_batch``: a batch as a Consumer's batch handler gets one."""
+
+    def driver(self, max_in_flight: int = 10) -> tuple[Driver, Any]:
+        d = Driver(self, [FakeNsqd(N1)], nsqd_tcp_addresses=[N1], max_in_flight=max_in_flight)
+        d.step()
+        (conn,) = d.live()
+        return d, conn
+
+    def test_a_full_batch_at_once(self) -> None:
+        d, conn = self.driver()
+        conn.push(7)
+        d.io()
+        chunks = d.subscriber.take_batch(5, 60.0)  # would wait a minute if not full
+        self.assertEqual(sum(len(m) for _, m in chunks), 5)
+        self.assertEqual(d.subscriber.buffered(), 2)
+
+    def test_what_came_within_the_linger(self) -> None:
+        d, conn = self.driver()
+        conn.push(2)
+        d.io()
+        chunks = d.subscriber.take_batch(5, 0.01)
+        self.assertEqual(sum(len(m) for _, m in chunks), 2)
+        self.assertEqual(d.subscriber.take_batch(5, 0.01), [])  # nothing came
+
+    def test_returns_as_soon_as_the_batch_fills(self) -> None:
+        d, conn = self.driver()
+        conn.push(2)
+        d.io()
+        conn.push(3)
+        # The I/O thread's read of the other three, while take_batch waits for them.
+        feeder = threading.Timer(0.01, d.io)
+        feeder.start()
+        self.addCleanup(feeder.join)
+        chunks = d.subscriber.take_batch(5, 60.0)
+        self.assertEqual(sum(len(m) for _, m in chunks), 5)
+
+    def test_room_for_a_batch(self) -> None:
+        d, _ = self.driver(max_in_flight=4)
+        with self.assertRaises(ValueError) as caught:
+            d.subscriber.take_batch(5, 1.0)
+        self.assertIn("max_in_flight=4 leaves no room for a batch of batch_max_count=5",
+                      str(caught.exception))
+        self.assertRaises(ValueError, d.subscriber.take_batch, 0, 1.0)
+        self.assertRaises(ValueError, d.subscriber.take_batch, 1, -1)
 
 
 class ReconnectTests(SynchronousTestCase):

@@ -5,7 +5,14 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from txnsq.errors import NotReady, NSQError
-from txnsq.message import Message, MessageAlreadyAnswered, message_factories
+from txnsq.message import (
+    Message,
+    MessageAlreadyAnswered,
+    awaits_auto_answer,
+    message_factories,
+    not_answered,
+    take_auto_answers,
+)
 
 MSG_ID = b"0123456789abcdef"
 
@@ -207,3 +214,27 @@ class TouchTests(SynchronousTestCase):
         message.requeue()
         self.assertRaises(MessageAlreadyAnswered, message.touch)
         self.assertEqual([c[0] for c in owner.calls], ["requeue"])
+
+
+class OwnerSideBatchTests(SynchronousTestCase):
+    """The owner's side of a batch's answer state (a batch consumer's sessions)."""
+
+    def test_not_answered(self) -> None:
+        owner = RecordingOwner()
+        messages = [make_message(owner) for _ in range(3)]
+        self.assertIs(not_answered(messages), messages)
+        messages[1].finish()
+        messages[2].disable_auto_response()  # not answered yet: still there
+        self.assertEqual(not_answered(messages), [messages[0], messages[2]])
+
+    def test_take_auto_answers_all_or_nothing(self) -> None:
+        owner = RecordingOwner()
+        messages = [make_message(owner) for _ in range(3)]
+        messages[2].disable_auto_response()
+        self.assertFalse(take_auto_answers(messages))
+        self.assertEqual([awaits_auto_answer(m) for m in messages], [True, True, False])
+        fresh = messages[:2]
+        self.assertTrue(take_auto_answers(fresh))
+        self.assertTrue(all(m.has_responded for m in fresh))
+        self.assertEqual(owner.calls, [])  # the caller sends the FINs itself
+        self.assertRaises(MessageAlreadyAnswered, fresh[0].finish)

@@ -1,7 +1,8 @@
 """``twistd nsq-consumer``'s handler contract, without processes: ``--handler`` (a plain
 callable, an object with ``handle``, a Service), ``--handler-factory`` with
 ``--handler-setting``/``--handler-settings-file`` and the :class:`HandlerContext`, the
-errors of each, and the order of a handler's service around the consumer (started
+errors of each, batch handlers (``--batch-handler``, a factory returning an object
+with ``handle_batch``), and the order of a handler's service around the consumer (started
 before it, stopped after it drained), on a FakeNSQD and a task.Clock."""
 
 from __future__ import annotations
@@ -124,6 +125,43 @@ def make_async_handler(context: twistd_options.HandlerContext) -> Any:
     return async_handle
 
 
+batches: list[list[bytes]] = []
+
+
+def record_batch(messages: list[Message]) -> None:
+    """A batch handler for ``--batch-handler``."""
+    batches.append([m.body for m in messages])
+
+
+class BatchWriter(Service):
+    """A batch handler owning a resource, as a factory returns it."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[bytes]] = []
+
+    def handle_batch(self, messages: list[Message]) -> None:
+        self.batches.append([m.body for m in messages])
+
+
+BATCH_WRITER = BatchWriter()
+
+
+class Both:
+    def handle(self, message: Message) -> None:
+        pass
+
+    def handle_batch(self, messages: list[Message]) -> None:
+        pass
+
+
+def make_batch_writer(context: twistd_options.HandlerContext) -> BatchWriter:
+    return BatchWriter()
+
+
+def make_both(context: twistd_options.HandlerContext) -> Both:
+    return Both()
+
+
 FACTORY = ["--handler-factory", "tests.unit.test_twistd_handlers:make_resource_handler"]
 
 
@@ -231,8 +269,8 @@ class FactoryOptionTests(SynchronousTestCase):
             (["--handler", "tests.unit.test_twistd:NOT_CALLABLE"],
              "--handler 'tests.unit.test_twistd:NOT_CALLABLE' is not callable (it is a int) and "
              "has no handle(message) method"),
-            (["--handler-threads", "2"], "--handler-threads needs --handler or "
-             "--handler-factory"),
+            (["--handler-threads", "2"], "--handler-threads needs --handler, --batch-handler "
+             "or --handler-factory"),
         ]
         for args, message in cases:
             with self.subTest(args=args):
@@ -338,6 +376,115 @@ class MakeServiceFactoryTests(SynchronousTestCase):
             "handler needs no threads",
             "--handler-threads", "2",
         )
+
+
+class BatchHandlerTests(SynchronousTestCase):
+    """``--batch-handler``, ``--batch-max-count``, ``--batch-linger``, and factories that
+    return an object with ``handle_batch(messages)``."""
+
+    BATCH = ["--batch-handler", "tests.unit.test_twistd_handlers:record_batch"]
+
+    def test_parsed(self) -> None:
+        options = parse(*BASE, *self.BATCH, "--max-in-flight", "200",
+                        "--batch-max-count", "100", "--batch-linger", "0.25")
+        self.assertIs(options["handler_callable"], record_batch)
+        self.assertTrue(options["handler_batch"])
+        consumer_options = options["consumer_options"]
+        self.assertEqual((consumer_options.batch_max_count, consumer_options.batch_linger),
+                         (100, 0.25))
+        service = twistd_options.makeService(options, reactor=MemoryReactorClock())
+        assert isinstance(service, twistd_options.ConsumerService)
+        batcher = service.consumer._batches
+        assert batcher is not None
+        self.assertIs(batcher._handler, record_batch)
+        self.assertIsNone(service.consumer._handler)
+
+    def test_object_with_handle_batch_is_a_service(self) -> None:
+        options = parse(*BASE, "--batch-handler", "tests.unit.test_twistd_handlers:BATCH_WRITER",
+                        "--max-in-flight", "500")
+        self.assertEqual(options["handler_callable"], BATCH_WRITER.handle_batch)
+        self.assertIs(options["handler_service"], BATCH_WRITER)
+
+    def test_errors(self) -> None:
+        cases: list[tuple[list[str], str]] = [
+            ([*self.BATCH], "--batch-handler: --max-in-flight 1 leaves no room for a batch of "
+             "--batch-max-count 500 messages"),
+            ([*self.BATCH, "--max-in-flight", "10", "--batch-max-count", "20"],
+             "give --max-in-flight 40 (one batch fills while another is handled)"),
+            ([*self.BATCH, "--max-in-flight", "500", "--batch-linger", "30",
+              "--msg-timeout", "30"], "--batch-linger 30 is not below --msg-timeout 30"),
+            ([*self.BATCH, "--max-in-flight", "500", "--batch-max-count", "0"],
+             "--batch-max-count must be an int >= 1, not 0"),
+            ([*self.BATCH, "--max-in-flight", "500", "--batch-linger", "-1"],
+             "--batch-linger must be a number >= 0, not -1"),
+            (["--handler", "tests.unit.test_twistd:recording_handler", *self.BATCH],
+             "give --handler or --batch-handler, not both"),
+            (["--handler", "tests.unit.test_twistd:recording_handler", "--batch-linger", "1"],
+             "--batch-linger need(s) a batch handler: --batch-handler, or a --handler-factory "
+             "returning an object with handle_batch(messages)"),
+            (["--batch-max-count", "10"], "--batch-max-count need(s) a batch handler"),
+            (["--batch-handler", "tests.unit.test_twistd:NOT_CALLABLE"],
+             "--batch-handler 'tests.unit.test_twistd:NOT_CALLABLE' is not callable (it is a "
+             "int) and has no handle_batch(messages) method"),
+        ]
+        for args, message in cases:
+            with self.subTest(args=args):
+                with self.assertRaises(usage.UsageError) as caught:
+                    parse(*BASE, *args)
+                self.assertIn(message, str(caught.exception))
+
+    def make(self, factory: str, *args: str) -> twistd_options.ConsumerService:
+        service = twistd_options.makeService(
+            parse(*BASE, "--handler-factory", f"tests.unit.test_twistd_handlers:{factory}",
+                  *args),
+            reactor=MemoryReactorClock(),
+        )
+        assert isinstance(service, twistd_options.ConsumerService)
+        return service
+
+    def test_factory_returning_a_batch_handler(self) -> None:
+        service = self.make("make_batch_writer", "--max-in-flight", "20",
+                            "--batch-max-count", "10")
+        writer = service.handler_service
+        assert isinstance(writer, BatchWriter)
+        batcher = service.consumer._batches
+        assert batcher is not None
+        self.assertEqual(batcher._handler, writer.handle_batch)
+
+    def test_factory_errors(self) -> None:
+        cases: list[tuple[str, list[str], str]] = [
+            ("make_batch_writer", [], "returned a batch handler: --max-in-flight 1 leaves "
+             "no room for a batch of --batch-max-count 500 messages"),
+            ("make_plain", ["--batch-linger", "2"], "returned a per-message handler, but "
+             "--batch-linger need(s) a batch handler (an object with handle_batch(messages))"),
+            ("make_both", [], "has both handle(message) and handle_batch(messages)"),
+        ]
+        for factory, args, message in cases:
+            with self.subTest(factory=factory):
+                with self.assertRaises(twistd_options.HandlerSetupError) as caught:
+                    self.make(factory, *args)
+                self.assertIn(message, str(caught.exception.code))
+
+    def test_runs_on_a_fake_nsqd(self) -> None:
+        clock = Clock()
+        nsqd = FakeNSQD(clock)
+        for n in range(5):
+            nsqd.publish("events", b"%d" % n)
+        del batches[:]
+        options = parse(*BASE, *self.BATCH, "--max-in-flight", "4", "--batch-max-count", "2",
+                        "--batch-linger", "0.5")
+        service = twistd_options.makeService(
+            options, reactor=clock, endpoint_factory=nsqd.endpoint_factory
+        )
+        service.startService()
+        nsqd.flush()
+        self.assertEqual(batches, [[b"0", b"1"], [b"2", b"3"]])
+        nsqd.advance(0.5)
+        self.assertEqual(batches, [[b"0", b"1"], [b"2", b"3"], [b"4"]])
+        stopped = service.stopService()
+        nsqd.advance(1)
+        self.successResultOf(stopped)
+        self.assertEqual(nsqd.channel_stats("events", "tail").finished, 5)
 
 
 class HandlerServiceOrderTests(SynchronousTestCase):

@@ -1,19 +1,24 @@
-"""The handler of ``twistd nsq-consumer``: how ``--handler`` and ``--handler-factory``
-name it, what a factory is called with (:class:`HandlerContext`) and must return, and
-the default handler (:class:`BodyPrinter`).
+"""The handler of ``twistd nsq-consumer``: how ``--handler``, ``--batch-handler`` and
+``--handler-factory`` name it, what a factory is called with (:class:`HandlerContext`)
+and must return, and the default handler (:class:`BodyPrinter`).
 
-The handler, two ways:
+The handler, three ways:
 
 - ``--handler module:callable``: the named object is the handler, called with each
   :class:`~txnsq.message.Message` (as it always was). An object with a ``handle(message)``
   method is also accepted (``handle`` is then the handler).
+- ``--batch-handler module:callable``: the named object is a batch handler, called with
+  lists of messages (``Consumer(batch_handler=...)``: up to ``--batch-max-count``, or
+  what came within ``--batch-linger`` seconds). An object with a
+  ``handle_batch(messages)`` method is also accepted.
 - ``--handler-factory module:callable``: the named callable is called once, by
   :func:`txnsq._twistd.options.makeService`, with a :class:`HandlerContext` (topic, channel, the
   :class:`~txnsq.consumer.ConsumerOptions`, the reactor and the ``settings`` given with
   ``--handler-setting KEY=VALUE`` and ``--handler-settings-file PATH``, a JSON object),
-  and returns the handler: a callable, or an object with a ``handle(message)`` method.
-  It returns the handler itself, not a Deferred or coroutine: asynchronous setup goes in
-  the handler's ``startService``.
+  and returns the handler: a callable or an object with a ``handle(message)`` method
+  (a handler), or an object with a ``handle_batch(messages)`` method (a batch
+  handler). It returns the handler itself, not a Deferred or coroutine: asynchronous
+  setup goes in the handler's ``startService``.
 
 Either way, a handler object that provides
 :class:`~twisted.application.service.IService` (a ``Service`` subclass) owns resources:
@@ -50,7 +55,9 @@ __all__ = [
     "BodyPrinter",
     "HandlerContext",
     "HandlerSetupError",
+    "batch_handler_parts",
     "build_handler",
+    "factory_handler_parts",
     "handler_parts",
     "read_settings_file",
     "resolve_handler",
@@ -185,12 +192,7 @@ def handler_parts(obj: object) -> tuple[Callable[[Message], Any], IService | Non
     :raises TypeError: saying why ``obj`` is not a handler (one line, to follow the
         option and the object's name).
     """
-    if isinstance(obj, defer.Deferred) or inspect.isawaitable(obj):
-        raise TypeError(
-            f"is {_describe(obj)}, not a handler: a factory returns the handler itself; "
-            "do asynchronous setup in the handler's startService (it may return a "
-            "Deferred, which the consumer waits for)"
-        )
+    _refuse_awaitable(obj)
     handle = getattr(obj, "handle", None)
     if not callable(handle):
         if not callable(obj):
@@ -201,6 +203,54 @@ def handler_parts(obj: object) -> tuple[Callable[[Message], Any], IService | Non
         handle = obj
     service: IService | None = IService(obj) if IService.providedBy(obj) else None
     return handle, service
+
+
+def batch_handler_parts(
+    obj: object,
+) -> tuple[Callable[[list[Message]], Any], IService | None]:
+    """What a batch handler object is made of (as :func:`handler_parts`): its
+    ``handle_batch`` method when it has one, else the object itself, and its service.
+
+    :raises TypeError: saying why ``obj`` is not a batch handler.
+    """
+    _refuse_awaitable(obj)
+    handle = getattr(obj, "handle_batch", None)
+    if not callable(handle):
+        if not callable(obj):
+            raise TypeError(
+                f"is not a batch handler: {_describe(obj)} is not callable and has no "
+                "handle_batch(messages) method"
+            )
+        handle = obj
+    service: IService | None = IService(obj) if IService.providedBy(obj) else None
+    return handle, service
+
+
+def factory_handler_parts(obj: object) -> tuple[Callable[..., Any], IService | None, bool]:
+    """What a ``--handler-factory`` returned: a batch handler when it has a
+    ``handle_batch(messages)`` method, else a handler (:func:`handler_parts`); the third
+    item says which (``True``: batch).
+
+    :raises TypeError: saying why ``obj`` is neither, or that it is both (a
+        ``handle`` and a ``handle_batch`` method: the consumer would not know which).
+    """
+    if callable(getattr(obj, "handle_batch", None)):
+        if callable(getattr(obj, "handle", None)):
+            raise TypeError(
+                f"has both handle(message) and handle_batch(messages) ({_describe(obj)}): "
+                "return an object with one of them"
+            )
+        return (*batch_handler_parts(obj), True)
+    return (*handler_parts(obj), False)
+
+
+def _refuse_awaitable(obj: object) -> None:
+    if isinstance(obj, defer.Deferred) or inspect.isawaitable(obj):
+        raise TypeError(
+            f"is {_describe(obj)}, not a handler: a factory returns the handler itself; "
+            "do asynchronous setup in the handler's startService (it may return a "
+            "Deferred, which the consumer waits for)"
+        )
 
 
 def _describe(obj: object) -> str:
@@ -227,10 +277,35 @@ class HandlerContext:
     """What a ``--handler-factory`` is called with (once, at start).
 
     The factory returns the handler: a callable taking a
-    :class:`~txnsq.message.Message`, or an object with a ``handle(message)`` method; if
-    that object provides :class:`~twisted.application.service.IService`, its
-    ``startService`` runs before the consumer starts and its ``stopService`` after the
-    consumer has stopped (its last message answered).
+    :class:`~txnsq.message.Message`, or an object with a ``handle(message)`` method, or
+    a batch handler: an object with a ``handle_batch(messages)`` method, called with
+    lists of messages (``--batch-max-count``, ``--batch-linger``). If that object
+    provides :class:`~twisted.application.service.IService`, its ``startService`` runs
+    before the consumer starts and its ``stopService`` after the consumer has stopped
+    (its last message answered).
+
+    A batch handler that writes to SQLite, with its own database pool::
+
+        class ClickWriter(Service):
+            def __init__(self, path):
+                self.path = path
+
+            def startService(self):
+                super().startService()
+                self.pool = adbapi.ConnectionPool("sqlite3", self.path,
+                                                  check_same_thread=False, cp_max=1)
+
+            def stopService(self):
+                super().stopService()
+                self.pool.close()
+
+            def handle_batch(self, messages):
+                rows = [(m.body.decode(),) for m in messages]
+                return self.pool.runInteraction(
+                    lambda tx: tx.executemany("INSERT INTO clicks VALUES (?)", rows))
+
+        def make_writer(context):
+            return ClickWriter(context.settings["db"])
     """
 
     #: the topic consumed
@@ -252,9 +327,10 @@ class HandlerContext:
 
 def build_handler(
     factory: Callable[[HandlerContext], object], context: HandlerContext, spec: str
-) -> tuple[Callable[[Message], Any], IService | None]:
+) -> tuple[Callable[..., Any], IService | None, bool]:
     """Call ``--handler-factory`` ``spec`` (the ``factory``) with ``context``; return
-    its handler's parts (:func:`handler_parts`).
+    its handler's parts (:func:`factory_handler_parts`: the third says whether it is a
+    batch handler).
 
     :raises HandlerSetupError: naming the option and ``spec`` when the factory raises or
         returns something that is not a handler.
@@ -265,7 +341,7 @@ def build_handler(
     except Exception as e:
         raise HandlerSetupError(f"{where} raised {type(e).__name__}: {e}") from e
     try:
-        return handler_parts(result)
+        return factory_handler_parts(result)
     except TypeError as e:
         if inspect.iscoroutine(result):
             result.close()  # never awaited, on purpose

@@ -38,7 +38,9 @@ from txnsq._twistd.handlers import (
     BodyPrinter,
     HandlerContext,
     HandlerSetupError,
+    batch_handler_parts,
     build_handler,
+    factory_handler_parts,
     handler_parts,
     read_settings_file,
     resolve_handler,
@@ -63,7 +65,7 @@ from txnsq._wire.identify import DEFAULT_USER_AGENT
 from txnsq._wire.lookup import lookup_url
 from txnsq._wire.numbers import parse_number
 from txnsq.consumer import Consumer, ConsumerOptions
-from txnsq.message import Message
+from txnsq.options import check_batch_options
 from txnsq.tls import TLSOptions
 
 __all__ = [
@@ -74,7 +76,9 @@ __all__ = [
     "HandlerSetupError",
     "Options",
     "StatsReporter",
+    "batch_handler_parts",
     "build_handler",
+    "factory_handler_parts",
     "handler_parts",
     "makeService",
     "metrics_service",
@@ -89,6 +93,13 @@ _DEFAULTS: Final = ConsumerOptions()
 _ASYNC_IN_THREADS: Final = (
     "--handler-threads runs a blocking handler; an async def handler needs no threads"
 )
+
+_BATCH_FLAGS: Final = ("batch-max-count", "batch-linger")
+
+
+def _flag_setting(name: str, value: object) -> str:
+    """A ConsumerOptions setting as given on the command line (``--max-in-flight 1``)."""
+    return f"--{name.replace('_', '-')} {value}"
 
 
 def _default(name: str) -> str:
@@ -179,13 +190,28 @@ class Options(usage.Options):
          "an asyncio task. An object with a handle(message) method works too; if it is "
          "a twisted Service, it is started before the consumer and stopped after it. "
          "Default: print each body to stdout, one per line."],
+        ["batch-handler", None, None,
+         "Instead of --handler: a batch handler, 'module.path:callable', called with "
+         "lists of messages (up to --batch-max-count, or what came within "
+         "--batch-linger seconds of the first; from every nsqd), returning what a "
+         "handler returns for all of them (it may also answer some itself). An object "
+         "with a handle_batch(messages) method works too; a twisted Service is started "
+         "before the consumer and stopped after it. Needs --max-in-flight of at least "
+         "--batch-max-count."],
+        ["batch-max-count", None, None,
+         "With a batch handler: at most this many messages per call (default "
+         f"{_default('batch_max_count')})."],
+        ["batch-linger", None, None,
+         "With a batch handler: seconds a message may wait for others to join its "
+         f"batch (default {_default('batch_linger')})."],
         ["handler-factory", None, None,
          "Instead of --handler: 'module.path:callable' called once at start with a "
          "txnsq.HandlerContext (.topic, .channel, .options, .reactor, .settings) and "
-         "returning the handler (as --handler takes it; a twisted Service with "
-         "handle(message) owns resources: startService runs before the consumer, "
-         "stopService after its last message). Not a Deferred: do async setup in "
-         "startService."],
+         "returning the handler (as --handler takes it; or a batch handler: an object "
+         "with handle_batch(messages); a twisted Service with handle(message) or "
+         "handle_batch(messages) owns resources: startService runs before the "
+         "consumer, stopService after its last message). Not a Deferred: do async "
+         "setup in startService."],
         ["handler-settings-file", None, None,
          "With --handler-factory: a JSON object of settings ({\"db\": \"/var/x.db\"}; "
          "numbers and booleans become their JSON text) for HandlerContext.settings; "
@@ -308,6 +334,7 @@ class Options(usage.Options):
         tls = self._tls_options()
         auth_secret = self._auth_secret()
         self._handler_options(threads=numbers["handler-threads"] > 0)
+        batch = self._batch_settings(numbers)
         dead_letter = self._dead_letter()
         self._metrics_options()
         try:
@@ -327,42 +354,100 @@ class Options(usage.Options):
                 auth_secret=auth_secret,
                 address_map=self._address_map(),
                 dead_letter=dead_letter,
+                **batch,
                 **connection,
             )
         except (TypeError, ValueError) as e:
             raise usage.UsageError(f"invalid consumer options: {e}") from None
+        if self["handler_batch"]:
+            try:
+                check_batch_options(self["consumer_options"], _flag_setting)
+            except ValueError as e:
+                raise usage.UsageError(f"--batch-handler: {e}") from None
         self["stats_interval"] = numbers["stats-interval"]
 
+    def _batch_settings(self, numbers: dict[str, Any]) -> dict[str, Any]:
+        """``batch_max_count`` and ``batch_linger`` as given (the defaults otherwise).
+
+        :raises usage.UsageError: when they are given for a per-message handler.
+        """
+        given = [f"--{flag}" for flag in _BATCH_FLAGS if self[flag] is not None]
+        self["batch_flags"] = tuple(given)
+        if given and self["handler_batch"] is False:
+            raise usage.UsageError(
+                f"{' and '.join(given)} need(s) a batch handler: --batch-handler, or a "
+                "--handler-factory returning an object with handle_batch(messages)"
+            )
+        settings: dict[str, Any] = {}
+        if self["batch-max-count"] is not None:
+            settings["batch_max_count"] = numbers["batch-max-count"]
+        if self["batch-linger"] is not None:
+            settings["batch_linger"] = numbers["batch-linger"]
+        return settings
+
     def _handler_options(self, threads: bool) -> None:
-        """Set ``handler_callable`` and ``handler_service`` (from ``--handler``; both
-        ``None`` without it), ``handler_factory`` (the ``--handler-factory`` callable, or
-        ``None``) and ``handler_settings`` (read-only)."""
+        """Set ``handler_callable`` and ``handler_service`` (from ``--handler`` or
+        ``--batch-handler``; both ``None`` without them), ``handler_batch`` (``True``
+        for ``--batch-handler``, ``False`` for ``--handler`` and the default printer,
+        ``None`` until a ``--handler-factory`` has answered), ``handler_factory`` (the
+        ``--handler-factory`` callable, or ``None``) and ``handler_settings``
+        (read-only)."""
         spec, factory_spec = self["handler"], self["handler-factory"]
-        if spec is not None and factory_spec is not None:
-            raise usage.UsageError("give --handler or --handler-factory, not both")
+        batch_spec = self["batch-handler"]
+        named = [
+            option
+            for option, value in (
+                ("--handler", spec),
+                ("--batch-handler", batch_spec),
+                ("--handler-factory", factory_spec),
+            )
+            if value is not None
+        ]
+        if len(named) > 1:
+            raise usage.UsageError(
+                f"give {' or '.join(named)}, not {'both' if len(named) == 2 else 'all three'}"
+            )
         self["handler_callable"] = self["handler_service"] = self["handler_factory"] = None
-        if spec is not None:
-            target = resolve_object(spec, "--handler")
-            try:
-                handle, service = handler_parts(target)
-            except TypeError:
-                raise usage.UsageError(
-                    f"--handler {spec!r} is not callable (it is a {type(target).__name__}) "
-                    "and has no handle(message) method"
-                ) from None
-            if threads and inspect.iscoroutinefunction(handle):
-                raise usage.UsageError(_ASYNC_IN_THREADS)
-            self["handler_callable"], self["handler_service"] = handle, service
+        self["handler_batch"] = False
+        if batch_spec is not None:
+            self._named_handler(batch_spec, "--batch-handler", batch=True, threads=threads)
+        elif spec is not None:
+            self._named_handler(spec, "--handler", batch=False, threads=threads)
         elif factory_spec is not None:
             self["handler_factory"] = resolve_handler(factory_spec, "--handler-factory")
+            self["handler_batch"] = None
         elif threads:
-            raise usage.UsageError("--handler-threads needs --handler or --handler-factory")
+            raise usage.UsageError(
+                "--handler-threads needs --handler, --batch-handler or --handler-factory"
+            )
         given = self["handler-settings-file"] is not None or self["handler_setting_entries"]
         if given and factory_spec is None:
             raise usage.UsageError(
                 "--handler-setting and --handler-settings-file need --handler-factory"
             )
         self["handler_settings"] = MappingProxyType(self._handler_settings())
+
+    def _named_handler(self, spec: str, option: str, *, batch: bool, threads: bool) -> None:
+        """Set ``handler_callable``, ``handler_service`` and ``handler_batch`` from the
+        object ``--handler`` or ``--batch-handler`` (``option``) names.
+
+        :raises usage.UsageError: when it is not a handler of that kind, or an async
+            def one for ``--handler-threads``.
+        """
+        target = resolve_object(spec, option)
+        parts = batch_handler_parts if batch else handler_parts
+        try:
+            handle, service = parts(target)
+        except TypeError:
+            method = "handle_batch(messages)" if batch else "handle(message)"
+            raise usage.UsageError(
+                f"{option} {spec!r} is not callable (it is a {type(target).__name__}) "
+                f"and has no {method} method"
+            ) from None
+        if threads and inspect.iscoroutinefunction(handle):
+            raise usage.UsageError(_ASYNC_IN_THREADS)
+        self["handler_callable"], self["handler_service"] = handle, service
+        self["handler_batch"] = batch
 
     def _handler_settings(self) -> dict[str, str]:
         path = self["handler-settings-file"]
@@ -457,6 +542,16 @@ class Options(usage.Options):
         n["msg-timeout"] = (
             _number("msg-timeout", self["msg-timeout"], minimum=1)
             if self["msg-timeout"] is not None
+            else None
+        )
+        n["batch-max-count"] = (
+            _number("batch-max-count", self["batch-max-count"], integer=True, minimum=1)
+            if self["batch-max-count"] is not None
+            else None
+        )
+        n["batch-linger"] = (
+            _number("batch-linger", self["batch-linger"])
+            if self["batch-linger"] is not None
             else None
         )
         n["max-messages-per-second"] = (
@@ -576,8 +671,9 @@ def makeService(
 
         reactor = global_reactor
     printer: BodyPrinter | None = None
-    handler: Callable[[Message], Any] | None = options["handler_callable"]
+    handler: Callable[..., Any] | None = options["handler_callable"]
     handler_service: IService | None = options["handler_service"]
+    batch: bool = bool(options["handler_batch"])
     factory = options["handler_factory"]
     if factory is not None:
         context = HandlerContext(
@@ -590,7 +686,7 @@ def makeService(
             lookupd_http_addresses=tuple(options["lookupd_http_addresses"]),
         )
         spec = options["handler-factory"]
-        handler, handler_service = build_handler(factory, context, spec)
+        handler, handler_service, batch = build_handler(factory, context, spec)
         if options["consumer_options"].handler_threads and inspect.iscoroutinefunction(
             handler
         ):
@@ -598,15 +694,17 @@ def makeService(
                 f"--handler-factory {spec!r} returned an async def handler: "
                 + _ASYNC_IN_THREADS
             )
+        _check_factory_batch(spec, batch, options)
     if handler is None:
         if stdout is None:
             stdout = _standard_output()
         printer = BodyPrinter(stdout, reactor, on_closed=lambda: _stop_soon(reactor))
         handler = printer
+    handlers: dict[str, Any] = {"batch_handler" if batch else "handler": handler}
     consumer = Consumer(
         options["topic"],
         options["channel"],
-        handler,
+        **handlers,
         nsqd_tcp_addresses=options["nsqd_tcp_addresses"],
         lookupd_http_addresses=options["lookupd_http_addresses"],
         options=options["consumer_options"],
@@ -629,6 +727,27 @@ def makeService(
         stats = stats_service(consumer, interval, reactor)
         stats.setServiceParent(service)  # type: ignore[no-untyped-call]
     return service
+
+
+def _check_factory_batch(spec: str, batch: bool, options: Options) -> None:
+    """Check the batch flags against what ``--handler-factory`` returned.
+
+    :raises HandlerSetupError: for batch flags given to a per-message handler, or a
+        batch handler without room for a batch in ``--max-in-flight``.
+    """
+    where = f"--handler-factory {spec!r}"
+    if not batch:
+        given = options["batch_flags"]
+        if given:
+            raise HandlerSetupError(
+                f"{where} returned a per-message handler, but {' and '.join(given)} "
+                "need(s) a batch handler (an object with handle_batch(messages))"
+            )
+        return
+    try:
+        check_batch_options(options["consumer_options"], _flag_setting)
+    except ValueError as e:
+        raise HandlerSetupError(f"{where} returned a batch handler: {e}") from None
 
 
 def _stop_soon(reactor: Any) -> None:

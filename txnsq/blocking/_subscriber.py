@@ -4,8 +4,9 @@
 nsqlookupd, without a reactor: one I/O thread owns every socket (it reads messages,
 answers heartbeats, TOUCHes what is in flight and sends the FINs and REQs asked for) and
 a discovery thread (re)connects and polls nsqlookupd, so that connecting never stalls
-the I/O. The caller takes messages with :meth:`Subscriber.take` and answers them with
-:meth:`Subscriber.finish` or :meth:`Subscriber.requeue`; nothing is answered otherwise.
+the I/O. The caller takes messages with :meth:`Subscriber.take` (or gathers a batch with
+:meth:`Subscriber.take_batch`) and answers them with :meth:`Subscriber.finish` or
+:meth:`Subscriber.requeue`; nothing is answered otherwise.
 :meth:`Subscriber.close` REQueues every message still in flight (nsqd redelivers them
 at once) and closes the connections (``with Subscriber(options) as s:`` starts and
 closes it); when the process dies without it, nsqd redelivers them after
@@ -65,7 +66,7 @@ from txnsq.blocking._subscriber_state import (
     SubscriberConnection,
 )
 from txnsq.errors import NSQError
-from txnsq.options import ConnectionOptions, deprecated_fields
+from txnsq.options import ConnectionOptions, check_batch_room, deprecated_fields
 
 __all__ = [
     "MAX_CONNECTIONS_PER_NSQD",
@@ -160,6 +161,8 @@ class Subscriber:
         self._ready: deque[Chunk] = deque()
         #: set while messages are buffered
         self.data_event = threading.Event()
+        # Set by every read that buffers messages (take_batch clears it to wait for more).
+        self._arrived = threading.Event()
         #: the clock's time of the last delivery, FIN or RDY change: the channel looks
         #: drained when nothing happened for a while
         self.last_activity = clock()
@@ -331,6 +334,45 @@ class Subscriber:
             if ready:  # raced with the I/O thread
                 self.data_event.set()
         return out
+
+    def take_batch(self, batch_max_count: int, batch_linger: float) -> list[Chunk]:
+        """Wait for a batch, as a Consumer's ``batch_handler`` gets one, and take it: up
+        to ``batch_max_count`` messages, taken once that many are buffered or
+        ``batch_linger`` seconds after the wait first saw one, whichever comes first.
+
+        Waits at most ``batch_linger`` seconds for a first message (then returns ``[]``),
+        so at most twice that in all::
+
+            while running:
+                chunks = sub.take_batch(500, 1.0)  # [] when nothing came
+                if chunks:
+                    write_rows(m for _, messages in chunks for m in messages)
+                    sub.finish(chunks)
+
+        Messages taken and not yet answered count against ``max_in_flight``, as the
+        buffered ones do: answer a batch before taking the next, or give
+        ``max_in_flight`` room for both.
+
+        :raises TypeError, ValueError: for a count that is not an int >= 1, a linger
+            that is not a number >= 0, or a ``batch_max_count`` above the options'
+            ``max_in_flight`` (a batch could never fill).
+        """
+        check_number(batch_max_count, "batch_max_count", integer=True, minimum=1)
+        check_number(batch_linger, "batch_linger", minimum=0)
+        check_batch_room(self.options.max_in_flight, batch_max_count)
+        if not self.wait_for_data(batch_linger):
+            return []
+        deadline = time.monotonic() + batch_linger
+        arrived = self._arrived
+        while self.buffered() < batch_max_count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            arrived.clear()
+            if self.buffered() >= batch_max_count:  # came before the clear
+                break
+            arrived.wait(remaining)
+        return self.take(batch_max_count)
 
     def buffered(self) -> int:
         """How many messages are buffered (approximate: read without a lock)."""
@@ -533,6 +575,7 @@ class Subscriber:
         self.last_activity = now
         self._ready.append((state, messages))
         self.data_event.set()
+        self._arrived.set()
 
     def _answer(self, chunks: list[Chunk], finish: bool, delay: float = 0.0) -> None:
         """FIN (or REQ) the messages of ``chunks`` still in flight on live connections."""

@@ -10,6 +10,8 @@ rest is in private modules, one job each:
   FIN/REQ/TOUCH, the per-read batching);
 - :mod:`txnsq.consumer._results`: the handler's failures and its results that come later
   (Deferreds, coroutines);
+- :mod:`txnsq.consumer._batches`: with a batch handler, the messages of every connection
+  gathered into lists, and each list answered from the handler's result;
 - :mod:`txnsq.consumer._flow`: RDY and backoff (the pure rules of :mod:`txnsq._wire.rdy` and
   :mod:`txnsq._wire.backoff` driven on timers);
 - :mod:`txnsq.consumer._dead_letters`: messages given up on, and their dead letters.
@@ -35,6 +37,7 @@ from txnsq._wire.address import map_address
 from txnsq._wire.backoff import requeue_delay
 from txnsq._wire.deadletter import DeadLetter
 from txnsq.consumer._aio import asyncio_loop
+from txnsq.consumer._batches import Batches, BatchHandler
 from txnsq.consumer._dead_letters import DeadLetterPublisher, GiveUp
 from txnsq.consumer._flow import Flow
 from txnsq.consumer._results import HandlerResults
@@ -43,14 +46,21 @@ from txnsq.consumer._threads import HandlerThreads
 from txnsq.errors import NotReady, NSQError, WrongPeerError
 from txnsq.message import Message
 from txnsq.observers import ConsumerCounters, IConsumerObserver
-from txnsq.options import ConnectionOptions, ConsumerOptions, client_options
+from txnsq.options import ConnectionOptions, ConsumerOptions, check_batch_options, client_options
 from txnsq.protocol import NSQProtocol, connection_protocol
 from txnsq.tracing import Tracing
 
 if TYPE_CHECKING:
     from txnsq.lookupd import LookupdPoller
 
-__all__ = ["Consumer", "ConsumerOptions", "DeadLetter", "DeadLetterPublisher", "Handler"]
+__all__ = [
+    "BatchHandler",
+    "Consumer",
+    "ConsumerOptions",
+    "DeadLetter",
+    "DeadLetterPublisher",
+    "Handler",
+]
 
 #: A message handler: returns ``True``/``None`` (finish), ``False`` (requeue), a Deferred
 #: or coroutine of those, or raises (requeue with backoff).
@@ -63,7 +73,8 @@ _TOTALS: Final = tuple(ConsumerCounters.__annotations__)
 def _check_arguments(
     topic: str,
     channel: str,
-    handler: Handler,
+    handler: Handler | None,
+    batch_handler: BatchHandler | None,
     nsqd_tcp_addresses: Sequence[NSQDAddress],
     lookupd_http_addresses: Sequence[str],
 ) -> None:
@@ -73,8 +84,20 @@ def _check_arguments(
     """
     commands.validate_topic_name(topic)
     commands.validate_channel_name(channel)
-    if not callable(handler):
+    if handler is None and batch_handler is None:
+        raise TypeError(
+            "Consumer needs a handler (called with each message) or a batch_handler "
+            "(called with a list of messages)"
+        )
+    if handler is not None and batch_handler is not None:
+        raise TypeError(
+            "give handler (called with each message) or batch_handler (called with a "
+            "list of messages), not both"
+        )
+    if handler is not None and not callable(handler):
         raise TypeError("handler must be callable")
+    if batch_handler is not None and not callable(batch_handler):
+        raise TypeError("batch_handler must be callable")
     if isinstance(nsqd_tcp_addresses, str) or isinstance(lookupd_http_addresses, str):
         raise TypeError("addresses must be given as a list")
     if not nsqd_tcp_addresses and not lookupd_http_addresses:
@@ -98,8 +121,17 @@ def _traced(handler: Handler, topic: str, channel: str, tracing: Tracing) -> Han
     return trace_handler(handler, topic, channel, tracing)
 
 
+def _traced_batches(
+    handler: BatchHandler, topic: str, channel: str, tracing: Tracing
+) -> BatchHandler:
+    """``handler`` with a span per batch (the tracing module is imported only for it)."""
+    from txnsq.consumer._tracing import trace_batch_handler
+
+    return trace_batch_handler(handler, topic, channel, tracing)
+
+
 def _handler_threads(
-    handler: Handler, threads: int, reactor: Any, topic: str, channel: str
+    handler: Handler | BatchHandler, threads: int, reactor: Any, topic: str, channel: str
 ) -> HandlerThreads | None:
     """The thread pool that runs ``handler`` (``handler_threads``), if any.
 
@@ -122,6 +154,7 @@ class _SessionOwner:
     __slots__ = (
         "_consumer",
         "answered_while_draining",
+        "batches",
         "clock",
         "default_requeue_delay",
         "finished_in_backoff",
@@ -140,6 +173,7 @@ class _SessionOwner:
         self._consumer = consumer
         self.clock = consumer._reactor
         self.flags = consumer._flags
+        self.batches = consumer._batches
         flow = consumer._flow
         self.messages_received = flow.messages_received
         self.messages_answered = flow.rdy.messages_answered
@@ -158,9 +192,12 @@ class _SessionOwner:
     @property
     def handler(self) -> Handler:
         consumer = self._consumer
+        handler = consumer._handler
+        if handler is None:  # (sessions of a batch consumer never ask)
+            raise RuntimeError("a consumer with a batch_handler has no per-message handler")
         if consumer._threads is not None:
-            return partial(consumer._threads.run, consumer._handler)
-        return consumer._handler
+            return partial(consumer._threads.run, handler)
+        return handler
 
     @property
     def max_attempts(self) -> int:
@@ -168,7 +205,28 @@ class _SessionOwner:
 
 
 class Consumer(Service):
-    """Consume ``topic``/``channel`` and hand every message to ``handler``.
+    """Consume ``topic``/``channel`` and hand every message to ``handler``, or lists of
+    them to ``batch_handler``.
+
+    A handler per message::
+
+        def handle(message):
+            print(message.body)  # returns None: finished
+
+        consumer = Consumer("orders", "billing", handle,
+                            nsqd_tcp_addresses=["127.0.0.1:4150"], max_in_flight=100)
+        consumer.startService()
+
+    A batch handler, for stores that take rows in bulk (up to ``batch_max_count``
+    messages, or what came within ``batch_linger`` seconds of the first)::
+
+        def insert(messages):
+            db.executemany("INSERT INTO clicks VALUES (?)",
+                           [(m.body,) for m in messages])  # returns None: all finished
+
+        consumer = Consumer("clicks", "archive", batch_handler=insert,
+                            nsqd_tcp_addresses=["127.0.0.1:4150"],
+                            batch_max_count=500, batch_linger=1.0, max_in_flight=1000)
 
     :param handler: called with each :class:`~txnsq.message.Message`. Return ``True`` or
         ``None`` to finish it, ``False`` to requeue it (with backoff), a Deferred or
@@ -182,6 +240,23 @@ class Consumer(Service):
         a pool of at most ``N`` threads (started by :meth:`startService`, stopped by
         :meth:`stopService` once it has drained): it returns ``True``/``None``/``False``
         or raises, and may answer or touch the message from its thread.
+    :param batch_handler: instead of ``handler``: called with a list of messages, at
+        most ``batch_max_count``, handed over when the list is full or when its first
+        message has waited ``batch_linger`` seconds (at once when no more can come:
+        every connection has its RDY in flight, or the consumer is stopping). Its
+        messages may come from several nsqds. It returns what a handler returns, for
+        the whole list: ``True``/``None`` finishes them, ``False`` requeues them, a
+        Deferred or coroutine does either when it fires, an exception requeues them
+        (logged once for the batch; the consumer backs off as for one failure). It may
+        answer messages itself (``message.finish()``, ``message.requeue()``, or
+        ``message.disable_auto_response()`` to answer later); the others follow its
+        result. Messages past ``max_attempts`` are given up (and dead-lettered) one by
+        one before any batch; ``auto_touch`` touches a batch's messages while a
+        Deferred result is pending; a graceful stop hands the pending batch over at
+        once and waits for it; ``handler_threads`` and the asyncio reactor work as for
+        ``handler``. Several batches may be in the handler at once, as many as
+        ``max_in_flight`` has room for: ``max_in_flight`` must be at least
+        ``batch_max_count`` (twice lets one batch fill while another is handled).
     :param nsqd_tcp_addresses: nsqds to connect to directly, each as ``"host:port"``
         (``"[::1]:4150"`` for IPv6; a bare host means port 4150), a ``(host, port)``
         pair, an endpoint string for
@@ -212,12 +287,15 @@ class Consumer(Service):
         address, else ``HostnameEndpoint``. Lets tests and users plug in their own.
     :param agent: the ``IAgent`` used to poll nsqlookupd.
     :param tracing: a :class:`~txnsq.tracing.Tracing` to make an OpenTelemetry span per
-        handled message (and, with ``envelope=True``, unwrap the trace context
-        producers put in the bodies); ``None`` (the default): no tracing, nothing paid
+        handled message, or per batch with a ``batch_handler`` (linked to its messages'
+        producer spans), and, with ``envelope=True``, unwrap the trace context
+        producers put in the bodies; ``None`` (the default): no tracing, nothing paid
         for it.
     :raises ValueError, TypeError: on an invalid name, address or option; a keyword
         that is neither a parameter nor a :class:`~txnsq.options.ConsumerOptions`
-        field is a TypeError naming the nearest valid name.
+        field is a TypeError naming the nearest valid name; neither or both of
+        ``handler`` and ``batch_handler`` is a TypeError; with ``batch_handler``, a
+        ``max_in_flight`` below ``batch_max_count`` is a ValueError naming both.
     """
 
     _log: Final = Logger()
@@ -228,8 +306,9 @@ class Consumer(Service):
         self,
         topic: str,
         channel: str,
-        handler: Handler,
+        handler: Handler | None = None,
         *,
+        batch_handler: BatchHandler | None = None,
         nsqd_tcp_addresses: Sequence[NSQDAddress] = (),
         lookupd_http_addresses: Sequence[str] = (),
         options: ConsumerOptions | ConnectionOptions | None = None,
@@ -245,7 +324,11 @@ class Consumer(Service):
     ) -> None:
         # Unknown keywords first: a misspelt address keyword must be named as such.
         self.options = opts = client_options(ConsumerOptions, Consumer, options, settings)
-        _check_arguments(topic, channel, handler, nsqd_tcp_addresses, lookupd_http_addresses)
+        _check_arguments(
+            topic, channel, handler, batch_handler, nsqd_tcp_addresses, lookupd_http_addresses
+        )
+        if batch_handler is not None:
+            check_batch_options(opts)
         self.topic = topic
         self.channel = channel
         self._reactor = reactor = _reactor_or_global(reactor)
@@ -255,7 +338,9 @@ class Consumer(Service):
         self._targets = self._static_targets(nsqd_tcp_addresses)
         self._static = list(self._targets)
         self._nsqds: dict[str, NSQDState] = {}
-        self._handler = handler if tracing is None else _traced(handler, topic, channel, tracing)
+        self._handler = handler
+        if handler is not None and tracing is not None:
+            self._handler = _traced(handler, topic, channel, tracing)
         self._observers: list[IConsumerObserver] = list(observers)
         self._give_ups = GiveUp(
             topic,
@@ -279,7 +364,9 @@ class Consumer(Service):
             asyncio_loop=asyncio_loop(reactor),
             remember_error=self._give_ups.remember_error,
         )
-        self._threads = _handler_threads(handler, opts.handler_threads, reactor, topic, channel)
+        given = handler if handler is not None else batch_handler
+        assert given is not None
+        self._threads = _handler_threads(given, opts.handler_threads, reactor, topic, channel)
         self._max_attempts = opts.max_attempts
         self._flags = SessionFlags()
         self._flow = Flow(
@@ -289,6 +376,19 @@ class Consumer(Service):
         self._poller = self._lookupd_poller(lookupd_http_addresses, agent)
         self._drain_waiters: list[defer.Deferred[None]] = []
         self._stopping: defer.Deferred[None] | None = None
+        self._batches: Batches | None = None
+        if batch_handler is not None:
+            if tracing is not None:
+                batch_handler = _traced_batches(batch_handler, topic, channel, tracing)
+            self._batches = Batches(
+                batch_handler,
+                opts,
+                clock=reactor,
+                flags=self._flags,
+                results=self._results,
+                threads=self._threads,
+                more_can_come=self._more_can_come,
+            )
         self._owner = _SessionOwner(self)
 
     def _static_targets(self, addresses: Sequence[NSQDAddress]) -> dict[str, NSQDTarget]:
@@ -349,7 +449,8 @@ class Consumer(Service):
     def stopService(self) -> defer.Deferred[None]:
         """Stop gracefully: CLS on every connection, wait (up to ``stop_timeout``) for
         ``CLOSE_WAIT`` and for in-flight messages to be answered (by handlers in
-        ``handler_threads`` too), requeue what is still unanswered, close every
+        ``handler_threads`` too; a batch still gathering is handed to the batch handler
+        at once), requeue what is still unanswered, close every
         connection, then stop the handler threads (a thread still in the handler is
         not waited for: it ends when the handler returns).
 
@@ -651,6 +752,22 @@ class Consumer(Service):
     def _in_flight(self) -> int:
         return sum(n.session.in_flight for n in self._nsqds.values() if n.session is not None)
 
+    def _more_can_come(self) -> bool:
+        """Whether some subscribed connection has RDY above what it has in flight: nsqd
+        may still send on it (a batch waits for those messages only then)."""
+        flow, rdy = self._flow, self._rdy
+        for nsqd in self._nsqds.values():
+            session = nsqd.session
+            if (
+                session is not None
+                and session.subscribed
+                and not session.closed
+                and session in rdy
+                and flow.rdy_sent(session) > session.in_flight
+            ):
+                return True
+        return False
+
     # ---------------------------------------------------------------- stopping
 
     def _check_drained(self) -> None:
@@ -684,8 +801,11 @@ class Consumer(Service):
             closes.append(d)
         if closes:
             await defer.DeferredList(closes, consumeErrors=True)
-        # 2. Wait for the handlers to answer what is in flight.
+        # 2. Wait for the handlers to answer what is in flight (the batch still
+        # gathering is handed over now: no more messages come).
         self._flags.draining = True
+        if self._batches is not None:
+            self._batches.flush()
         if self._in_flight():
             waiter: defer.Deferred[None] = defer.Deferred()
             self._drain_waiters.append(waiter)
@@ -719,6 +839,8 @@ class Consumer(Service):
         # The NSQDState records stay, so stats() still reports what was consumed.
         if stops:
             await defer.DeferredList(stops, consumeErrors=True)
+        if self._batches is not None:
+            self._batches.stop()
         # 5. Stop the handler threads (those still busy finish on their own).
         if self._threads is not None:
             busy = self._threads.stop()

@@ -112,6 +112,67 @@ class HandlerResults:
                 **fields,
             )
 
+    def batch_failed(self, messages: list[Message], failure: Failure) -> None:
+        """Log the batch handler's failure on ``messages`` (before those it has not
+        answered are requeued): one line at warn for the whole batch (how many messages,
+        from which nsqds, their attempts, the exception, what happens next), the
+        traceback as :meth:`handler_failed` does; each message keeps the error for the
+        dead letter it may become."""
+        error = failure.value
+        text = repr(error)
+        for message in messages:
+            self._remember_error(message, text)
+        kind = type(error)
+        attempts = [m.attempts for m in messages] or [0]
+        nsqds = sorted({m.nsqd_address or "?" for m in messages})
+        fields = {
+            "count": len(messages),
+            "topic": self._topic,
+            "channel": self._channel,
+            "nsqds": ", ".join(nsqds),
+            "attempts": _span(min(attempts), max(attempts)),
+            "error_type": kind.__qualname__,
+            "error": str(error),
+        }
+        self._log.warn(
+            "Batch handler failed on {count} message(s) of {topic}/{channel} from {nsqds} "
+            "(attempts {attempts}): {error_type}: {error}; {outcome}",
+            outcome=self._batch_outcome(messages),
+            **fields,
+        )
+        suppressed = self._tracebacks.check(kind, self._clock.seconds())
+        if suppressed is not None:
+            self._log.failure(
+                "Traceback of the batch handler's {error_type} on {count} message(s) "
+                "({suppressed} more of this type since the last traceback shown; the next "
+                "is shown {interval:g} s after this one at the earliest)",
+                failure,
+                level=LogLevel.error,
+                suppressed=suppressed,
+                interval=self._tracebacks.interval,
+                **fields,
+            )
+
+    def _batch_outcome(self, messages: list[Message]) -> str:
+        """What happens to a failed batch's messages, in words."""
+        waiting = [m for m in messages if awaits_auto_answer(m)]
+        if not waiting:
+            return "the handler had answered them"
+        opts = self._options
+        delays = [
+            requeue_delay(m.attempts, opts.requeue_delay, opts.max_requeue_delay)
+            for m in waiting
+        ]
+        outcome = f"requeueing {len(waiting)} in {_span(min(delays), max(delays), 's')}"
+        max_attempts = opts.max_attempts
+        last = sum(1 for m in waiting if max_attempts and m.attempts >= max_attempts)
+        if last:
+            outcome += (
+                f", {last} to be given up at their next delivery (max_attempts "
+                f"{max_attempts})"
+            )
+        return outcome
+
     def _outcome(self, session: Session, message: Message) -> str:
         """What happens to ``message`` after its handler failed, in words."""
         if message.has_responded:
@@ -131,7 +192,7 @@ class HandlerResults:
         ``None`` or ``False``: answer the message when a Deferred or an awaitable fires
         (finish on ``True``, ``None`` or another truthy value, requeue on a falsy one or
         a failure); anything else is answered at once, by its truth."""
-        deferred = self._as_deferred(result)
+        deferred = self.as_deferred(result)
         if deferred is None:
             if awaits_auto_answer(message):
                 message.finish() if result else message.requeue()
@@ -157,7 +218,7 @@ class HandlerResults:
             lambda f: self._log.failure("Answering message {id} failed", f, id=message.id)
         )
 
-    def _as_deferred(self, result: Any) -> defer.Deferred[Any] | None:
+    def as_deferred(self, result: Any) -> defer.Deferred[Any] | None:
         """``result`` as a Deferred (a coroutine on the asyncio reactor as an asyncio task,
         so that it can await asyncio objects as well as Deferreds); ``None`` for a result
         that is not awaitable."""
@@ -170,3 +231,11 @@ class HandlerResults:
         if inspect.isawaitable(result):
             return defer.Deferred.fromCoroutine(_awaited(result))
         return None
+
+
+def _span(low: float, high: float, unit: str = "") -> str:
+    """``low`` to ``high`` in words (one value when they are equal)."""
+    suffix = f" {unit}" if unit else ""
+    if low == high:
+        return f"{low:g}{suffix}"
+    return f"{low:g} to {high:g}{suffix}"

@@ -11,7 +11,8 @@ the per-message code can be read on its own.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from operator import attrgetter
+from typing import Final, Protocol
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
@@ -22,13 +23,23 @@ from txnsq._wire.identify import Features
 from txnsq._wire.rdy import RdyUpdate
 from txnsq._wire.touch import touch_schedule
 from txnsq.errors import FinFailedError, NotReady, NSQError, ReqFailedError, TouchFailedError
-from txnsq.message import Message, awaits_auto_answer, take_auto_answer, void
+from txnsq.message import (
+    Message,
+    awaits_auto_answer,
+    take_auto_answer,
+    take_auto_answers,
+    void,
+)
 from txnsq.protocol import NSQProtocol
 
-__all__ = ["NSQDState", "Session", "SessionFlags", "SessionOwner"]
+__all__ = ["BatchCollector", "NSQDState", "Session", "SessionFlags", "SessionOwner"]
 
 #: nsqd's answers to a FIN, REQ or TOUCH of a message no longer in flight (timed out).
 _TIMED_OUT = (FinFailedError, ReqFailedError, TouchFailedError)
+
+# A read's (or a batch's) ids and attempts taken in C, without a Python call per message.
+_ID: Final = attrgetter("id")
+_ATTEMPTS: Final = attrgetter("attempts")
 
 
 class SessionFlags:
@@ -44,13 +55,22 @@ class SessionFlags:
         self.draining = False
 
 
+class BatchCollector(Protocol):
+    """Where a batch consumer's sessions put the messages they receive (the consumer's
+    batches, :mod:`txnsq.consumer._batches`)."""
+
+    def add(self, session: Session, messages: list[Message]) -> None:
+        """``messages``, just received on ``session`` and kept in its ``unanswered``, are
+        for the batch handler."""
+
+
 class SessionOwner(Protocol):
     """The consumer above a :class:`Session`, as the session sees it.
 
-    ``handler`` and ``max_attempts`` are read once per read (run of messages);
-    ``flags`` once per message, so it is a plain attribute, and the methods are called
-    on the events they name. Sessions bind what they call for every read once, when
-    they are made.
+    ``handler`` and ``max_attempts`` are read once per read (run of messages),
+    ``batches`` once; ``flags`` once per message, so it is a plain attribute, and the
+    methods are called on the events they name. Sessions bind what they call for every
+    read once, when they are made.
     """
 
     #: the clock: what time it is, and the timers of auto touch
@@ -65,6 +85,11 @@ class SessionOwner(Protocol):
     @property
     def max_attempts(self) -> int:
         """Deliveries after which a message is given up; 0 for no limit."""
+
+    @property
+    def batches(self) -> BatchCollector | None:
+        """Where messages go with a batch handler; ``None``: to :attr:`handler`, one by
+        one."""
 
     def messages_received(
         self, session: Session, count: int, now: float
@@ -117,6 +142,7 @@ class Session:
 
     __slots__ = (
         "_answered",
+        "_batches",
         "_current",
         "_finish",
         "_flags",
@@ -151,6 +177,7 @@ class Session:
         self._now = owner.clock.seconds
         self._finish = protocol.finish
         self._flags = owner.flags
+        self._batches = owner.batches
 
     # -- messages in
 
@@ -169,6 +196,10 @@ class Session:
             self._send_rdy(updates)
         if self.closed:
             return  # the connection went: nsqd redelivers them
+        batches = self._batches
+        if batches is not None:
+            self._collect(messages, batches)
+            return
         fins: list[bytes] = []
         outer = self._current  # (a handler's own doing could nest a read in this one)
         try:
@@ -222,6 +253,70 @@ class Session:
                         continue  # the handler answered it itself: nothing is left to do
             if self.closed:
                 return
+
+    def _collect(self, messages: list[Message], batches: BatchCollector) -> None:
+        """With a batch handler: keep each message in ``unanswered`` and hand the run to
+        ``batches``; a message past ``max_attempts`` is given up instead, on its own.
+
+        Most reads hold neither a message to give up nor one delivered again: those are
+        kept whole, by C loops."""
+        max_attempts = give_up_above(self.owner.max_attempts)
+        unanswered = self.unanswered
+        ids = list(map(_ID, messages))
+        if max(map(_ATTEMPTS, messages)) <= max_attempts and unanswered.keys().isdisjoint(ids):
+            before = len(unanswered)
+            unanswered.update(zip(ids, messages, strict=True))
+            if len(unanswered) == before + len(ids):
+                batches.add(self, messages)
+                return
+            for msg_id in ids:  # an id twice in one read: undone, taken one by one below
+                unanswered.pop(msg_id, None)
+        kept: list[Message] = []
+        for message in messages:
+            msg_id = message.id
+            if msg_id in unanswered:
+                self._void(unanswered[msg_id])
+            if message.attempts > max_attempts:
+                self._give_up(message)
+                if self.closed:
+                    return
+            else:
+                unanswered[msg_id] = message
+                kept.append(message)
+        if kept:
+            batches.add(self, kept)
+
+    def finish_batch(self, messages: list[Message]) -> None:
+        """FIN, in one write, those of ``messages`` (received on this connection) that
+        still await their answer from the handler's result: a batch handler's ``True``.
+        Those the handler answered or kept are left alone; nothing is sent once the
+        connection has closed (nsqd redelivers them)."""
+        unanswered = self.unanswered
+        ids = list(map(_ID, messages))
+        # Most often all of them are still here and none was answered by the handler: a
+        # C loop checks it (list equality compares the messages by identity first).
+        if list(map(unanswered.get, ids)) == messages and take_auto_answers(messages):
+            for msg_id in ids:
+                del unanswered[msg_id]
+        else:
+            ids = []
+            for message in messages:
+                msg_id = message.id
+                if unanswered.get(msg_id) is message and take_auto_answer(message):
+                    del unanswered[msg_id]
+                    ids.append(msg_id)
+        if not ids:
+            return
+        if self.touch_calls:
+            for msg_id in ids:
+                self._cancel_touch(msg_id)
+        flags = self._flags
+        if flags.in_backoff:
+            # One result for the backoff (the batch's), and its RDY before the FINs.
+            self.owner.finished_in_backoff()
+        self._finish_batch(ids)
+        if flags.draining:
+            self.owner.answered_while_draining()
 
     def _give_up(self, message: Message) -> None:
         """``message`` was delivered more than ``max_attempts`` times: the owner answers it

@@ -82,7 +82,27 @@ def _call(run: _Run, handler: Callable[[Message], Any], message: Message) -> Any
     nothing is left to answer."""
     if run.stopped or message.has_responded:
         return None
-    result = handler(message)
+    return _plain(handler(message))
+
+
+def _call_batch(
+    run: _Run, handler: Callable[[list[Message]], Any], messages: list[Message]
+) -> Any:
+    """Run in a thread: the batch handler, on the messages not answered while the batch
+    waited for a thread (none left, or the pool stopped: not called)."""
+    if run.stopped:
+        return None
+    waiting = [m for m in messages if not m.has_responded]
+    if not waiting:
+        return None
+    return _plain(handler(waiting))
+
+
+def _plain(result: Any) -> Any:
+    """A handler's result, checked: a function run in a thread answers at once.
+
+    :raises TypeError: for a Deferred, coroutine or other awaitable.
+    """
     if isinstance(result, defer.Deferred) or inspect.isawaitable(result):
         if inspect.iscoroutine(result):
             result.close()  # never awaited: say nothing more about it
@@ -148,6 +168,30 @@ class HandlerThreads:
             run,
             handler,
             message,
+        )
+
+    def run_batch(
+        self, handler: Callable[[list[Message]], Any], messages: list[Message]
+    ) -> defer.Deferred[Any]:
+        """Call the batch ``handler(messages)`` in a thread, as :meth:`run` calls a
+        handler with one message (each message may be answered from that thread).
+
+        :returns: a Deferred that fires, on the reactor thread, with what the handler
+            returned, or fails with what it raised (or at once if the pool is stopped).
+        """
+        run = self._run
+        if run is None:
+            return defer.fail(RuntimeError("the consumer's handler threads are stopped"))
+        call_from_thread = self._reactor.callFromThread
+        for message in messages:
+            answer_from_threads(message, call_from_thread)
+        return deferToThreadPool(
+            self._reactor,
+            run.pool,  # type: ignore[arg-type]
+            _call_batch,
+            run,
+            handler,
+            messages,
         )
 
     def stop(self) -> int:
