@@ -70,7 +70,8 @@ def problems(client: str, case: Case, result: dict[str, Any]) -> list[str]:
     found = []
     if result["peak_rss"] >= MEMORY_LIMIT:
         peak, limit = result["peak_rss"] / _MB, MEMORY_LIMIT // _MB
-        found.append(f"peak memory {peak:.0f} MB (limit {limit} MB)")
+        start = result["rss_at_start"] / _MB
+        found.append(f"peak memory {peak:.0f} MB (limit {limit} MB; {start:.0f} MB at the start)")
     allowed = allowed_seconds(case)
     ended = result["ended_after"]
     if ended is None:

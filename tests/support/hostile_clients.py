@@ -131,6 +131,7 @@ class Outcome:
     """What one case showed, filled in as it runs."""
 
     started: float
+    resident: int = 0  # bytes resident as the case started (its peak starts there)
     ended: float | None = None  # when the client first named what went wrong
     error: str | None = None  # what it raised to the caller (or its observers heard)
     answered: int | None = None  # an admin client's producers, when it answered
@@ -173,8 +174,9 @@ class Run:
 
     def begin(self) -> Outcome:
         """A case starts now: its outcome, and a fresh peak of resident memory."""
+        gc.collect()
         _reset_peak()
-        return Outcome(time.monotonic())
+        return Outcome(time.monotonic(), resident=_resident())
 
     def topic(self, case: Case) -> str:
         return topic_for(self.client, case)
@@ -248,6 +250,7 @@ def _result(run: Run, case: Case, outcome: Outcome) -> dict[str, Any]:
         "recovered": outcome.recovered,
         "recovery": outcome.recovery,
         "peak_rss": _peak(),
+        "rss_at_start": outcome.resident,
         "threads_dead": list(outcome.threads_dead),
         "observed": [text[:_LINE] for text in outcome.observed[:5]],
     }
@@ -266,11 +269,20 @@ def _reset_peak() -> None:
 
 def _peak() -> int:
     """The peak resident memory (bytes) since :func:`_reset_peak` (``VmHWM``)."""
+    return _status("VmHWM")
+
+
+def _resident() -> int:
+    """The resident memory (bytes) now (``VmRSS``)."""
+    return _status("VmRSS")
+
+
+def _status(field: str) -> int:
     with open("/proc/self/status", encoding="ascii") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def _publish_direct(run: Run, topic: str, body: bytes) -> None:

@@ -5,7 +5,10 @@
 A client's process runs its cases in turn and prints a result per case. When a case
 gives no result within its hard bound (the client hung) or the process dies (a
 ``MemoryError`` under the cap, a crash), the process is killed and a new one runs the
-cases left. The case that caused it gets a result that says so (``runner``).
+cases left; the case that caused it gets a result that says so (``runner``). A case
+whose peak memory passed :data:`~tests.support.hostile_cases.MEMORY_LIMIT` also ends
+its process: what it took may stay resident, and the next cases would be charged for
+it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tests.support.env import REPO
 from tests.support.hostile_cases import (
     CLIENTS,
     HOSTILE_CONNECTIONS,
+    MEMORY_LIMIT,
     Case,
     cases_for,
     topic_for,
@@ -191,8 +195,10 @@ class _ClientRuns:
                 self._failed(case, f"the client's process exited ({process.returncode}) "
                              f"during the case: {tail}", time.monotonic() - started)
                 return
-            self.results[case.name] = json.loads(line)
+            result = self.results[case.name] = json.loads(line)
             self._cases.pop(0)
+            if result["peak_rss"] >= MEMORY_LIMIT:
+                return  # a fresh process for the rest: what it took may stay resident
 
     def _failed(self, case: Case, why: str, took: float) -> None:
         self.results[case.name] = {"client": self.client, "case": case.name, "runner": why,
