@@ -81,6 +81,9 @@ class FakeConnection:
         self.log: list[tuple[Any, ...]] = []  # (time, command, argument)
         self.closed = False
         self.broken: Exception | None = None
+        #: why the connection ends in its next read (:meth:`end_in_next_read`)
+        self.ending: Exception | None = None
+        self.ended = False
         # Liveness as the real Connection has it: frames completed (progress), and the
         # bound from the subscriber's heartbeat interval.
         self.progress = 0
@@ -92,11 +95,27 @@ class FakeConnection:
     def fileno(self) -> int:
         return -1
 
+    @property
+    def connected(self) -> bool:
+        return not self.closed and self.broken is None
+
     def has_buffered_input(self) -> bool:
-        return bool(self.inbox) or bool(self.heartbeats) or self.broken is not None
+        if self.ended:
+            return False  # its socket is closed: no selector reports it
+        return (
+            bool(self.inbox) or bool(self.heartbeats) or self.broken is not None
+            or self.ending is not None
+        )
 
     def receive(self, timeout: float | None = None) -> list[MessageFrame]:
         self._check()
+        if self.ending is not None:
+            # As the real Connection does: the read that ends it returns what came
+            # before the end, and the error waits for the next call.
+            self.broken, self.ending = self.ending, None
+            self.ended = True
+            out, self.inbox = self.inbox, []
+            return out
         if self.inbox or self.heartbeats:
             self.progress += 1
             self.heartbeats = 0
@@ -162,6 +181,12 @@ class FakeConnection:
     def break_(self, error: Exception | None = None) -> None:
         """The connection fails: the next call raises."""
         self.broken = error or ConnectionClosed("reset by peer")
+
+    def end_in_next_read(self, error: Exception) -> None:
+        """nsqd sends what ends the connection (a fatal error frame, a broken rule): the
+        next read returns the messages before it and closes the connection; the call
+        after raises ``error``. Nothing is readable afterwards (the socket is closed)."""
+        self.ending = error
 
     def commands(self, name: str) -> list[tuple[Any, ...]]:
         return [entry for entry in self.log if entry[1] == name]

@@ -21,6 +21,7 @@ from txnsq._wire.lookup import MAX_LOOKUP_RESPONSE_SIZE
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.blocking import Subscriber, SubscriberOptions
 from txnsq.blocking._subscriber import MAX_CONNECTIONS_PER_NSQD
+from txnsq.errors import ProtocolError
 from txnsq.options import ConnectionOptions, ConsumerOptions
 
 N1, N2, N3, N4, N5 = (f"10.0.0.{i}:4150" for i in range(1, 6))
@@ -557,6 +558,32 @@ class ReconnectTests(SynchronousTestCase):
         self.assertEqual(len(nsqd.conns), 2)
         d.step(0.01)
         self.assertEqual([c.rdy_count for c in nsqd.live()], [2, 2])
+
+    def test_a_connection_that_ends_in_a_read_is_lost_at_once(self) -> None:
+        # A peer that breaks the protocol (or sends a fatal error frame) with no command
+        # waiting ends the connection in the middle of a read: the Connection closes its
+        # socket and keeps the error for its next call. The subscriber asks at once:
+        # nothing would wake it for a closed socket, and the silence bound would name
+        # the wrong cause, seconds later.
+        nsqd = FakeNsqd(N1)
+        d = Driver(
+            self, [nsqd], nsqd_tcp_addresses=[N1], max_in_flight=4,
+            reconnect_policy=RetryPolicy(jitter=0),
+        )
+        d.step()
+        (conn,) = d.live()
+        conn.push(2)
+        conn.end_in_next_read(ProtocolError("unknown frame type 42"))
+        with self.assertLogs("txnsq.blocking", "WARNING") as logs:
+            d.io()
+        self.assertTrue(conn.closed)
+        self.assertEqual(d.subscriber.errors, 1)
+        self.assertEqual(d.subscriber.connection_count, 0)
+        self.assertEqual(d.subscriber.take(10), [])  # they cannot be answered any more
+        (line,) = logs.output
+        self.assertIn("unknown frame type 42", line)
+        d.step(1.0)
+        self.assertEqual(len(nsqd.live()), 1)  # dialled again after the retry delay
 
     def test_start_fails_fast_when_no_nsqd_answers(self) -> None:
         nsqd = FakeNsqd(N1)

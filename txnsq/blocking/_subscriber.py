@@ -540,6 +540,11 @@ class Subscriber:
         """Read what ``state``'s connection has (it is readable)."""
         try:
             messages = state.conn.receive(0)
+            if not state.conn.connected:
+                # It ended in that read (a fatal error frame, a broken rule): its socket
+                # is closed, so no selector wakes this thread for it again, and the
+                # error comes with the next call. Its messages cannot be answered.
+                state.conn.receive(0)
         except (NSQError, OSError) as e:
             self._lost(state, e)
             return

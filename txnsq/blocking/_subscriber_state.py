@@ -50,6 +50,11 @@ class SubscriberConnection(Protocol):
     def silence_timeout(self) -> float:
         """Seconds of silence after which the connection is presumed dead."""
 
+    @property
+    def connected(self) -> bool:
+        """Whether the connection is still open (a read may have ended it: then the
+        next call raises why)."""
+
     def fileno(self) -> int:
         """The socket's file descriptor, for a selector."""
 
