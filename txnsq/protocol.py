@@ -73,6 +73,7 @@ from txnsq._wire.handshake import (
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.liveness import read_timeout as _read_timeout
 from txnsq._wire.numbers import seconds_to_ms
+from txnsq._wire.ratelimit import OncePerInterval
 from txnsq.errors import (
     ConnectionClosed,
     NotReady,
@@ -85,6 +86,9 @@ from txnsq.message import Message, MessageOwner, message_factories
 from txnsq.options import ConnectionOptions
 
 __all__ = ["NSQProtocol", "ProtocolState"]
+
+#: Seconds between two log lines of error frames of one code that answer no command.
+_ERROR_LOG_INTERVAL: Final = 60.0
 
 
 class ProtocolState(enum.Enum):
@@ -299,6 +303,7 @@ class NSQProtocol(Protocol):
         # The commands still waiting when the connection was torn down: they fail once
         # the transport is gone.
         self._orphans: list[defer.Deferred[bytes]] = []
+        self._error_lines = OncePerInterval(_ERROR_LOG_INTERVAL)
 
         #: The negotiated features, once the handshake has succeeded.
         self.features: Features | None = None
@@ -575,6 +580,9 @@ class NSQProtocol(Protocol):
         if orphans:
             error = closed_before_answer(self.peer, self._closing_reason or reason)
             self._fail(orphans, error)
+        if self._closing_reason is not None:
+            # The client closed it because of an error: that is why it was lost.
+            reason = Failure(self._closing_reason)  # type: ignore[no-untyped-call]
         if self.on_close is not None:
             try:
                 self.on_close(reason)
@@ -661,12 +669,17 @@ class NSQProtocol(Protocol):
                 d.callback(data)
 
     def _server_error(self, error: NSQError) -> None:
-        """An error that answers no command: logged, and given to ``on_error``."""
+        """An error that answers no command: logged (the first of each code, then at
+        most one every minute, with how many were left out: a peer cannot flood the
+        log), and given to ``on_error``."""
         if isinstance(error, NSQServerError):
-            self._log.warn(
-                "nsqd {peer} sent {code}: {text}", peer=self.peer, code=error.code,
-                text=error.text,
-            )
+            left_out = self._error_lines.check(error.code, self._clock.seconds())
+            if left_out is not None:
+                self._log.warn(
+                    "nsqd {peer} sent {code}: {text}{more}", peer=self.peer, code=error.code,
+                    text=error.text,
+                    more=f" ({left_out} more {error.code} not logged)" if left_out else "",
+                )
         if self.on_error is not None:
             try:
                 self.on_error(error)

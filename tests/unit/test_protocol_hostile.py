@@ -297,3 +297,31 @@ class SpecificHostileInputTests(SynchronousTestCase):
         )
         self.assertLess(peak, 64 * 1024)
         self.assertLess(trickle_peak, 1024 * 1024)
+
+
+class LogFloodTests(SynchronousTestCase):
+    def test_error_frames_of_one_code_are_logged_once_a_minute(self) -> None:
+        """A peer sending thousands of E_FIN_FAILED gets one log line a minute, with
+        the count left out; each still reaches on_error."""
+        logs = LogCapture(self)
+        conn = MemoryConnection()
+        for _ in range(1000):
+            conn.protocol.dataReceived(encode_error("E_FIN_FAILED", "FIN failed"))
+        self.assertEqual(len(conn.errors), 1000)
+        self.assertEqual(len(logs.matching("E_FIN_FAILED")), 1)
+        conn.clock.advance(61)
+        conn.protocol.dataReceived(encode_error("E_FIN_FAILED", "FIN failed"))
+        [_, again] = logs.matching("E_FIN_FAILED")
+        self.assertIn("(999 more E_FIN_FAILED not logged)", again)
+
+
+class CloseReasonTests(SynchronousTestCase):
+    def test_on_close_says_why_the_client_closed(self) -> None:
+        """A connection the client closed because of a protocol error is reported lost
+        with that error, not with the transport's 'closed cleanly'."""
+        LogCapture(self)
+        conn = MemoryConnection()
+        conn.protocol.dataReceived(raw_frame(8, 99, b"????"))
+        conn.lose()
+        [reason] = conn.closed
+        self.assertIsInstance(reason.value, ProtocolError)

@@ -85,6 +85,8 @@ __all__ = [
     "Ended",
     "Event",
     "ServerError",
+    "answer_timeout_error",
+    "answer_timeout_words",
     "closed_before_answer",
     "silence_error",
 ]
@@ -190,6 +192,20 @@ def closed_before_answer(label: str, reason: object = None) -> ConnectionClosed:
     if isinstance(reason, ConnectionClosed):
         return reason
     return ConnectionClosed(f"connection to nsqd {label} closed before it answered", reason)
+
+
+def answer_timeout_error(label: str, timeout: float, waiting: int) -> CommandTimeout:
+    """The error a connection to nsqd ``label`` is closed with when ``waiting`` commands
+    got no answer at all for ``timeout`` seconds (``command_timeout``)."""
+    return CommandTimeout(answer_timeout_words(label, timeout, waiting))
+
+
+def answer_timeout_words(label: str, timeout: float, waiting: int) -> str:
+    """What every client says of commands left unanswered for ``timeout`` seconds."""
+    return (
+        f"nsqd {label} answered nothing for {timeout:g} s while {waiting} command(s) "
+        "waited (command_timeout): connection closed"
+    )
 
 
 def silence_error(label: str, silent_for: float, timeout: float) -> ConnectionSilent:
@@ -551,10 +567,8 @@ class ConnectionCore(Generic[W, M]):
             return None
         if verdict == SILENT:
             return silence_error(self.label, liveness.silent_for(now), liveness.timeout)
-        return CommandTimeout(
-            f"nsqd {self.label} answered nothing for {liveness.answer_timeout:g} s while "
-            f"{len(self._waiting)} command(s) waited (command_timeout): connection closed"
-        )
+        assert liveness.answer_timeout is not None
+        return answer_timeout_error(self.label, liveness.answer_timeout, len(self._waiting))
 
     def silent_for(self, now: float) -> float:
         """Seconds since a frame last completed (as of the last :meth:`check`)."""

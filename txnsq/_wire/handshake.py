@@ -400,6 +400,8 @@ class Handshake:
             if self._first is not None and not isinstance(e, WrongPeerError):
                 # The first answer is not nsqd's: name the peer, keep what was wrong.
                 e = wrong_peer(self._first, self.peer, detail=str(e))
+            elif not isinstance(e, WrongPeerError) and self.peer:
+                e = ProtocolError(f"nsqd {self.peer}: {e}")
             self.state = HandshakeState.FAILED
             actions.append(Failed(e))
         except NSQError as e:
@@ -434,6 +436,10 @@ class Handshake:
         data = frame.data
         state = self.state
         if state is HandshakeState.IDENTIFY:
+            if data.startswith(b"{"):
+                # A JSON answer: an nsqd, if a broken one (a value it never sends is its
+                # error, not a wrong port's).
+                self._first = None
             self.features = features = parse_identify_response(data)
             self._first = None  # nsqd answered: nothing more to name
             self._steps = upgrade_steps(self.options, features, self._secret is not None)

@@ -19,6 +19,7 @@ from txnsq._wire.connection import (
     ConnectionCore,
     Ended,
     ServerError,
+    answer_timeout_words,
     closed_before_answer,
     silence_error,
 )
@@ -211,6 +212,7 @@ class Connection:
         self._reads = 0
         self._gaps_count = hb_ms is not None and hb_ms > 0
         self._uncounted = 0.0
+        self._answer_wait: float | None = None  # the bound of the current wait for answers
         self._wait_ended = 0.0
 
     @property
@@ -545,7 +547,7 @@ class Connection:
         self._raise_pipeline_error()
 
     def _wait_pipelined(self, at_most: int) -> None:
-        deadline = _deadline(self.command_timeout)
+        deadline = self._answer_deadline(self.command_timeout)
         while self._pipelined > at_most:
             self._raise_pipeline_error()
             self._read_once(deadline)
@@ -567,7 +569,7 @@ class Connection:
         """``SUB`` to ``topic``/``channel`` and wait for OK (at most ``handshake_timeout``
         seconds). Messages flow after :meth:`rdy`."""
         command = commands.sub(topic, channel)
-        self._request(command, _deadline(self.handshake_timeout))
+        self._request(command, self._answer_deadline(self.handshake_timeout))
 
     def rdy(self, count: int) -> None:
         """Allow nsqd to have ``count`` messages in flight to this connection.
@@ -722,6 +724,30 @@ class Connection:
 
     # -- internals: requests and answers ----------------------------------------------
 
+    def _answer_deadline(self, timeout: float | None) -> float | None:
+        """When a wait for nsqd's answers that may last ``timeout`` seconds ends (the
+        error past it says how long that was)."""
+        self._answer_wait = timeout
+        return _deadline(timeout)
+
+    def _timed_out(self) -> NSQTimeoutError:
+        """The error of a wait that reached its deadline, saying what was waited for, in
+        the words of every client."""
+        if self._handshaking:
+            return NSQTimeoutError(
+                f"handshake with nsqd {self.address} did not complete in "
+                f"{self.handshake_timeout:g} s"
+            )
+        core = self._core
+        if core is not None and core.waiting and self._answer_wait is not None:
+            return NSQTimeoutError(
+                answer_timeout_words(self.address, self._answer_wait, core.waiting)
+            )
+        return NSQTimeoutError(
+            f"nsqd {self.address} took nothing written to it for {self.command_timeout} s: "
+            "connection closed"
+        )
+
     def _request(self, data: bytes, deadline: float | None = None) -> bytes:
         self._raise_pipeline_error()
         slot = _Slot()
@@ -730,7 +756,7 @@ class Connection:
 
     def _wait_slot(self, slot: _Slot, deadline: float | None = None) -> bytes:
         if deadline is None:
-            deadline = _deadline(self.command_timeout)
+            deadline = self._answer_deadline(self.command_timeout)
         while not slot.done:
             self._read_once(deadline)
         if slot.error is not None:
@@ -929,7 +955,7 @@ class Connection:
             if readable or writable:
                 return readable, writable
             if deadline is not None and time.monotonic() >= deadline:
-                raise self._fail(NSQTimeoutError(f"timed out waiting for nsqd at {self.address}"))
+                raise self._fail(self._timed_out())
 
     def _recv(self) -> bytes | None:
         """One recv (see :func:`~txnsq.blocking._socket.recv_some`), its failure closing
