@@ -1163,7 +1163,7 @@ def report(
             "Consumer rates are steady rates (first message to message N-1000).",
             "",
         ]
-    if any(w.startswith("consume-") for w in workloads):
+    if any(f"consume-{v}" in workloads for v in CODEC_VARIANTS):
         parts += [
             "Cost of compression and TLS, consuming (ratios to the same client's plain "
             "consume; codec floor = the client-side CPU of that codec alone on the same "
