@@ -1,9 +1,12 @@
 """One benchmark measurement per process, for :mod:`benchmarks.compare`.
 
-``python -m benchmarks._runners '<JSON spec>'`` runs one client (``txnsq`` or ``pynsq``)
-in one role and prints one JSON line of results on stdout. Each client runs alone in its
-own process, so a Twisted reactor and a Tornado loop never share one, and the parent
-can read the process's own CPU time and peak RSS (``os.wait4``).
+``python -m benchmarks._runners '<JSON spec>'`` runs one client (``txnsq``, ``pynsq`` or
+``asyncnsq``) in one role and prints one JSON line of results on stdout. Each client runs
+alone in its own process, so a Twisted reactor, a Tornado loop and an asyncio loop never
+share one, and the parent can read the process's own CPU time and peak RSS
+(``os.wait4``). This module imports nothing but the standard library until a runner
+starts: asyncnsq's runs use another interpreter (Python 3.12+), which has asyncnsq and
+nothing of txnsq's.
 
 Roles:
 
@@ -923,6 +926,241 @@ def py_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
     return {"sent": count, "rate": count / elapsed, "errors": state["errors"]}
 
 
+# --------------------------------------------------------------------------- asyncnsq
+# asyncnsq needs Python 3.12+: benchmarks.compare runs these in .venv-bench-3.12
+# (benchmarks/_envs.py), which has asyncnsq and nothing of txnsq's.
+
+
+def _aio_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of asyncnsq's ``create_writer``/``create_reader`` a spec asks for
+    (the ones it does not name go into IDENTIFY as they are: ``output_buffer_size``)."""
+    kwargs: dict[str, Any] = {}
+    if spec.get("snappy"):
+        kwargs["snappy"] = True
+    if spec.get("deflate"):
+        kwargs["deflate"] = True
+    if spec.get("tls_ca"):
+        # asyncnsq has no option for a CA: it encrypts without checking nsqd's certificate.
+        kwargs["tls_v1"] = True
+    if spec.get("output_buffer_size") is not None:
+        kwargs["output_buffer_size"] = spec["output_buffer_size"]
+    return kwargs
+
+
+async def _aio_writer(spec: dict[str, Any]) -> Any:
+    """A connected asyncnsq ``Writer`` to the spec's nsqd."""
+    import logging
+
+    from asyncnsq import create_writer  # type: ignore[import-not-found]
+
+    logging.getLogger("asyncnsq").setLevel(logging.WARNING)
+    host, _, port = spec["address"].rpartition(":")
+    return await create_writer(host=host, port=int(port), **_aio_kwargs(spec))
+
+
+def aio_publish(spec: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+
+    return asyncio.run(_aio_publish(spec))
+
+
+async def _aio_publish(spec: dict[str, Any]) -> dict[str, Any]:
+    """``window`` tasks, each awaiting ``Writer.pub`` (``batch`` 1) or ``Writer.mpub``
+    in a loop until ``count`` messages are published: asyncnsq's own benchmark's shape.
+    Its connection writes each command at once and answers it with a future, so the
+    tasks' commands are pipelined on the one connection."""
+    import asyncio
+
+    batch_size, window, count = spec["batch"], spec["window"], spec["count"]
+    commands_total = max(1, count // batch_size)
+    writer = await _aio_writer(spec)
+    topic = spec["topic"]
+    body = b"m" * spec["size"]
+    batch = [body] * batch_size
+    pub, mpub = writer.pub, writer.mpub
+    state: dict[str, Any] = {"done": 0, "errors": 0}
+    issued = 0
+
+    async def worker() -> None:
+        nonlocal issued
+        while issued < commands_total:
+            issued += 1
+            try:
+                if batch_size == 1:
+                    await pub(topic, body)
+                else:
+                    await mpub(topic, *batch)
+            except Exception:
+                state["errors"] += 1
+            state["done"] += 1
+
+    state["start"] = time.perf_counter()
+    state["cpu"] = _cpu()
+    state["sys"] = os.times().system
+    state["nsqd"] = _nsqd_cpu()
+    try:
+        async with asyncio.timeout(spec.get("timeout", 300)), asyncio.TaskGroup() as group:
+            for _ in range(min(window, commands_total)):
+                group.create_task(worker())
+    except TimeoutError:
+        return {"error": f"timed out after {state['done'] * batch_size:,} messages"}
+    finally:
+        writer.close()
+    return _publish_result(state, batch_size)
+
+
+async def _run_aio_readers(
+    spec: dict[str, Any],
+    make_handler: Callable[[Callable[[], None]], Callable[[Any], object]],
+    timeout: float,
+) -> None:
+    """Run asyncnsq Readers on the spec's topic (``spec["consumers"]``, 1 by default; one
+    connection and ``max_in_flight`` each), all with the handler ``make_handler(stop)``,
+    until it calls ``stop``; then close them gracefully. The handler is called directly
+    from the connection's read loop and each message finished when it returns
+    (``set_message_handler(..., auto_fin=True, direct=True)``: asyncnsq's fastest way,
+    the one its own benchmark uses), not through the reader's queue."""
+    import asyncio
+    import contextlib
+    import logging
+
+    from asyncnsq import create_reader
+
+    logging.getLogger("asyncnsq").setLevel(logging.WARNING)
+    done = asyncio.Event()
+    handler = make_handler(done.set)
+    readers: list[Any] = []
+    try:
+        for _ in range(spec.get("consumers", 1)):
+            reader = await create_reader(
+                nsqd_tcp_addresses=[spec["address"]],
+                max_in_flight=spec["max_in_flight"],
+                **_aio_kwargs(spec),
+            )
+            readers.append(reader)
+            reader.set_message_handler(handler, auto_fin=True, direct=True)
+        for reader in readers:
+            await reader.subscribe(spec["topic"], spec["channel"])
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(spec.get("timeout", timeout)):
+                await done.wait()
+    finally:
+        for reader in readers:
+            await reader.graceful_close()
+
+
+def aio_consume(spec: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+
+    counter = _Counter(spec["count"], spec["tail"], spec.get("rss_every", 0))
+    asyncio.run(_run_aio_readers(spec, counter.handler, 300))
+    return counter.result()
+
+
+def aio_lat_sub(spec: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+
+    latencies: list[int] = []
+    asyncio.run(_run_aio_readers(spec, _latency_handler(spec["count"], latencies), 120))
+    return _latency_result(latencies, spec)
+
+
+async def _aio_paced(spec: dict[str, Any], publish: Callable[[int], None]) -> float:
+    """Call ``publish(i)`` for ``spec["count"]`` messages at ``spec["rate"]`` per second
+    from a 1 ms timer; return the seconds the publishing took."""
+    import asyncio
+
+    tick = _paced(spec["rate"], spec["count"], publish)
+    start = time.perf_counter()
+    while not tick(start):
+        await asyncio.sleep(0.001)
+    return time.perf_counter() - start
+
+
+async def _aio_paced_publishes(
+    spec: dict[str, Any], body: Callable[[int], bytes], answered: Callable[[int, bool], None]
+) -> float | None:
+    """Publish ``body(i)`` for each message at the spec's rate, each ``Writer.pub`` in a
+    task of its own (asyncnsq publishes with a coroutine); ``answered(i, ok)`` as each is
+    answered. Returns the seconds the publishing took, or ``None`` if the answers did
+    not all come within ``spec["timeout"]``."""
+    import asyncio
+
+    writer = await _aio_writer(spec)
+    topic = spec["topic"]
+    loop = asyncio.get_running_loop()
+    pending: set[asyncio.Task[Any]] = set()  # the loop keeps only weak references
+    all_answered = asyncio.Event()
+    left = [spec["count"]]
+
+    def one(i: int) -> None:
+        task = loop.create_task(writer.pub(topic, body(i)))
+        pending.add(task)
+
+        def done(task: asyncio.Task[Any]) -> None:
+            pending.discard(task)
+            answered(i, not task.cancelled() and task.exception() is None)
+            left[0] -= 1
+            if not left[0]:
+                all_answered.set()
+
+        task.add_done_callback(done)
+
+    try:
+        async with asyncio.timeout(spec.get("timeout", 120)):
+            elapsed = await _aio_paced(spec, one)
+            await all_answered.wait()
+    except TimeoutError:
+        return None
+    finally:
+        writer.close()
+    return elapsed
+
+
+def aio_lat_pub(spec: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+
+    pad = b"p" * (spec["size"] - 20)
+    now = time.monotonic_ns
+    errors = [0]
+
+    def body(i: int) -> bytes:
+        return b"%020d" % now() + pad
+
+    def answered(i: int, ok: bool) -> None:
+        if not ok:
+            errors[0] += 1
+
+    elapsed = asyncio.run(_aio_paced_publishes(spec, body, answered))
+    if elapsed is None:
+        return {"error": f"timed out: {errors[0]:,} failed publishes"}
+    return {"sent": spec["count"], "rate": spec["count"] / elapsed, "errors": errors[0]}
+
+
+def aio_lat_ok(spec: dict[str, Any]) -> dict[str, Any]:
+    """``lat-ok``: a message acknowledged when its ``Writer.pub`` returns."""
+    import asyncio
+
+    payload = b"p" * spec["size"]
+    latencies: list[int] = [0] * spec["count"]
+    answered_ones: list[int] = []
+    errors = [0]
+    now = time.monotonic_ns
+
+    def body(i: int) -> bytes:
+        latencies[i] = now()
+        return payload
+
+    def answered(i: int, ok: bool) -> None:
+        latencies[i] = now() - latencies[i]
+        answered_ones.append(i)
+        if not ok:
+            errors[0] += 1
+
+    asyncio.run(_aio_paced_publishes(spec, body, answered))
+    return _ok_latency_result([latencies[i] for i in sorted(answered_ones)], spec, errors[0])
+
+
 # --------------------------------------------------------------------------- codec floor
 
 
@@ -1029,6 +1267,11 @@ RUNNERS = {
     ("pynsq", "lat-sub"): py_lat_sub,
     ("pynsq", "lat-pub"): py_lat_pub,
     ("pynsq", "lat-ok"): py_lat_ok,
+    ("asyncnsq", "publish"): aio_publish,
+    ("asyncnsq", "consume"): aio_consume,
+    ("asyncnsq", "lat-sub"): aio_lat_sub,
+    ("asyncnsq", "lat-pub"): aio_lat_pub,
+    ("asyncnsq", "lat-ok"): aio_lat_ok,
     ("none", "floor"): floor,
 }
 

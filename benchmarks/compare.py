@@ -1,4 +1,4 @@
-"""txnsq against pynsq and nsq's own go-nsq tools, on one local nsqd: one table.
+"""txnsq against pynsq, asyncnsq and nsq's own go-nsq tools, on one local nsqd: one table.
 
 Run ``.venv/bin/python -m benchmarks.compare`` (``--help`` for options; ``--quick`` for a
 smoke run with tiny counts). It starts its own nsqd on loopback (``.nsq/bin``, or
@@ -6,33 +6,47 @@ smoke run with tiny counts). It starts its own nsqd on loopback (``.nsq/bin``, o
 throwaway TLS certificate (TLS optional, so plain clients connect too), then runs each
 workload for each client in alternation, ``--rounds`` times, every run in a fresh
 process. It prints a table of medians with each client's ratio to txnsq, and writes it
-(with the raw runs as JSON) to ``benchmarks/results/``. It never fails on speed.
+(with the raw runs as JSON) to ``benchmarks/results/``. It never fails on speed, but a
+run whose messages nsqd did not count is an error: after a publishing run the topic's
+``message_count`` must be every message published; after a consuming run the channel
+must be empty with nothing in flight, requeued or timed out (each message delivered
+once and finished).
+
+Clients: txnsq and pynsq (the ``bench`` extra) run under this interpreter; asyncnsq
+(asyncio; it needs Python 3.12+) runs in ``.venv-bench-3.12``, which compare makes and
+keeps at the version setup.cfg's ``bench`` extra pins (``benchmarks/_envs.py``). A client
+left out of ``--clients``'s default for lack of its package is named on stderr; one asked
+for by name that cannot run is an error.
 
 Workloads (100-byte bodies):
 
-- ``pub``: PUB pipelined, 100 commands in flight (txnsq ``Producer``, pynsq ``Writer``);
-  go-nsq: ``bench_writer --batch-size 1``, the closest it has (2 connections, one PUB
-  in flight on each: it does not pipeline).
-- ``mpub``: MPUB of 100 messages, 100 commands in flight; go-nsq: ``bench_writer
-  --batch-size 100`` (2 connections, one MPUB in flight each).
+- ``pub``: PUB pipelined, 100 commands in flight (txnsq ``Producer``, pynsq ``Writer``,
+  asyncnsq: 100 tasks each awaiting ``Writer.pub`` in turn, the shape of its own
+  benchmark); go-nsq: ``bench_writer --batch-size 1``, the closest it has (2
+  connections, one PUB in flight on each: it does not pipeline).
+- ``mpub``: MPUB of 100 messages, 100 commands in flight (asyncnsq: ``Writer.mpub``);
+  go-nsq: ``bench_writer --batch-size 100`` (2 connections, one MPUB in flight each).
 - ``pub-batched``: one message per publish call, 1,000 calls in flight, as an
   application publishes events: txnsq with ``Producer(batch=True)`` (the calls are
-  coalesced into MPUBs), pynsq's ``Writer.pub`` (no batching: PUB), go-nsq's
-  ``bench_writer --batch-size 1``.
+  coalesced into MPUBs), pynsq's ``Writer.pub`` and asyncnsq's (no batching: PUB),
+  go-nsq's ``bench_writer --batch-size 1``.
 - ``pub-nowait``: fire-and-forget, txnsq only: ``Producer.publish_nowait`` one message
   per call, 1,000 calls per reactor turn (``wait_for_room()`` when the buffer is full),
   then ``flush()``; timed from the first call to the flush firing, and every message
   must be counted by nsqd (the topic's ``message_count``), else the run is an error.
 - ``consume``: read a prefilled channel over one connection with max_in_flight 2500
-  (txnsq ``Consumer``, pynsq ``Reader``); go-nsq: ``bench_reader --rdy 2500`` with
+  (txnsq ``Consumer``, pynsq ``Reader``, asyncnsq ``Reader`` with its direct handler:
+  ``set_message_handler(..., auto_fin=True, direct=True)``, its fastest way, which its
+  own benchmark uses); go-nsq: ``bench_reader --rdy 2500`` with
   ``GOMAXPROCS=1``, which makes it open one connection (it opens one per GOMAXPROCS),
   for a time short enough that it never empties the channel.
 - ``consume-2conn``: bench_reader's default shape on two cores: two connections, each
   with RDY (max_in_flight) 2500: two txnsq ``Consumer`` objects in one process, two
-  pynsq ``Reader`` objects, ``bench_reader`` with ``GOMAXPROCS=2``. nsqd feeds each
+  pynsq or asyncnsq ``Reader`` objects, ``bench_reader`` with ``GOMAXPROCS=2``. nsqd feeds each
   connection from one goroutine, so a second connection lets it use the second core.
 - ``consume-snappy``, ``consume-deflate``, ``consume-tls``: the same over snappy,
-  deflate or TLS, txnsq and pynsq; reported with their ratio to plain consume, and the
+  deflate or TLS, the Python clients (asyncnsq's TLS does not check nsqd's certificate:
+  it has no option for a CA); reported with their ratio to plain consume, and the
   CPU the codec itself needs (``floor``: the same bytes through the codec in memory).
 - ``latency``, ``latency-nobuf``: publish-to-handler latency at ``--latency-rate``
   messages/s for ``--latency-seconds`` (the publisher and the consumer are different
@@ -41,7 +55,8 @@ Workloads (100-byte bodies):
   ``latency-nobuf`` asks nsqd to write every message at once (``output_buffer_size``).
 - ``latency-pub``, ``latency-batched``: publish-to-OK latency (the publisher alone: from
   the publish call to its Deferred or callback firing) at ``--latency-rate`` messages/s
-  for ``--latency-seconds``, plain PUB (txnsq, pynsq) and txnsq with ``batch=True``;
+  for ``--latency-seconds``, plain PUB (txnsq, pynsq, asyncnsq: each ``Writer.pub`` in
+  a task of its own) and txnsq with ``batch=True``;
   ``latency-nowait``: txnsq's ``publish_nowait``, a message acknowledged when the
   ``flush()`` called at the end of the 1 ms tick that published it fires.
 - ``rss``: txnsq's consumer over ``--rss-count`` messages (1,000,000 by default),
@@ -101,19 +116,22 @@ WORKLOADS = [
     "latency-nowait",
     "rss",
 ]
+#: Every client, in the tables' order; the Python ones run ``benchmarks._runners``.
+ALL_CLIENTS = ("txnsq", "pynsq", "asyncnsq", "go-nsq")
+PYTHON_CLIENTS = ("txnsq", "pynsq", "asyncnsq")
 CLIENTS = {
-    "pub": ["txnsq", "pynsq", "go-nsq"],
-    "mpub": ["txnsq", "pynsq", "go-nsq"],
-    "pub-batched": ["txnsq", "pynsq", "go-nsq"],
+    "pub": ["txnsq", "pynsq", "asyncnsq", "go-nsq"],
+    "mpub": ["txnsq", "pynsq", "asyncnsq", "go-nsq"],
+    "pub-batched": ["txnsq", "pynsq", "asyncnsq", "go-nsq"],
     "pub-nowait": ["txnsq"],
-    "consume": ["txnsq", "pynsq", "go-nsq"],
-    "consume-2conn": ["txnsq", "pynsq", "go-nsq"],
-    "consume-snappy": ["txnsq", "pynsq"],
-    "consume-deflate": ["txnsq", "pynsq"],
-    "consume-tls": ["txnsq", "pynsq"],
-    "latency": ["txnsq", "pynsq"],
-    "latency-nobuf": ["txnsq", "pynsq"],
-    "latency-pub": ["txnsq", "pynsq"],
+    "consume": ["txnsq", "pynsq", "asyncnsq", "go-nsq"],
+    "consume-2conn": ["txnsq", "pynsq", "asyncnsq", "go-nsq"],
+    "consume-snappy": ["txnsq", "pynsq", "asyncnsq"],
+    "consume-deflate": ["txnsq", "pynsq", "asyncnsq"],
+    "consume-tls": ["txnsq", "pynsq", "asyncnsq"],
+    "latency": ["txnsq", "pynsq", "asyncnsq"],
+    "latency-nobuf": ["txnsq", "pynsq", "asyncnsq"],
+    "latency-pub": ["txnsq", "pynsq", "asyncnsq"],
     "latency-batched": ["txnsq"],
     "latency-nowait": ["txnsq"],
     "rss": ["txnsq"],
@@ -215,8 +233,8 @@ def reap(proc: Proc) -> Done:
     )
 
 
-def python_cmd(spec: dict[str, Any]) -> list[str]:
-    return [sys.executable, "-m", "benchmarks._runners", json.dumps(spec)]
+def python_cmd(spec: dict[str, Any], python: str = sys.executable) -> list[str]:
+    return [python, "-m", "benchmarks._runners", json.dumps(spec)]
 
 
 def busy_cpu() -> float:
@@ -246,8 +264,14 @@ class Bench:
     results: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     loads: list[float] = field(default_factory=list)
     others: list[float] = field(default_factory=list)
-    clients: set[str] = field(default_factory=lambda: {"txnsq", "pynsq", "go-nsq"})
+    clients: set[str] = field(default_factory=lambda: set(ALL_CLIENTS))
     failures: list[str] = field(default_factory=list)
+    #: The interpreter of each Python client that does not run under this one.
+    pythons: dict[str, str] = field(default_factory=dict)
+
+    def python_cmd(self, spec: dict[str, Any]) -> list[str]:
+        """The command that runs ``spec`` under its client's interpreter."""
+        return python_cmd(spec, self.pythons.get(spec["client"], sys.executable))
 
     @property
     def address(self) -> str:
@@ -402,12 +426,7 @@ def run_publish(bench: Bench, workload: str, client: str) -> dict[str, Any]:
             done, nsqd_share = bench.measure(cmd, a.go_seconds + 60)
             out = _parse_go(done, "bench_writer")
         else:
-            if workload == "pub":
-                count = a.pub_count if client == "txnsq" else a.pynsq_pub_count
-            elif workload == "pub-batched":
-                count = a.batched_count if client == "txnsq" else a.pynsq_pub_count
-            else:
-                count = a.mpub_count if client == "txnsq" else a.pynsq_mpub_count
+            count = client_count(a, workload, client)
             batched = workload == "pub-batched"
             spec = _spec(
                 bench,
@@ -420,11 +439,64 @@ def run_publish(bench: Bench, workload: str, client: str) -> dict[str, Any]:
                 timeout=a.timeout,
                 batching=batched,
             )
-            done, nsqd_share = bench.measure(python_cmd(spec), a.timeout + 30)
+            done, nsqd_share = bench.measure(bench.python_cmd(spec), a.timeout + 30)
             out = _parse_json(done, f"{client} {workload}")
+            check_published(bench, topic, out)
     finally:
         bench.delete_topic(topic)
     return _finish(bench, out, done, nsqd_share)
+
+
+def client_count(a: argparse.Namespace, workload: str, client: str) -> int:
+    """How many messages ``client`` publishes or consumes in ``workload`` (the slower
+    clients get fewer, so that a run takes seconds)."""
+    kind = {"pub": "pub", "pub-batched": "pub", "mpub": "mpub"}.get(workload, "consume")
+    if client == "txnsq":
+        if workload == "rss":
+            return int(a.rss_count)
+        if workload == "pub-batched":
+            return int(a.batched_count)
+        return int({"pub": a.pub_count, "mpub": a.mpub_count, "consume": a.count}[kind])
+    suffix = {"pub": "pub_count", "mpub": "mpub_count", "consume": "count"}[kind]
+    return int(getattr(a, f"{client}_{suffix}"))
+
+
+def check_published(bench: Bench, topic: str, out: dict[str, Any]) -> None:
+    """Make ``out`` an error unless nsqd counted every message of the run in ``topic``
+    and the client reported no failed publish."""
+    if "error" in out:
+        return
+    stats = bench.nsqd.topic_stats(topic) or {}
+    counted = int(stats.get("message_count", 0))
+    out["nsqd_counted"] = counted
+    if counted != out["messages"] or out.get("errors"):
+        out["error"] = (
+            f"nsqd counted {counted:,} of {out['messages']:,} messages "
+            f"({out.get('errors', 0):,} publishes reported failed)"
+        )
+
+
+def check_consumed(bench: Bench, topic: str, out: dict[str, Any]) -> None:
+    """Make ``out`` an error unless the consumer left ``topic``'s channel empty with
+    nothing in flight, requeued or timed out: every message delivered once and
+    finished. The client has exited, but nsqd may still be reading its last FINs: its
+    in-flight count is given a few seconds to reach 0 (a message left unfinished stays
+    in flight until its timeout, a minute by default)."""
+    if "error" in out:
+        return
+    deadline = time.monotonic() + 5
+    while True:
+        stats = bench.nsqd.channel_stats(topic, CHANNEL) or {}
+        if not stats.get("in_flight_count") or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    keys = ("depth", "in_flight_count", "requeue_count", "timeout_count")
+    left = {k: int(stats.get(k, -1)) for k in keys}
+    out["nsqd_left"] = left
+    if any(left.values()):
+        out["error"] = "nsqd's channel afterwards: " + ", ".join(
+            f"{k} {v:,}" for k, v in left.items()
+        )
 
 
 def run_publish_nowait(bench: Bench, workload: str, client: str) -> dict[str, Any]:
@@ -434,17 +506,9 @@ def run_publish_nowait(bench: Bench, workload: str, client: str) -> dict[str, An
     topic = bench.topic(workload, client)
     spec = _spec(bench, client, "publish-nowait", topic, count=a.nowait_count, timeout=a.timeout)
     try:
-        done, nsqd_share = bench.measure(python_cmd(spec), a.timeout + 30)
+        done, nsqd_share = bench.measure(bench.python_cmd(spec), a.timeout + 30)
         out = _parse_json(done, f"{client} {workload}")
-        if "error" not in out:
-            stats = bench.nsqd.topic_stats(topic) or {}
-            counted = int(stats.get("message_count", 0))
-            out["nsqd_counted"] = counted
-            if counted != a.nowait_count or out.get("errors"):
-                out["error"] = (
-                    f"nsqd counted {counted:,} of {a.nowait_count:,} messages "
-                    f"({out.get('errors', 0):,} reported failed)"
-                )
+        check_published(bench, topic, out)
     finally:
         bench.delete_topic(topic)
     return _finish(bench, out, done, nsqd_share)
@@ -478,10 +542,7 @@ def run_consume(bench: Bench, workload: str, client: str) -> dict[str, Any]:
             if left == 0 and "error" not in out:
                 out["note"] = "ran dry: channel emptied before --runfor ended"
         else:
-            if workload == "rss":
-                count = a.rss_count
-            else:
-                count = a.count if client == "txnsq" else a.pynsq_count
+            count = client_count(a, workload, client)
             bench.prefill(topic, count)
             extra: dict[str, Any] = {
                 "count": count,
@@ -490,8 +551,9 @@ def run_consume(bench: Bench, workload: str, client: str) -> dict[str, Any]:
             }
             extra.update(_variant_spec(bench, variant))
             spec = _spec(bench, client, "consume", topic, **extra)
-            done, nsqd_share = bench.measure(python_cmd(spec), a.timeout + 30)
+            done, nsqd_share = bench.measure(bench.python_cmd(spec), a.timeout + 30)
             out = _parse_json(done, f"{client} {workload}")
+            check_consumed(bench, topic, out)
     finally:
         bench.delete_topic(topic)
     return _finish(bench, out, done, nsqd_share)
@@ -527,7 +589,8 @@ def run_latency(bench: Bench, workload: str, client: str) -> dict[str, Any]:
         bench.loads.append(os.getloadavg()[0])
         before, busy = proc_cpu(bench.nsqd_pid), busy_cpu()
         sub = spawn(
-            python_cmd(_spec(bench, client, "lat-sub", topic, **extra)), a.latency_seconds + 90
+            bench.python_cmd(_spec(bench, client, "lat-sub", topic, **extra)),
+            a.latency_seconds + 90,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and sub.popen.poll() is None:
@@ -536,7 +599,8 @@ def run_latency(bench: Bench, workload: str, client: str) -> dict[str, Any]:
                 break
             time.sleep(0.05)
         pub = spawn(
-            python_cmd(_spec(bench, client, "lat-pub", topic, **extra)), a.latency_seconds + 90
+            bench.python_cmd(_spec(bench, client, "lat-pub", topic, **extra)),
+            a.latency_seconds + 90,
         )
         pub_done = reap(pub)
         sub_done = reap(sub)
@@ -571,7 +635,7 @@ def run_latency_ok(bench: Bench, workload: str, client: str) -> dict[str, Any]:
     )
     try:
         bench.http_post("/topic/create", {"topic": topic})
-        done, nsqd_share = bench.measure(python_cmd(spec), a.latency_seconds + 90)
+        done, nsqd_share = bench.measure(bench.python_cmd(spec), a.latency_seconds + 90)
         out = _parse_json(done, f"{client} {workload}")
     finally:
         bench.delete_topic(topic)
@@ -620,7 +684,7 @@ def run_one(bench: Bench, workload: str, client: str) -> None:
                 line += f"  peak RSS {out['hwm_kb'] / 1024:.1f} MB"
             if "deferred_floor_us" in out:
                 line += f"  over the Deferred floor {out['cpu_us'] - out['deferred_floor_us']:.2f}"
-        print(f"    {workload:<16}{client:<8}{line}  (load {out['load']:.2f})", flush=True)
+        print(f"    {workload:<16}{client:<9}{line}  (load {out['load']:.2f})", flush=True)
 
 
 # --------------------------------------------------------------------------- report
@@ -730,7 +794,7 @@ def cost_table(bench: Bench, workloads: list[str], floors: dict[str, list[float]
         "nsqd CPU",
     ]
     rows = []
-    for client in [c for c in ("txnsq", "pynsq") if c in bench.clients]:
+    for client in [c for c in PYTHON_CLIENTS if c in bench.clients]:
         plain_rate = _m(bench, "consume", client)
         plain_cpu = _m(bench, "consume", client, "cpu_us")
         for variant in CODEC_VARIANTS:
@@ -999,7 +1063,10 @@ def targets_table(bench: Bench) -> str:
     return _rst_table(["target (txnsq / other, medians)", "measured", ""], rows, right={1})
 
 
-def machine_info() -> dict[str, str]:
+def machine_info(pythons: dict[str, str]) -> dict[str, str]:
+    """The machine, the Python and the clients' versions; ``pythons``: the interpreter of
+    each client that runs under another one (its package's and Python's versions are
+    read there)."""
     model = ""
     try:
         with open("/proc/cpuinfo") as f:
@@ -1017,6 +1084,18 @@ def machine_info() -> dict[str, str]:
             versions[dist] = version(dist)
         except Exception:
             versions[dist] = "?"
+    for client, python in sorted(pythons.items()):
+        read = (
+            "import importlib.metadata as m, platform; "
+            "print(m.version(%r), platform.python_version())"
+        )
+        try:
+            package, its_python = subprocess.run(
+                [python, "-c", read % client], capture_output=True, text=True, timeout=30
+            ).stdout.split()
+            versions[client] = f"{package} (Python {its_python})"
+        except Exception:
+            versions[client] = "?"
     try:
         nsqd_version = subprocess.run(
             [_nsq_binary("nsqd"), "--version"], capture_output=True, text=True, timeout=10
@@ -1071,7 +1150,9 @@ def report(
             f"{a.batched_count:,}, publish_nowait {getattr(a, 'nowait_count', 0):,}, "
             f"consume {a.count:,}; "
             f"pynsq PUB {a.pynsq_pub_count:,}, MPUB {a.pynsq_mpub_count:,}, consume "
-            f"{a.pynsq_count:,}; bench_writer --runfor {a.go_seconds}s; bench_reader "
+            f"{a.pynsq_count:,}; asyncnsq PUB {a.asyncnsq_pub_count:,}, MPUB "
+            f"{a.asyncnsq_mpub_count:,}, consume {a.asyncnsq_count:,}; "
+            f"bench_writer --runfor {a.go_seconds}s; bench_reader "
             f"--runfor {max(0.1, a.count / 1_250_000):.2f}s on {a.count:,} prefilled.",
             "go-nsq tools: bench_writer uses 2 connections (GOMAXPROCS), one command in "
             "flight each (bench_writer --batch-size 1 is the closest to PUB: it does not "
@@ -1082,7 +1163,7 @@ def report(
             "Consumer rates are steady rates (first message to message N-1000).",
             "",
         ]
-    if any(w.startswith("consume-") for w in workloads):
+    if any(f"consume-{v}" in workloads for v in CODEC_VARIANTS):
         parts += [
             "Cost of compression and TLS, consuming (ratios to the same client's plain "
             "consume; codec floor = the client-side CPU of that codec alone on the same "
@@ -1155,6 +1236,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mpub-count", type=int, default=2_000_000, help="txnsq MPUB messages")
     p.add_argument("--pynsq-mpub-count", type=int, default=1_000_000, help="pynsq MPUB messages")
     p.add_argument(
+        "--asyncnsq-count", type=int, default=100_000, help="messages consumed by asyncnsq"
+    )
+    p.add_argument("--asyncnsq-pub-count", type=int, default=100_000, help="asyncnsq PUB messages")
+    p.add_argument(
+        "--asyncnsq-mpub-count", type=int, default=1_000_000, help="asyncnsq MPUB messages"
+    )
+    p.add_argument(
         "--batched-count", type=int, default=1_000_000, help="txnsq pub-batched messages"
     )
     p.add_argument("--nowait-count", type=int, default=2_000_000, help="txnsq pub-nowait messages")
@@ -1164,7 +1252,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rss-count", type=int, default=1_000_000, help="messages for the RSS run")
     p.add_argument("--floor-count", type=int, default=200_000, help="messages for codec floors")
     p.add_argument("--only", default="", help=f"comma-separated workloads ({', '.join(WORKLOADS)})")
-    p.add_argument("--clients", default="txnsq,pynsq,go-nsq", help="comma-separated clients")
+    p.add_argument(
+        "--clients",
+        help=f"comma-separated clients ({','.join(ALL_CLIENTS)}; by default those that can "
+        "run: a client asked for by name that cannot is an error)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny counts, 1 round (smoke run)")
     p.add_argument("--timeout", type=float, default=300, help="seconds one run may take")
     p.add_argument(
@@ -1190,9 +1282,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.rounds = 1 if "--rounds" not in (argv or sys.argv) else args.rounds
         args.count = args.rss_count = 20_000
-        args.pynsq_count = 5_000
-        args.pub_count = args.pynsq_pub_count = 5_000
-        args.mpub_count = args.pynsq_mpub_count = 50_000
+        args.pynsq_count = args.asyncnsq_count = 5_000
+        args.pub_count = args.pynsq_pub_count = args.asyncnsq_pub_count = 5_000
+        args.mpub_count = args.pynsq_mpub_count = args.asyncnsq_mpub_count = 50_000
         args.batched_count = 50_000
         args.nowait_count = 50_000
         args.go_seconds = 0.3
@@ -1203,19 +1295,22 @@ def main(argv: list[str] | None = None) -> None:
     for w in workloads:
         if w not in WORKLOADS:
             parser.error(f"unknown workload {w!r}; choose from {', '.join(WORKLOADS)}")
+    named = args.clients is not None
+    args.clients = args.clients if named else ",".join(ALL_CLIENTS)
     clients = {c.strip() for c in args.clients.split(",") if c.strip()}
-    for c in clients - {"txnsq", "pynsq", "go-nsq"}:
-        parser.error(f"unknown client {c!r}; choose from txnsq, pynsq, go-nsq")
-    try:
-        import nsq  # type: ignore[import-untyped]  # noqa: F401
-        import tornado  # noqa: F401
-    except ImportError:
-        print(
-            "pynsq/tornado not installed (pip install pynsq tornado): leaving pynsq out",
-            file=sys.stderr,
-        )
-        clients.discard("pynsq")
-    args.mem_queue = max(args.count, args.rss_count, args.pynsq_count) * 2 + 4_000_000
+    for c in clients - set(ALL_CLIENTS):
+        parser.error(f"unknown client {c!r}; choose from {', '.join(ALL_CLIENTS)}")
+    pythons: dict[str, str] = {}
+    if not args.profile:
+        needed = clients & {c for w in workloads for c in CLIENTS[w]}
+        for client, why in prepare_clients(needed, pythons).items():
+            if named:
+                parser.error(f"{client} cannot run: {why}")
+            print(f"{why}: leaving {client} out", file=sys.stderr)
+            clients.discard(client)
+    args.mem_queue = (
+        max(args.count, args.rss_count, args.pynsq_count, args.asyncnsq_count) * 2 + 4_000_000
+    )
 
     sys.path.insert(0, str(REPO))
     from tests.support.certs import make_certs, nsqd_tls_args
@@ -1237,11 +1332,11 @@ def main(argv: list[str] | None = None) -> None:
                 *nsqd_tls_args(certs, required="false"),
             ]
         )
-        bench = Bench(args, nsqd, certs, clients=clients)
+        bench = Bench(args, nsqd, certs, clients=clients, pythons=pythons)
         if args.profile:
             _profile(bench, args.profile)
             return
-        info = machine_info()
+        info = machine_info(pythons)
         print(
             f"nsqd {info['nsqd']} at {bench.address}; {info['cpu']}; load {os.getloadavg()[0]:.2f}",
             flush=True,
@@ -1289,6 +1384,28 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         group.stop_all()
         shutil.rmtree(certdir, ignore_errors=True)
+
+
+def prepare_clients(clients: set[str], pythons: dict[str, str]) -> dict[str, str]:
+    """Make ready the Python clients among ``clients`` that need it: pynsq must be
+    importable here; asyncnsq gets its environment (made or brought up to its pin),
+    whose interpreter goes into ``pythons``. Returns why each one that cannot run
+    cannot, by client."""
+    why: dict[str, str] = {}
+    if "pynsq" in clients:
+        try:
+            import nsq  # type: ignore[import-untyped]  # noqa: F401
+            import tornado  # noqa: F401
+        except ImportError:
+            why["pynsq"] = "pynsq/tornado not installed (pip install -e '.[bench]')"
+    if "asyncnsq" in clients:
+        from benchmarks._envs import EnvError, asyncnsq_python
+
+        try:
+            pythons["asyncnsq"] = asyncnsq_python()
+        except EnvError as e:
+            why["asyncnsq"] = f"asyncnsq's environment: {e}"
+    return why
 
 
 def rerender(path: Path) -> str:
