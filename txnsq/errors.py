@@ -485,7 +485,8 @@ class NSQHTTPError(NSQError):
             message = body[:200].decode("utf-8", "replace").strip()
         self.message = message
         self.request = request
-        text = f"HTTP {status} {message}".strip()
+        # The server's text reaches logs: cut, on one line.
+        text = f"HTTP {status} {printable(message)}".strip()
         super().__init__(f"{text} ({request})" if request else text)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -524,21 +525,27 @@ class HTTPResponseError(NSQError, ValueError):
 
 
 class ResponseTooLarge(HTTPResponseError):
-    """An HTTP answer larger than the client's ``max_response_size``; it was not read.
+    """An HTTP answer larger than the client's ``max_response_size`` (or than the bound
+    of that kind of answer: a ``/lookup`` is read up to 4 MiB); it was not read.
 
     :ivar size: the bytes received (or announced by ``Content-Length``) when it stopped.
-    :ivar limit: the ``max_response_size`` in force.
+    :ivar limit: the bound in force, in bytes.
+    :ivar limit_name: what that bound is: ``"max_response_size"``, or e.g. ``"the
+        largest /lookup answer read"``.
     """
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(self, size: int, limit: int, limit_name: str = "max_response_size") -> None:
         self.size = size
         self.limit = limit
-        super().__init__(
-            f"HTTP answer of at least {size} bytes is above max_response_size={limit}"
-        )
+        self.limit_name = limit_name
+        if limit_name == "max_response_size":
+            bound = f"max_response_size={limit}"
+        else:
+            bound = f"{limit_name} ({limit} bytes)"
+        super().__init__(f"HTTP answer of at least {size} bytes is above {bound}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.size, self.limit))
+        return (type(self), (self.size, self.limit, self.limit_name))
 
 
 class HTTPConnectionError(NSQError):

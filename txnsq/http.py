@@ -171,14 +171,14 @@ class _BodyProducer:
 
 
 class _BodyReader(Protocol):
-    """Collects an answer's body, up to ``limit`` bytes, into :attr:`finished`. Past the
-    limit (:class:`~txnsq.errors.ResponseTooLarge`), or when :attr:`finished` is
+    """Collects an answer's body, as long as ``check`` accepts its size, into
+    :attr:`finished`. Past the limit (:class:`~txnsq.errors.ResponseTooLarge`), or when :attr:`finished` is
     cancelled (a timeout), it stops reading at once: the connection is dropped rather
     than left open until the server sends more."""
 
-    def __init__(self, limit: int, declared: int = 0) -> None:
+    def __init__(self, check: Callable[[int], None], declared: int = 0) -> None:
         self.finished: Deferred[bytes] = Deferred(lambda _: self._stop())
-        self._limit = limit
+        self._check_size = check  # raises ResponseTooLarge for a size above the limit
         self._chunks: list[bytes] = []
         self._received = 0
         self._declared = declared  # the Content-Length, 0 when not known
@@ -195,7 +195,7 @@ class _BodyReader(Protocol):
 
     def _check(self, size: int) -> bool:
         try:
-            admin.check_response_size(size, self._limit)
+            self._check_size(size)
         except ResponseTooLarge:
             self.finished.errback()
             self._stop()
@@ -348,7 +348,7 @@ class _AdminClient:
         limit = self._config.max_response_size
         length = response.length
         declared = length if isinstance(length, int) else 0
-        reader = _BodyReader(limit, declared)
+        reader = _BodyReader(lambda size: request.check_size(size, limit), declared)
         response.deliverBody(reader)  # type: ignore[no-untyped-call]
         return reader.finished.addCallback(lambda body: request.response(response.code, body))
 

@@ -726,6 +726,65 @@ class ParseLookupTests(SynchronousTestCase):
         result = answer(admin.lookupd_lookup("t"), body)
         self.assertEqual(result, admin.parse_lookup(body))
 
+    def test_producers_kept_are_bounded(self) -> None:
+        """An answer listing more producers than MAX_LOOKUP_PRODUCERS keeps the first
+        ones and says, first, how many were listed and how many were kept."""
+        limit = admin.MAX_LOOKUP_PRODUCERS
+        entries = [{"broadcast_address": f"n{i}", "tcp_port": 4150} for i in range(limit + 500)]
+        result = admin.parse_lookup(_flat(*entries))
+        self.assertEqual(len(result.producers), limit)
+        self.assertEqual(result.producers[-1].tcp_address, f"n{limit - 1}:4150")
+        [problem] = result.problems
+        self.assertEqual(
+            problem,
+            f"the answer lists {limit + 500} producer entries; the first {limit} producers "
+            "are kept (MAX_LOOKUP_PRODUCERS), the other 500 entries left out",
+        )
+
+    def test_problems_are_bounded(self) -> None:
+        """However many entries are malformed, MAX_LOOKUP_PROBLEMS are described and the
+        others counted in one line."""
+        shown = admin.MAX_LOOKUP_PROBLEMS
+        body = _flat(*[_producer(port=70000)] * 5000, _producer("good", 4150))
+        result = admin.parse_lookup(body)
+        self.assertEqual([p.tcp_address for p in result.producers], ["good:4150"])
+        self.assertEqual(len(result.problems), shown + 1)
+        self.assertEqual(
+            result.problems[-1], f"{5000 - shown} more malformed producer entries left out"
+        )
+
+
+class LookupSizeTests(SynchronousTestCase):
+    """A /lookup answer is read up to MAX_LOOKUP_RESPONSE_SIZE whatever the client's
+    max_response_size (a million producers in 33 MB once took an admin client 540 MB)."""
+
+    def test_lookup_has_its_own_bound(self) -> None:
+        request = admin.lookupd_lookup("t")
+        limit = admin.MAX_LOOKUP_RESPONSE_SIZE
+        self.assertEqual(limit, 4 * 1024 * 1024)
+        request.check_size(limit, admin.DEFAULT_MAX_RESPONSE_SIZE)
+        with self.assertRaises(ResponseTooLarge) as caught:
+            request.check_size(33_000_000, admin.DEFAULT_MAX_RESPONSE_SIZE)
+        error = caught.exception
+        self.assertEqual((error.size, error.limit), (33_000_000, limit))
+        self.assertEqual(
+            str(error),
+            "HTTP answer of at least 33000000 bytes is above the largest /lookup answer "
+            "read (4194304 bytes)",
+        )
+        copy = pickle.loads(pickle.dumps(error))
+        self.assertEqual((str(copy), copy.limit_name), (str(error), error.limit_name))
+
+    def test_a_smaller_client_setting_wins(self) -> None:
+        with self.assertRaises(ResponseTooLarge) as caught:
+            admin.lookupd_lookup("t").check_size(101, 100)
+        self.assertIn("max_response_size=100", str(caught.exception))
+
+    def test_other_requests_read_up_to_the_setting(self) -> None:
+        most = admin.DEFAULT_MAX_RESPONSE_SIZE
+        admin.nsqd_stats().check_size(most, most)
+        self.assertRaises(ResponseTooLarge, admin.nsqd_stats().check_size, most + 1, most)
+
 
 class ErrorClassTests(SynchronousTestCase):
     """The HTTP errors in txnsq.errors: hierarchy, pickling (Spark ships them)."""

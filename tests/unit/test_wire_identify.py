@@ -236,10 +236,16 @@ class ParseIdentifyResponseTests(SynchronousTestCase):
         self.assertRaises(dataclasses.FrozenInstanceError, setattr, features, "snappy", False)
 
     def test_not_json(self) -> None:
-        for data in (b"", b"KO", b"{", b"\xff\xfe", b"[" * 100_000):
+        for data in (b"", b"KO", b"{", b"\xff\xfe"):
             with self.subTest(data=data[:10]):
                 error = self.assertRaises(ProtocolError, parse_identify_response, data)
                 self.assertIn("IDENTIFY answer is not JSON", str(error))
+
+    def test_nested_too_deeply(self) -> None:
+        for data in (b"[" * 100_000, b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 100_000):
+            with self.subTest(data=data[:10]):
+                error = self.assertRaises(ProtocolError, parse_identify_response, data)
+                self.assertIn("IDENTIFY answer is JSON nested too deeply", str(error))
 
     def test_not_an_object(self) -> None:
         for data in (b"[]", b"1", b'"OK"', b"null"):

@@ -26,7 +26,6 @@ Pure: no Twisted, no sockets, no clock.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Generic, Literal, TypeVar
@@ -57,6 +56,8 @@ from txnsq._wire.admin_answers import (
     TopicStats,
 )
 from txnsq._wire.admin_parsers import (
+    MAX_LOOKUP_PROBLEMS,
+    MAX_LOOKUP_PRODUCERS,
     parse_channels,
     parse_lookup,
     parse_lookupd_info,
@@ -67,7 +68,8 @@ from txnsq._wire.admin_parsers import (
     parse_topics,
 )
 from txnsq._wire.numbers import check_number, seconds_to_ms
-from txnsq.errors import NSQHTTPError, ResponseTooLarge, error_from_http
+from txnsq._wire.peer_json import load_peer_json
+from txnsq.errors import HTTPResponseError, NSQHTTPError, ResponseTooLarge, error_from_http
 
 if TYPE_CHECKING:
     from txnsq.tls_options import TLSOptions
@@ -76,6 +78,9 @@ __all__ = [
     "ACCEPT",
     "DEFAULT_HTTP_TIMEOUT",
     "DEFAULT_MAX_RESPONSE_SIZE",
+    "MAX_LOOKUP_PROBLEMS",
+    "MAX_LOOKUP_PRODUCERS",
+    "MAX_LOOKUP_RESPONSE_SIZE",
     "NSQD_HTTP_PORT",
     "NSQLOOKUPD_HTTP_PORT",
     "USER_AGENT",
@@ -123,6 +128,14 @@ DEFAULT_HTTP_TIMEOUT: Final = 10.0
 #: The largest answer read by default, in bytes. ``/stats`` of an nsqd with many
 #: clients is the largest answer (about 700 bytes per connected client).
 DEFAULT_MAX_RESPONSE_SIZE: Final = 32 * 1024 * 1024
+
+#: The largest ``/lookup`` answer read, in bytes, whatever a client's
+#: ``max_response_size``: every ``/lookup`` of the HTTP clients and of discovery. A
+#: larger one is a :class:`~txnsq.errors.ResponseTooLarge`. 4 MiB holds about 15,000
+#: producers (some 280 bytes each), far beyond any cluster (nsqlookupd's FAQ speaks of
+#: "several hundred hosts"); parsing it takes about 45 MB at worst, where the 32 MiB an
+#: admin client reads otherwise would take some 550 MB for a million producers.
+MAX_LOOKUP_RESPONSE_SIZE: Final = 4 * 1024 * 1024
 
 _HEADERS: Final = (("Accept", ACCEPT), ("User-Agent", USER_AGENT))
 _BODY_HEADERS: Final = (*_HEADERS, ("Content-Type", "application/octet-stream"))
@@ -173,7 +186,12 @@ class HTTPBase:
 
     def url(self, path: str, query: Sequence[tuple[str, str]] = ()) -> str:
         """Return the URL of ``path`` (starting with ``/``) with ``query`` encoded."""
-        return f"{self.scheme}://{self.netloc}{self.prefix}{_with_query(path, query)}"
+        return f"{self.scheme}://{self.netloc}{self.target(path, query)}"
+
+    def target(self, path: str, query: Sequence[tuple[str, str]] = ()) -> str:
+        """Return what a request line names for ``path`` with ``query`` encoded: the
+        prefix, the path and the query (``"/nsq/lookup?topic=t"``)."""
+        return f"{self.prefix}{_with_query(path, query)}"
 
 
 def parse_http_address(
@@ -273,11 +291,12 @@ def client_config(
     return ClientConfig(base, seconds, size, tls)
 
 
-def check_response_size(size: int, limit: int) -> None:
+def check_response_size(size: int, limit: int, limit_name: str = "max_response_size") -> None:
     """Raise :class:`~txnsq.errors.ResponseTooLarge` if ``size`` bytes (received so
-    far, or announced by ``Content-Length``) are more than ``limit``."""
+    far, or announced by ``Content-Length``) are more than ``limit`` (the setting or
+    bound named ``limit_name``)."""
     if size > limit:
-        raise ResponseTooLarge(size, limit)
+        raise ResponseTooLarge(size, limit, limit_name)
 
 
 # -- requests ------------------------------------------------------------------------------
@@ -292,6 +311,9 @@ class AdminRequest(Generic[T]):
     :ivar query: the query parameters, in order (not yet encoded).
     :ivar body: what to POST (``None``: no body).
     :ivar parse: turns the body of a successful answer into the call's value.
+    :ivar max_size: the largest answer read for this request whatever the client's
+        ``max_response_size`` (``None``: that setting alone), for answers that are
+        parsed whole into many values (``/lookup``).
     """
 
     method: Literal["GET", "POST"]
@@ -299,6 +321,16 @@ class AdminRequest(Generic[T]):
     query: tuple[tuple[str, str], ...]
     body: bytes | None
     parse: Callable[[bytes], T]
+    max_size: int | None = None
+
+    def check_size(self, size: int, max_response_size: int) -> None:
+        """Raise :class:`~txnsq.errors.ResponseTooLarge` if ``size`` bytes (received so
+        far, or announced by ``Content-Length``) are more than this request reads with a
+        client's ``max_response_size``; the error names the bound that was passed."""
+        if self.max_size is not None and self.max_size < max_response_size:
+            check_response_size(size, self.max_size, f"the largest {self.path} answer read")
+        else:
+            check_response_size(size, max_response_size)
 
     @property
     def headers(self) -> tuple[tuple[str, str], ...]:
@@ -335,8 +367,8 @@ def error_from_response(status: int, body: bytes, request: str = "") -> NSQHTTPE
     body itself."""
     message = body[:200].decode("utf-8", "replace").strip()
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        doc = load_peer_json(body, "error answer", HTTPResponseError)
+    except HTTPResponseError:
         doc = None
     if isinstance(doc, dict):
         text = doc.get("message", doc.get("status_txt"))
@@ -440,8 +472,12 @@ def lookupd_info() -> AdminRequest[LookupdInfo]:
 
 def lookupd_lookup(topic: str) -> AdminRequest[LookupResult]:
     """``GET /lookup?topic=...``: the topic's channels and producers (404
-    ``TOPIC_NOT_FOUND`` when nsqlookupd does not know the topic)."""
-    return AdminRequest("GET", "/lookup", _topic(topic), None, parse_lookup)
+    ``TOPIC_NOT_FOUND`` when nsqlookupd does not know the topic). The answer is read up
+    to :data:`MAX_LOOKUP_RESPONSE_SIZE` bytes and at most :data:`MAX_LOOKUP_PRODUCERS`
+    producers are kept (see :func:`parse_lookup`)."""
+    return AdminRequest(
+        "GET", "/lookup", _topic(topic), None, parse_lookup, MAX_LOOKUP_RESPONSE_SIZE
+    )
 
 
 def lookupd_topics() -> AdminRequest[tuple[str, ...]]:

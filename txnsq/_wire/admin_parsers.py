@@ -10,8 +10,8 @@ Pure: no Twisted, no sockets, no clock.
 
 from __future__ import annotations
 
-import json
-from typing import Any
+import reprlib
+from typing import Any, Final
 
 from txnsq._wire.admin_answers import (
     ChannelStats,
@@ -25,9 +25,12 @@ from txnsq._wire.admin_answers import (
     Producer,
     TopicStats,
 )
-from txnsq.errors import HTTPResponseError, error_from_http
+from txnsq._wire.peer_json import load_peer_json
+from txnsq.errors import HTTPResponseError, error_from_http, printable
 
 __all__ = [
+    "MAX_LOOKUP_PROBLEMS",
+    "MAX_LOOKUP_PRODUCERS",
     "parse_channels",
     "parse_lookup",
     "parse_lookupd_info",
@@ -37,6 +40,17 @@ __all__ = [
     "parse_nsqd_stats",
     "parse_topics",
 ]
+
+
+#: The most producers kept from one ``/lookup`` answer (the first ones listed); the
+#: rest are left out and counted in :attr:`~txnsq._wire.admin.LookupResult.problems`.
+#: Ten times the most nsqds a consumer reads from
+#: (:data:`txnsq._wire.lookup.MAX_DISCOVERED_NSQDS`), and some ten times the size of the
+#: largest clusters described (nsqlookupd's FAQ: "up to several hundred hosts").
+MAX_LOOKUP_PRODUCERS: Final = 10_000
+#: The most malformed producer entries of one answer described one by one in
+#: :attr:`~txnsq._wire.admin.LookupResult.problems` (the others are counted).
+MAX_LOOKUP_PROBLEMS: Final = 10
 
 
 def parse_nothing(body: bytes) -> None:
@@ -49,10 +63,7 @@ def parse_nothing(body: bytes) -> None:
 
 def _document(body: bytes) -> Any:
     """The JSON of ``body``, taken out of a pre-1.0 wrapper."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise HTTPResponseError(f"answer is not JSON ({e}): {_short(body)}") from None
+    doc = load_peer_json(body, "answer", HTTPResponseError)
     if isinstance(doc, dict) and "status_code" in doc and "status_txt" in doc:
         code = doc["status_code"]
         if code != 200:
@@ -182,8 +193,11 @@ def parse_lookup(body: bytes | str) -> LookupResult:
     The 1.x form and the pre-1.0 wrapper are told apart as every answer is (see the
     module's notes). A producer entry that is not usable (not an object, no address, a
     ``tcp_port`` or ``http_port`` that is not an integer in 1-65535) is left out and
-    described in :attr:`LookupResult.problems`: one bad entry never hides the good ones
-    beside it. Duplicate entries (the same ``tcp_address``) are kept once, the first.
+    described in :attr:`LookupResult.problems` (the first :data:`MAX_LOOKUP_PROBLEMS`
+    one by one, the others counted): one bad entry never hides the good ones beside
+    it. Duplicate entries (the same ``tcp_address``) are kept once, the first. At most
+    :data:`MAX_LOOKUP_PRODUCERS` producers are kept, the first listed; the others are
+    left out, counted in one line of :attr:`LookupResult.problems`.
 
     :raises HTTPResponseError: for a body that is not JSON, not an object, or has no
         ``producers`` list.
@@ -191,15 +205,34 @@ def parse_lookup(body: bytes | str) -> LookupResult:
         (:class:`~txnsq.errors.TopicNotFound` for ``TOPIC_NOT_FOUND``).
     """
     doc = _object(body.encode("utf-8") if isinstance(body, str) else body)
+    entries = doc.items("producers", required=True)
     producers: dict[str, Producer] = {}
     problems: list[str] = []
-    for entry in doc.items("producers", required=True):
+    malformed = 0
+    read = 0
+    for entry in entries:
+        if len(producers) == MAX_LOOKUP_PRODUCERS:
+            break
+        read += 1
         try:
             producer = _producer(entry)
         except HTTPResponseError as e:
-            problems.append(f"producer left out: {e}")
+            malformed += 1
+            if malformed <= MAX_LOOKUP_PROBLEMS:
+                problems.append(f"producer left out: {e}")
             continue
         producers.setdefault(producer.tcp_address, producer)
+    if malformed > MAX_LOOKUP_PROBLEMS:
+        problems.append(
+            f"{malformed - MAX_LOOKUP_PROBLEMS} more malformed producer entries left out"
+        )
+    if read < len(entries):  # said first: it matters more than any one entry
+        problems.insert(
+            0,
+            f"the answer lists {len(entries)} producer entries; the first "
+            f"{MAX_LOOKUP_PRODUCERS} producers are kept (MAX_LOOKUP_PRODUCERS), the "
+            f"other {len(entries) - read} entries left out",
+        )
     return LookupResult(
         channels=doc.texts("channels"),
         producers=tuple(producers.values()),
@@ -348,6 +381,21 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _quoting() -> reprlib.Repr:
+    # A peer's value may be huge or deeply nested: repr() would build all of it (or
+    # fail with RecursionError) only for the first 200 characters to be kept.
+    quoting = reprlib.Repr()
+    quoting.maxlevel = 4
+    quoting.maxdict = quoting.maxlist = quoting.maxtuple = 10
+    quoting.maxstring = quoting.maxother = 200
+    return quoting
+
+
+_QUOTING: Final = _quoting()
+
+
 def _short(value: object, limit: int = 200) -> str:
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """A peer's value quoted in an error (hence in logs): cut, on one line."""
+    if isinstance(value, bytes):
+        return printable(value[: limit + 1].decode("utf-8", "replace"), limit)
+    return printable(_QUOTING.repr(value), limit)

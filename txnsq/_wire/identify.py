@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from txnsq._api.fielddocs import document_fields
 from txnsq._version import __version__
+from txnsq._wire.peer_json import load_peer_json
 from txnsq.errors import HandshakeError, ProtocolError, printable
 
 __all__ = [
@@ -204,10 +205,7 @@ def parse_json_object(data: bytes, what: str) -> dict[str, Any]:
 
     :raises ProtocolError: if ``data`` is not JSON, or JSON but not an object.
     """
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
-        raise ProtocolError(f"{what} is not JSON: {data[:80]!r}") from e
+    value = load_peer_json(data, what, ProtocolError)
     if not isinstance(value, dict):
         raise ProtocolError(f"{what} is not a JSON object: {data[:80]!r}")
     return value
