@@ -21,6 +21,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.support.env import (
     free_port,
 )
+from tests.support.lookupds import TricklingServer
 from txnsq._version import __version__
 from txnsq.blocking import LookupdHTTPClient, NSQDHTTPClient
 from txnsq.errors import (
@@ -262,6 +263,22 @@ class FailureTests(SynchronousTestCase):
         with self.assertRaises(HTTPTimeoutError):
             client.info()
         self.assertLess(time.monotonic() - started, 1.5)
+
+    def test_trickled_headers_are_cut_off(self) -> None:
+        # A server that sends its status line and headers a byte every 50 ms (each
+        # well within any per-read timeout, 20 s in all) is abandoned when the call's
+        # deadline passes: one deadline covers connect, request, headers and body.
+        head = b"HTTP/1.1 200 OK\r\nX-Padding: " + b"a" * 400 + b"\r\nContent-Length: 2\r\n\r\n{}"
+        server = TricklingServer(self, head, 0.05)
+        client = LookupdHTTPClient(server.address, timeout=0.5)
+        started = time.monotonic()
+        with self.assertRaises(HTTPTimeoutError) as caught:
+            client.lookup("t")
+        elapsed = time.monotonic() - started
+        self.assertIn("no complete answer within 0.5 s", str(caught.exception))
+        self.assertGreater(elapsed, 0.45)
+        self.assertLess(elapsed, 5.0)  # not the 20 s the headers take
+        self.assertLess(server.sent, len(head) // 2)
 
     def test_refused(self) -> None:
         with self.assertRaises(HTTPConnectionError) as caught:

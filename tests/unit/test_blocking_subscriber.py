@@ -7,13 +7,14 @@ import dataclasses
 import json
 import random
 import threading
+import time
 import warnings
 from dataclasses import fields
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.support.lookupds import CannedLookupd
+from tests.support.lookupds import CannedLookupd, TricklingServer
 from tests.support.subscriber import Driver, FakeNsqd
 from txnsq._wire.admin import ACCEPT
 from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
@@ -806,3 +807,23 @@ class DefaultLookupTests(SynchronousTestCase):
         [line] = logs.output
         self.assertIn(f"nsqlookupd {lookupd.address}: producer left out", line)
         self.assertIn("70000", line)
+
+    def test_a_trickling_lookupd_costs_one_request_timeout(self) -> None:
+        # nsqlookupd sending its headers a byte every 50 ms (20 s in all): the poll ends
+        # after lookupd_request_timeout, and the lookupd counts as failing.
+        head = b"HTTP/1.1 200 OK\r\nX-Padding: " + b"a" * 400 + b"\r\n\r\n"
+        lookupd = TricklingServer(self, head, 0.05)
+        sub = Subscriber(
+            topic="t",
+            channel="c",
+            lookupd_http_addresses=[lookupd.address],
+            lookupd_request_timeout=0.5,
+        )
+        self.addCleanup(sub.close)
+        started = time.monotonic()
+        with self.assertLogs("txnsq.blocking", "WARNING") as logs:
+            sub._discovery.poll_lookupd()
+        self.assertLess(time.monotonic() - started, 5.0)
+        self.assertTrue(sub._discovery.lookup.failing(lookupd.address))
+        [line] = logs.output
+        self.assertIn("no complete answer within 0.5 s", line)

@@ -8,7 +8,8 @@ against real nsqd and nsqlookupd processes, HTTPS included.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Generator
 from typing import Any
 
 from OpenSSL import SSL
@@ -18,7 +19,7 @@ from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.client import ResponseNeverReceived
 from twisted.web.iweb import IAgent
 from twisted.web.resource import Resource
@@ -26,6 +27,7 @@ from twisted.web.server import NOT_DONE_YET, Request
 from zope.interface import implementer
 
 from tests.support.certs import shared_certs
+from tests.support.lookupds import TricklingServer
 from txnsq._version import __version__
 from txnsq.errors import (
     ChannelNotFound,
@@ -294,6 +296,28 @@ class AnswerErrorTests(InMemory):
         d.cancel()
         self.failure(d, defer.CancelledError)
         self.assertEqual(len(self.server.lost), 1)
+
+
+class TrickledAnswerTests(TestCase):
+    """On the reactor, against a real server on loopback that answers a byte every
+    50 ms: the timeout covers the status line and headers, not only the body."""
+
+    timeout = 30
+
+    HEAD = b"HTTP/1.1 200 OK\r\nX-Padding: " + b"a" * 400 + b"\r\nContent-Length: 2\r\n\r\n{}"
+
+    @defer.inlineCallbacks
+    def test_trickled_headers_are_cut_off(self) -> Generator[defer.Deferred[Any], Any, None]:
+        server = TricklingServer(self, self.HEAD, 0.05)
+        client = LookupdHTTPClient(server.address, timeout=0.5)
+        self.addCleanup(client.close)
+        started = time.monotonic()
+        error = yield self.assertFailure(client.lookup("t"), HTTPTimeoutError)
+        elapsed = time.monotonic() - started
+        self.assertIn("no complete answer within 0.5 s", str(error))
+        self.assertGreater(elapsed, 0.45)
+        self.assertLess(elapsed, 5.0)  # not the 20 s the headers take
+        self.assertLess(server.sent, len(self.HEAD) // 2)
 
 
 @implementer(IAgent)

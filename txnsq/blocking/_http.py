@@ -1,24 +1,25 @@
 """Blocking HTTP clients for nsqd and nsqlookupd: the twins of :mod:`txnsq.http`.
 
 Same calls, same names, same errors, plain return values, on the standard library's
-``urllib`` (no reactor, no extra package): for scripts and for Spark's driver and
+``http.client`` (no reactor, no extra package): for scripts and for Spark's driver and
 executors. Requests and answers are built and parsed by :mod:`txnsq._wire.admin`, as in
 the Twisted clients; this module only sends and reads.
 
-``timeout`` bounds connecting and every read; the whole answer is also abandoned once
-``timeout`` has passed since the request started (checked between reads), so a call
-takes at most about twice ``timeout``. Every call opens its own connection; a client
-holds no socket between calls and may be shared between threads.
+``timeout`` is one deadline for the whole call: connecting (TLS handshake included),
+sending the request, the status line and headers, and the body. Every socket operation
+is given the time left, so a server that trickles its answer a byte at a time is
+abandoned when the deadline passes, wherever it is in the answer. Every call opens its
+own connection; a client holds no socket between calls and may be shared between
+threads.
 """
 
 from __future__ import annotations
 
-import functools
 import http.client
+import io
+import socket
 import ssl
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -28,6 +29,7 @@ from txnsq._wire.admin import (
     DEFAULT_HTTP_TIMEOUT,
     DEFAULT_MAX_RESPONSE_SIZE,
     AdminRequest,
+    HTTPBase,
     LookupdInfo,
     LookupResult,
     Node,
@@ -46,58 +48,115 @@ __all__ = ["LookupdHTTPClient", "NSQDHTTPClient"]
 T = TypeVar("T")
 
 _READ_SIZE = 65536
+#: Sent with every request: each call has a connection of its own.
+_CONNECTION_CLOSE = ("Connection", "close")
 
 
-class _VerifyingHTTPSConnection(http.client.HTTPSConnection):
-    """An HTTPS connection that checks the certificate against ``server_name`` (what
-    :meth:`TLSOptions.name_to_verify` says) rather than the host dialled."""
+class _Deadline:
+    """The end of one call: every socket operation gets the time left."""
+
+    __slots__ = ("_at",)
+
+    def __init__(self, timeout: float) -> None:
+        self._at = time.monotonic() + timeout
+
+    def left(self) -> float:
+        """Seconds left. :raises TimeoutError: when none are."""
+        left = self._at - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the call's deadline passed")
+        return left
+
+
+class _DeadlineSocket:
+    """What ``http.client`` holds as its socket: sends and reads bounded by the deadline.
+
+    As with a real socket's ``makefile``, the socket is closed once the connection and
+    every reader made from it are closed (``http.client`` closes the connection as soon
+    as it has an answer that ends with the connection, and reads the body after).
+    """
+
+    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._users = 1  # the connection
+        self._closed = False
+
+    def sendall(self, data: Any) -> None:
+        self._sock.settimeout(self._deadline.left())  # sendall's timeout bounds it all
+        self._sock.sendall(data)
+
+    def recv_into(self, buffer: Any) -> int:
+        self._sock.settimeout(self._deadline.left())
+        return self._sock.recv_into(buffer)
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        self._users += 1
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.release()
+
+    def release(self) -> None:
+        """One user (the connection, or a reader) is done with the socket."""
+        self._users -= 1
+        if not self._users:
+            self._sock.close()
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Reads of a :class:`_DeadlineSocket`, each bounded by the time left (what
+    ``makefile`` gives ``http.client``, so that the status line and headers are
+    bounded as the body is)."""
+
+    def __init__(self, sock: _DeadlineSocket) -> None:
+        super().__init__()
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._sock.recv_into(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._sock.release()
+        super().close()
+
+
+class _Connection(http.client.HTTPConnection):
+    """One call's connection to ``base`` (TCP, TLS or nsqd's unix socket), every step
+    of it bounded by ``deadline``."""
 
     def __init__(
-        self, host: str, *, server_name: str, context: ssl.SSLContext, **kwargs: Any
+        self, base: HTTPBase, deadline: _Deadline, tls: tuple[ssl.SSLContext, str] | None
     ) -> None:
-        super().__init__(host, context=context, **kwargs)
-        self._tls_context = context
-        self._server_name = server_name
+        super().__init__(base.host, base.port)
+        self._socket_path = base.socket_path
+        self._deadline = deadline
+        self._tls = tls
 
     def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)
-        self.sock = self._tls_context.wrap_socket(self.sock, server_hostname=self._server_name)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, context: ssl.SSLContext, server_name: str) -> None:
-        super().__init__(context=context)
-        self._tls_context = context
-        self._server_name = server_name
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        connection = functools.partial(_VerifyingHTTPSConnection, server_name=self._server_name)
-        return self.do_open(connection, req, context=self._tls_context)
-
-
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    """An HTTP connection through a unix socket (nsqd's ``--http-address=/path``)."""
-
-    def __init__(self, host: str, *, socket_path: str, **kwargs: Any) -> None:
-        super().__init__(host, **kwargs)
-        self._socket_path = socket_path
-
-    def connect(self) -> None:
-        self.sock = unix_connect(self._socket_path, self.timeout)
-
-
-class _UnixHTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, socket_path: str) -> None:
-        super().__init__()
-        self._socket_path = socket_path
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        connection = functools.partial(_UnixHTTPConnection, socket_path=self._socket_path)
-        return self.do_open(connection, req)
+        self.timeout = self._deadline.left()
+        if self._socket_path is not None:
+            sock = unix_connect(self._socket_path, self.timeout)
+        else:
+            super().connect()
+            sock = self.sock
+        if self._tls is not None:
+            context, name = self._tls
+            sock.settimeout(self._deadline.left())  # bounds the whole handshake
+            # The certificate is checked against ``name`` (what TLSOptions.name_to_verify
+            # says), not necessarily the host dialled.
+            sock = context.wrap_socket(sock, server_hostname=name)
+        self.sock = _DeadlineSocket(sock, self._deadline)
 
 
 class _AdminClient:
-    """What both clients share: settings, the opener, one request and its answer."""
+    """What both clients share: settings, one request and its answer."""
 
     _default_port: ClassVar[int]
     #: What the address should have been, for the error of a peer that is an NSQ TCP port.
@@ -118,21 +177,14 @@ class _AdminClient:
             timeout=timeout,
             max_response_size=max_response_size,
         )
-        # Only these handlers: no proxy from the environment, no redirects, and error
-        # statuses come back as answers (parsed by the request) rather than raised.
-        opener = urllib.request.OpenerDirector()
-        socket_path = self._config.base.socket_path
-        if socket_path is not None:
-            opener.add_handler(_UnixHTTPHandler(socket_path))
-        else:
-            opener.add_handler(urllib.request.HTTPHandler())
         options = self._config.tls
         #: The name the server's certificate is checked against (with TLS).
         self._tls_name: str | None = None
+        #: The TLS context and that name (``None``: plain HTTP).
+        self._tls: tuple[ssl.SSLContext, str] | None = None
         if options is not None:
             self._tls_name = name = options.name_to_verify(self._config.base.host)
-            opener.add_handler(_HTTPSHandler(options.ssl_context(), name))
-        self._opener = opener
+            self._tls = (options.ssl_context(), name)
 
     @property
     def base_url(self) -> str:
@@ -162,57 +214,49 @@ class _AdminClient:
         self._call(admin.ping())
 
     def _call(self, request: AdminRequest[T]) -> T:
-        url = request.url(self._config.base)
-        where = self._config.base.where(request.path, request.query)
+        base = self._config.base
+        where = base.where(request.path, request.query)
         timeout = self._config.timeout
-        deadline = time.monotonic() + timeout
-        http_request = urllib.request.Request(
-            url, data=request.body, headers=dict(request.headers), method=request.method
-        )
+        connection = _Connection(base, _Deadline(timeout), self._tls)
         try:
-            with self._opener.open(http_request, timeout=timeout) as response:
+            connection.request(
+                request.method,
+                base.target(request.path, request.query),
+                body=request.body,
+                headers=dict((*request.headers, _CONNECTION_CLOSE)),
+            )
+            with connection.getresponse() as response:
                 status = response.status
-                body = self._read(response, deadline)
+                body = self._read(response, request)
         except NSQError:
             raise
         except TimeoutError as e:
             raise HTTPTimeoutError(
                 f"{request.method} {where}: no complete answer within {timeout:g} s", e
             ) from e
-        except urllib.error.URLError as e:
-            reason = e.reason
-            if isinstance(reason, TimeoutError):
-                raise HTTPTimeoutError(
-                    f"{request.method} {where}: no complete answer within {timeout:g} s", reason
-                ) from e
-            if _no_status_line(reason):  # an NSQ TCP port (issue 24)
-                raise not_an_http_port(self.base_url, self._meant) from e
-            raise HTTPConnectionError(
-                f"{request.method} {where}: {_describe(reason, self._tls_name)}", reason
-            ) from e
         except (OSError, http.client.HTTPException) as e:
-            if _no_status_line(e):  # an NSQ TCP port (issue 24)
+            if _no_status_line(e):  # an NSQ TCP port
                 raise not_an_http_port(self.base_url, self._meant) from e
             raise HTTPConnectionError(
                 f"{request.method} {where}: {_describe(e, self._tls_name)}", e
             ) from e
+        finally:
+            connection.close()
         return request.response(status, body)
 
-    def _read(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
+    def _read(self, response: http.client.HTTPResponse, request: AdminRequest[Any]) -> bytes:
         limit = self._config.max_response_size
         length = response.getheader("Content-Length")
         declared = int(length) if length is not None and length.isdigit() else 0
-        admin.check_response_size(declared, limit)
+        request.check_size(declared, limit)
         chunks: list[bytes] = []
         received = 0
         while True:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the answer took too long")
             chunk = response.read1(_READ_SIZE)
             if not chunk:
                 return b"".join(chunks)
             received += len(chunk)
-            admin.check_response_size(received, limit)
+            request.check_size(received, limit)
             chunks.append(chunk)
 
 
