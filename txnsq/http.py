@@ -172,9 +172,9 @@ class _BodyProducer:
 
 class _BodyReader(Protocol):
     """Collects an answer's body, as long as ``check`` accepts its size, into
-    :attr:`finished`. Past the limit (:class:`~txnsq.errors.ResponseTooLarge`), or when :attr:`finished` is
-    cancelled (a timeout), it stops reading at once: the connection is dropped rather
-    than left open until the server sends more."""
+    :attr:`finished`. Past the limit (:class:`~txnsq.errors.ResponseTooLarge`), or when
+    :attr:`finished` is cancelled (a timeout), it stops reading at once: the connection
+    is dropped rather than left open until the server sends more."""
 
     def __init__(self, check: Callable[[int], None], declared: int = 0) -> None:
         self.finished: Deferred[bytes] = Deferred(lambda _: self._stop())

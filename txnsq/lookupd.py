@@ -17,6 +17,13 @@ so a lookupd whose request fails keeps contributing its last good answer for
 ``stale_after`` seconds (default: three poll intervals) after that answer. A lookupd that
 answers (404 included) replaces its previous answer at once. A malformed producer entry
 is logged (with the lookupd's address) and left out; the healthy entries beside it count.
+
+An answer is read up to :data:`MAX_LOOKUP_RESPONSE_SIZE` bytes and
+:data:`~txnsq._wire.lookup.MAX_LOOKUP_PRODUCERS` producers, and the consumer reads from
+at most :data:`~txnsq._wire.lookup.MAX_DISCOVERED_NSQDS` of those listed, dialling new
+ones at a bounded rate (:class:`txnsq._wire.lookup.DiscoveredNSQDs`, the rule the
+blocking Subscriber follows too): a listing of thousands of nsqds never makes a consumer
+open thousands of connections at once.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from txnsq._wire.lookup import (
     DEFAULT_LOOKUPD_REQUEST_TIMEOUT,
     MAX_LOOKUP_RESPONSE_SIZE,
     STALE_POLLS,
+    DiscoveredNSQDs,
     LookupAnswers,
     RecheckSchedule,
     discovered,
@@ -107,8 +115,14 @@ class LookupdPoller:
         :class:`txnsq.http.LookupdHTTPClient`.
     :param topic: the topic to look up.
     :param on_producers: called after every round with the full current set of producer
-        addresses (``"host:port"``, IPv6 hosts bracketed), changed or not. Its return
-        value is ignored; an exception it raises is logged.
+        addresses to read from (``"host:port"``, IPv6 hosts bracketed), changed or not,
+        and between rounds when more of them are admitted: at most
+        :data:`~txnsq._wire.lookup.MAX_DISCOVERED_NSQDS` of those listed, the new ones
+        :data:`~txnsq._wire.lookup.DIAL_BURST` at once and then
+        :data:`~txnsq._wire.lookup.DIAL_RATE` a second
+        (:class:`txnsq._wire.lookup.DiscoveredNSQDs`; the limit is logged once when it
+        leaves nsqds out). Its return value is ignored; an exception it raises is
+        logged.
     :param reactor: provides :class:`~twisted.internet.interfaces.IReactorTime` for the
         timers (and, when no ``agent`` is given, what
         :class:`~twisted.web.client.Agent` needs). Default: the global reactor.
@@ -205,14 +219,17 @@ class LookupdPoller:
         self._round_started_at: float | None = None
         self._repoll_requested = False
         self._next: IDelayedCall | None = None
+        self._listed: frozenset[str] = frozenset()
         self._producers: frozenset[str] = frozenset()
         self._schedule = RecheckSchedule(self._interval, self._jitter)
+        self._discovered = DiscoveredNSQDs(reactor.seconds(), self._rng)
+        self._admitting: IDelayedCall | None = None
 
     # -- public API ----------------------------------------------------------------------
 
     @property
     def producers(self) -> frozenset[str]:
-        """The producer set handed out after the last round (empty before the first)."""
+        """The producer set last handed out (empty before the first round)."""
         return self._producers
 
     @property
@@ -237,6 +254,7 @@ class LookupdPoller:
             return
         self._running = True
         self._schedule = RecheckSchedule(self._interval, self._jitter)
+        self._discovered = DiscoveredNSQDs(self._reactor.seconds(), self._rng)
         self._start_round()
 
     def stop(self) -> Deferred[None]:
@@ -249,9 +267,10 @@ class LookupdPoller:
         was_running, self._running = self._running, False
         if not was_running:
             return succeed(None)
-        if self._next is not None and self._next.active():
-            self._next.cancel()
-        self._next = None
+        for call in (self._next, self._admitting):
+            if call is not None and call.active():
+                call.cancel()
+        self._next = self._admitting = None
         for s in self._lookupds:
             if s.pending is not None:
                 s.pending.cancel()
@@ -321,18 +340,14 @@ class LookupdPoller:
             self._in_round = False
             return
         now = self._reactor.seconds()
-        self._producers = self._answers.producers(now)
+        self._listed = self._answers.producers(now)
         self._log.debug(
             "nsqlookupd poll for {topic}: {count} producers",
             topic=self.topic,
-            count=len(self._producers),
-            producers=sorted(self._producers),
+            count=len(self._listed),
         )
-        try:
-            # Still "in a round" here, so a poll_now() from the callback only sets a flag.
-            self._on_producers(self._producers)
-        except Exception:
-            self._log.failure("producer callback failed (topic {topic})", topic=self.topic)
+        # Still "in a round" here, so a poll_now() from the callback only sets a flag.
+        self._hand_out(now)
         self._in_round = False
         if not self._running:  # the callback may have stopped us
             return
@@ -340,6 +355,37 @@ class LookupdPoller:
         if self._repoll_requested:
             delay = min(delay, max(0.0, self._repoll_delay()))
         self._next = self._reactor.callLater(delay, self._tick)
+        self._admit_later(now)
+
+    # -- the nsqds handed out --------------------------------------------------------------
+
+    def _hand_out(self, now: float) -> None:
+        """Hand the nsqds to read from now (of those listed) to the callback."""
+        self._producers = self._discovered.update(self._listed, now)
+        notice = self._discovered.notice()
+        if notice is not None:
+            self._log.warn("{notice} (topic {topic})", notice=notice, topic=self.topic)
+        try:
+            self._on_producers(self._producers)
+        except Exception:
+            self._log.failure("producer callback failed (topic {topic})", topic=self.topic)
+
+    def _admit_later(self, now: float) -> None:
+        """Come back when more of the nsqds listed may be dialled (see
+        :class:`~txnsq._wire.lookup.DiscoveredNSQDs`)."""
+        at = self._discovered.next_at(now)
+        if at is None or (self._admitting is not None and self._admitting.active()):
+            return
+        self._admitting = self._reactor.callLater(max(at - now, 0.0), self._admit)
+
+    def _admit(self) -> None:
+        self._admitting = None
+        if not self._running:
+            return
+        now = self._reactor.seconds()
+        self._hand_out(now)
+        if self._running:  # the callback may have stopped us
+            self._admit_later(now)
 
     def _repoll_delay(self) -> float:
         if self._round_started_at is None:
@@ -358,9 +404,16 @@ class LookupdPoller:
 
     def _answered(self, result: LookupResult, s: _Lookupd) -> None:
         s.pending = None
-        for problem in result.problems:
+        if result.problems:
+            # One line per answer, however many entries are wrong.
+            first, *more = result.problems
             self._log.warn(
-                "nsqlookupd {lookupd}: {problem}", lookupd=s.address, problem=problem, url=s.url
+                "nsqlookupd {lookupd}: {problem}{more}",
+                lookupd=s.address,
+                problem=first,
+                more=f" (and {len(more)} more)" if more else "",
+                problems=result.problems,
+                url=s.url,
             )
         if self._answers.answered(s.address, discovered(result), self._reactor.seconds()):
             self._log.info("nsqlookupd {lookupd} answers again", lookupd=s.address)

@@ -554,3 +554,54 @@ class RecheckTests(PollerTestCase):
             delays.append(delay)
             self.clock.advance(delay)
         self.assertNotEqual(delays, [1.5**k for k in range(6)])
+
+
+class DiscoveryBoundTests(PollerTestCase):
+    """An answer listing thousands of nsqds (80,000 once made a Consumer dial them all
+    at once: 679 MB, its reactor stalled for 55 s): at most MAX_DISCOVERED_NSQDS are
+    handed out, the new ones DIAL_BURST at once then DIAL_RATE a second, between rounds
+    too; the limit is logged once, in one short line."""
+
+    LISTED = [f"10.2.{i >> 8}.{i & 255}:4150" for i in range(1500)]
+
+    def test_handed_out_at_a_bounded_rate(self) -> None:
+        self.agent.serve(A, *self.LISTED)
+        p = self.poller([A], poll_interval=60, poll_jitter=0)
+        p.start()
+        self.assertEqual([len(r) for r in self.rounds], [100])
+        self.clock.advance(0.11)  # the grant waits for a tenth of a second's worth
+        self.assertEqual(len(self.rounds[-1]), 111)  # 0.11 s at 100 a second
+        self.assertEqual(self.agent.count(A), 1)  # admitted between rounds
+        self.clock.pump([0.1] * 100)
+        self.assertEqual(len(self.rounds[-1]), 1000)
+        calls = len(self.rounds)
+        self.clock.advance(10)
+        self.assertEqual(len(self.rounds), calls)  # all admitted: quiet until next round
+        self.assertTrue(all(len(b) >= len(a) for a, b in itertools.pairwise(self.rounds)))
+        self.assertLessEqual(p.producers, frozenset(self.LISTED))
+        self.clock.advance(40)
+        self.assertEqual(self.agent.count(A), 2)
+        self.assertEqual(self.rounds[-1], self.rounds[-2])  # the same ones, every round
+        [notice] = [e for e in self.events if "MAX_DISCOVERED_NSQDS" in e.get("notice", "")]
+        self.assertEqual(notice["log_level"].name, "warn")
+        self.assertEqual(notice["topic"], TOPIC)
+        self.assertIn("lists 1500 nsqds; reading from 1000", notice["notice"])
+
+    def test_stop_cancels_the_admission_timer(self) -> None:
+        self.agent.serve(A, *self.LISTED)
+        p = self.poller([A])
+        p.start()
+        self.assertEqual(len(self.clock.getDelayedCalls()), 2)  # next round, more nsqds
+        p.stop()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_problems_are_one_line_per_answer(self) -> None:
+        entries = [{"broadcast_address": "bad", "tcp_port": 70000}] * 5000
+        entries.append({"broadcast_address": "n1", "tcp_port": 4150})
+        self.agent.respond(A, 200, json.dumps({"producers": entries}).encode())
+        self.poller([A]).start()
+        self.assertEqual(self.rounds, [{"n1:4150"}])
+        (event,) = self.warnings_about(A)
+        self.assertIn("producer left out", event["problem"])
+        self.assertEqual(event["more"], " (and 10 more)")
+        self.assertEqual(len(event["problems"]), 11)

@@ -5,14 +5,19 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
+from random import Random
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
 from txnsq._wire.admin import LookupResult, Producer
 from txnsq._wire.lookup import (
+    DIAL_BURST,
+    DIAL_RATE,
+    MAX_DISCOVERED_NSQDS,
     RECHECK_FACTOR,
     RECHECK_INITIAL,
+    DiscoveredNSQDs,
     LookupAnswers,
     RecheckSchedule,
     discovered,
@@ -261,6 +266,107 @@ class RecheckScheduleTests(SynchronousTestCase):
                 RecheckSchedule(*args, **kwargs)
         self.assertRaises(TypeError, RecheckSchedule, "60", 0.3)
         RecheckSchedule(60, 1.0)  # a jitter of 1 is allowed, as for the poll interval
+
+
+def listing(count: int, start: int = 0) -> frozenset[str]:
+    return frozenset(f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}:4150" for i in range(start, count))
+
+
+class DiscoveredNSQDsTests(SynchronousTestCase):
+    """How many of the nsqds listed a consumer reads from, and how fast it dials new
+    ones (an 80,000-nsqd listing once made a Consumer dial all of them at once)."""
+
+    def admit_all(self, found: DiscoveredNSQDs, listed: frozenset[str]) -> list[int]:
+        """Update at every time :meth:`next_at` gives; return how many were admitted
+        after each update."""
+        now, sizes = 0.0, []
+        while True:
+            sizes.append(len(found.update(listed, now)))
+            at = found.next_at(now)
+            if at is None:
+                return sizes
+            self.assertGreater(at, now)
+            now = at
+
+    def test_defaults(self) -> None:
+        # Rooms for the largest clusters described (several hundred nsqds), dialled
+        # within seconds; see the constants' comments.
+        self.assertEqual((MAX_DISCOVERED_NSQDS, DIAL_BURST, DIAL_RATE), (1000, 100, 100.0))
+
+    def test_a_usual_cluster_is_read_whole_at_once(self) -> None:
+        rng = Random(3)
+        state = rng.getstate()
+        found = DiscoveredNSQDs(0.0, rng)
+        listed = listing(60)
+        self.assertEqual(found.update(listed, 0.0), listed)
+        self.assertIsNone(found.next_at(0.0))
+        self.assertIsNone(found.notice())
+        self.assertEqual(rng.getstate(), state)  # no seed drawn: jitter unchanged
+
+    def test_new_nsqds_are_dialled_at_a_bounded_rate(self) -> None:
+        found = DiscoveredNSQDs(0.0, Random(3))
+        sizes = self.admit_all(found, listing(600))
+        self.assertEqual(sizes[0], DIAL_BURST)
+        self.assertEqual(sizes[-1], 600)
+        # 500 more at 100 a second, ten grants a second.
+        self.assertEqual(len(sizes), 1 + 50)
+        self.assertTrue(all(b - a == 10 for a, b in itertools.pairwise(sizes)), sizes)
+
+    def test_a_huge_listing_is_read_in_part(self) -> None:
+        found = DiscoveredNSQDs(0.0, Random(3))
+        listed = listing(80_000)
+        sizes = self.admit_all(found, listed)
+        self.assertEqual((sizes[0], sizes[-1], max(sizes)), (100, 1000, 1000))
+        self.assertLessEqual(found.admitted, listed)
+        self.assertEqual(
+            found.notice(),
+            "nsqlookupd lists 80000 nsqds; reading from 1000 of them (MAX_DISCOVERED_NSQDS), "
+            "new ones dialled at up to 100 a second",
+        )
+        self.assertIsNone(found.notice())  # once
+        # Listed again and again: the same ones, nothing more to dial.
+        before = found.admitted
+        self.assertEqual(found.update(listing(80_000), 100.0), before)
+        self.assertIsNone(found.next_at(100.0))
+        self.assertIsNone(found.notice())
+
+    def test_the_choice_is_stable_and_differs_between_consumers(self) -> None:
+        one = DiscoveredNSQDs(0.0, Random(1), limit=50, burst=1000)
+        other = DiscoveredNSQDs(0.0, Random(2), limit=50, burst=1000)
+        listed = listing(1000)
+        chosen = one.update(listed, 0.0)
+        self.assertEqual(len(chosen), 50)
+        self.assertLess(len(chosen & other.update(listed, 0.0)), 25)  # about 2.5 expected
+        # Ten more listed: at most ten of the chosen are outranked, none else changes.
+        grown = one.update(listed | listing(1010, 1000), 1.0)
+        self.assertGreaterEqual(len(grown & chosen), 40)
+        # One that goes away is replaced by the next one ranked; the rest stay.
+        gone = next(iter(chosen))
+        after = one.update(listed - {gone}, 2.0)
+        self.assertEqual(len(after), 50)
+        self.assertEqual(len(after & chosen), 49)
+
+    def test_the_notice_comes_again_after_the_listing_shrank(self) -> None:
+        found = DiscoveredNSQDs(0.0, Random(1), limit=10)
+        found.update(listing(20), 0.0)
+        self.assertIsNotNone(found.notice())
+        found.update(listing(20), 1.0)
+        self.assertIsNone(found.notice())
+        found.update(listing(5), 2.0)
+        self.assertIsNone(found.notice())
+        found.update(listing(30), 3.0)
+        self.assertIn("lists 30 nsqds; reading from 10", found.notice() or "")
+
+    def test_nsqds_no_longer_listed_are_dropped(self) -> None:
+        found = DiscoveredNSQDs(0.0, Random(1))
+        found.update(listing(10), 0.0)
+        self.assertEqual(found.update(listing(10, 5), 0.0), listing(10, 5))
+
+    def test_bad_settings(self) -> None:
+        rng = Random(1)
+        self.assertRaises(ValueError, DiscoveredNSQDs, 0.0, rng, limit=0)
+        self.assertRaises(ValueError, DiscoveredNSQDs, 0.0, rng, rate=0)
+        self.assertRaises(ValueError, DiscoveredNSQDs, 0.0, rng, burst=0)
 
 
 class PurityTests(SynchronousTestCase):

@@ -20,25 +20,39 @@ Pure: no I/O, no Twisted, no clock reads (time is passed in).
 
 from __future__ import annotations
 
+import hashlib
+import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from txnsq._wire.address import NSQLOOKUPD_HTTP_PORT
-from txnsq._wire.admin import LookupResult, lookupd_lookup, parse_http_address
+from txnsq._wire.admin import (
+    MAX_LOOKUP_PRODUCERS,
+    MAX_LOOKUP_RESPONSE_SIZE,
+    LookupResult,
+    lookupd_lookup,
+    parse_http_address,
+)
 from txnsq._wire.numbers import check_number
 from txnsq._wire.retry import backoff_delay, jittered
+from txnsq._wire.throttle import TokenBucket
 from txnsq.errors import NSQHTTPError, TopicNotFound
 
 __all__ = [
     "DEFAULT_LOOKUPD_POLL_INTERVAL",
     "DEFAULT_LOOKUPD_POLL_JITTER",
     "DEFAULT_LOOKUPD_REQUEST_TIMEOUT",
+    "DIAL_BURST",
+    "DIAL_RATE",
+    "MAX_DISCOVERED_NSQDS",
+    "MAX_LOOKUP_PRODUCERS",
     "MAX_LOOKUP_RESPONSE_SIZE",
     "RECHECK_FACTOR",
     "RECHECK_INITIAL",
     "STALE_POLLS",
+    "DiscoveredNSQDs",
     "LookupAnswers",
     "RecheckSchedule",
     "discovered",
@@ -56,12 +70,20 @@ DEFAULT_LOOKUPD_POLL_JITTER: Final = 0.3
 #: Seconds one ``/lookup`` request (connect, answer and body) may take: every client's
 #: ``lookupd_request_timeout`` default.
 DEFAULT_LOOKUPD_REQUEST_TIMEOUT: Final = 5.0
-#: The largest ``/lookup`` answer discovery reads, in bytes, on both clients; a larger
-#: one is a failed request (:class:`~txnsq.errors.ResponseTooLarge`). 4 MiB holds
-#: about 15,000 producers (some 280 bytes each), far beyond any cluster, and keeps a
-#: confused server (a proxy's endless page) from making a long-running consumer buffer
-#: and parse up to the admin clients' 32 MiB every poll.
-MAX_LOOKUP_RESPONSE_SIZE: Final = 4 * 1024 * 1024
+#: The most nsqds found through nsqlookupd that one consumer reads from (those given as
+#: ``nsqd_tcp_addresses`` come on top). nsqlookupd's FAQ speaks of deployments of "up to
+#: several hundred hosts", and a large cluster reported on nsq's tracker had 81 nsqds
+#: producing one topic: 1,000 leaves room beyond those and bounds what a confused or
+#: hostile nsqlookupd makes a consumer open (a listing of 80,000 once made a Consumer
+#: dial them all at once: 679 MB, its reactor stalled for 55 s).
+MAX_DISCOVERED_NSQDS: Final = 1000
+#: New nsqds from discovery are dialled at once up to this many...
+DIAL_BURST: Final = 100
+#: ...and beyond, this many a second (1,000 nsqds are all dialled within 9 s).
+DIAL_RATE: Final = 100.0
+#: Once tokens run out, more nsqds are admitted when this many seconds' worth is back
+#: (ten grants a second rather than one per nsqd).
+_ADMIT_STEP: Final = 0.1
 #: By default a failing nsqlookupd's last answer keeps counting for this many poll
 #: intervals after it came (see :class:`LookupAnswers`).
 STALE_POLLS: Final = 3
@@ -316,3 +338,124 @@ class RecheckSchedule:
 
     def _delay(self, recheck: int) -> float:
         return backoff_delay(recheck, self._initial, self._factor, self._interval)
+
+
+class _Bits(Protocol):
+    def getrandbits(self, k: int, /) -> int: ...
+
+
+class DiscoveredNSQDs:
+    """Which of the nsqds nsqlookupd lists a consumer reads from, and from when: at most
+    ``limit`` of them, the new ones admitted ``burst`` at once and then ``rate`` a
+    second.
+
+    When more than ``limit`` are listed, those read from are the ``limit`` ranked first
+    by a hash of their address keyed by a random seed of this consumer's (rendezvous
+    hashing). Consumers of one channel thus read from different subsets that together
+    cover the listing, and one consumer keeps its choice from one answer to the next: an
+    nsqd is dropped only when it is no longer listed or a newly listed one outranks it.
+    The seed is drawn from ``rng`` the first time the limit binds (never otherwise, so
+    that a seeded ``rng`` gives the jitter it gave before).
+
+    Pace: an nsqd read from stays admitted while it is chosen; a newly chosen one takes
+    a token of a bucket that holds ``burst`` and refills at ``rate`` a second, and waits
+    (:meth:`next_at`) when none is left, so that an answer listing thousands of nsqds
+    never makes a consumer start thousands of connections at once.
+
+    :param now: the time of creation (the bucket starts full).
+    :param rng: where the seed comes from (``random.Random`` or anything with
+        ``getrandbits``).
+    :raises ValueError: for a ``limit`` or ``burst`` below 1, or a ``rate`` that is not a
+        positive finite number.
+    """
+
+    __slots__ = (
+        "_admitted",
+        "_bucket",
+        "_chosen",
+        "_limit",
+        "_limited",
+        "_listed",
+        "_notice",
+        "_pending",
+        "_rng",
+        "_seed",
+    )
+
+    def __init__(
+        self,
+        now: float,
+        rng: _Bits,
+        *,
+        limit: int = MAX_DISCOVERED_NSQDS,
+        rate: float = DIAL_RATE,
+        burst: int = DIAL_BURST,
+    ) -> None:
+        check_number(limit, "limit", integer=True, minimum=1)
+        self._limit = int(limit)
+        self._bucket = TokenBucket(rate, now, burst)
+        self._rng = rng
+        self._seed: bytes | None = None
+        self._listed: frozenset[str] = frozenset()
+        self._chosen: frozenset[str] = frozenset()
+        self._admitted: frozenset[str] = frozenset()
+        self._pending = 0  # chosen and not admitted yet
+        self._notice: str | None = None
+        self._limited = False
+
+    @property
+    def admitted(self) -> frozenset[str]:
+        """The nsqds to read from, as last answered by :meth:`update`."""
+        return self._admitted
+
+    def update(self, listed: frozenset[str], now: float) -> frozenset[str]:
+        """nsqlookupd lists ``listed`` at ``now`` (or more tokens came): return the
+        nsqds to read from now (also kept as :attr:`admitted`)."""
+        if listed != self._listed:
+            self._listed = listed
+            self._chosen = self._choose(listed)
+        chosen = self._chosen
+        admitted = self._admitted & chosen
+        new = sorted(chosen - admitted)
+        take = min(len(new), max(int(self._bucket.tokens(now)), 0))
+        if take:
+            self._bucket.take(take, now)
+            admitted |= frozenset(new[:take])
+        self._pending = len(new) - take
+        self._admitted = frozenset(admitted)
+        return self._admitted
+
+    def next_at(self, now: float) -> float | None:
+        """When :meth:`update` can admit more of the nsqds chosen: once a tenth of a
+        second's worth of tokens is back, or what the rest need (``None``: every one is
+        admitted)."""
+        if not self._pending:
+            return None
+        step = max(1.0, self._bucket.rate * _ADMIT_STEP)
+        return self._bucket.time_for(min(float(self._pending), step), now)
+
+    def notice(self) -> str | None:
+        """A line to log, once, when the limit starts leaving listed nsqds out (again
+        after it stopped doing so); ``None`` otherwise."""
+        notice, self._notice = self._notice, None
+        return notice
+
+    def _choose(self, listed: frozenset[str]) -> frozenset[str]:
+        limited = len(listed) > self._limit
+        if limited and not self._limited:
+            self._notice = (
+                f"nsqlookupd lists {len(listed)} nsqds; reading from {self._limit} of them "
+                f"(MAX_DISCOVERED_NSQDS), new ones dialled at up to {self._bucket.rate:g} "
+                "a second"
+            )
+        self._limited = limited
+        if not limited:
+            return listed
+        if self._seed is None:
+            self._seed = self._rng.getrandbits(64).to_bytes(8, "big")
+        key = self._seed
+
+        def rank(address: str) -> bytes:
+            return hashlib.blake2b(address.encode(), digest_size=8, key=key).digest()
+
+        return frozenset(heapq.nsmallest(self._limit, listed, key=rank))
