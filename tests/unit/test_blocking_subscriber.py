@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import socket
 import threading
 import time
 import warnings
@@ -17,7 +18,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.support.lookupds import CannedLookupd, TricklingServer
 from tests.support.subscriber import Driver, FakeNsqd
 from txnsq._wire.admin import ACCEPT
-from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
+from txnsq._wire.frames import MessageFrame
+from txnsq._wire.identify import DEFAULT_USER_AGENT, Features, IdentifyOptions
 from txnsq._wire.lookup import MAX_LOOKUP_RESPONSE_SIZE
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.blocking import Subscriber, SubscriberOptions
@@ -827,3 +829,113 @@ class DefaultLookupTests(SynchronousTestCase):
         self.assertTrue(sub._discovery.lookup.failing(lookupd.address))
         [line] = logs.output
         self.assertIn("no complete answer within 0.5 s", line)
+
+
+class _SocketConnection:
+    """A subscribed connection on a real socket pair (so that the I/O thread's selector
+    can watch it), whose reads raise what the test injects."""
+
+    def __init__(self, address: str, silence_timeout: float = 60.0) -> None:
+        self.address = address
+        self.features = Features(negotiated=True, max_rdy_count=100)
+        self.command_timeout: float | None = 10.0
+        self.silence_timeout = silence_timeout
+        self.progress = 0
+        self.ours, self.theirs = socket.socketpair()
+        self.raises: BaseException | None = None
+        self.messages: list[MessageFrame] = []
+        self.closed = threading.Event()
+
+    def fileno(self) -> int:
+        return self.ours.fileno()
+
+    @property
+    def connected(self) -> bool:
+        return not self.closed.is_set()
+
+    def has_buffered_input(self) -> bool:
+        return False
+
+    def receive(self, timeout: float | None = None) -> list[MessageFrame]:
+        self.ours.recv(1)
+        self.progress += 1
+        if self.raises is not None:
+            raise self.raises
+        out, self.messages = self.messages, []
+        return out
+
+    def send(self, *messages: MessageFrame) -> None:
+        """nsqd sends ``messages`` (read at the next turn of the I/O thread)."""
+        self.messages.extend(messages)
+        self.theirs.send(b"x")
+
+    def rdy(self, count: int) -> None:
+        pass
+
+    def finish_many(self, message_ids: Any) -> None:
+        pass
+
+    def requeue_many(self, message_ids: Any, delay: float = 0.0) -> None:
+        pass
+
+    def touch_many(self, message_ids: Any) -> None:
+        pass
+
+    def close_cleanly(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if not self.closed.is_set():
+            self.closed.set()
+            self.ours.close()
+            self.theirs.close()
+
+
+class IOThreadSurvivalTests(SynchronousTestCase):
+    """Whatever one connection raises ends that connection, logged in one line; the
+    I/O thread reads the others on (an error nobody foresaw once ended the thread, and
+    with it every connection)."""
+
+    def test_the_thread_goes_on(self) -> None:
+        conns: dict[str, list[_SocketConnection]] = {N1: [], N2: []}
+
+        def connect(address: str) -> _SocketConnection:
+            conn = _SocketConnection(address)
+            conns[address].append(conn)
+            self.addCleanup(conn.close)
+            return conn
+
+        sub = Subscriber(
+            topic="t",
+            channel="c",
+            nsqd_tcp_addresses=[N1, N2],
+            connect=connect,
+            reconnect_policy=RetryPolicy(initial=0.05, jitter=0),
+        )
+        self.addCleanup(sub.close)
+        sub.start()
+        [bad], [good] = conns[N1], conns[N2]
+        message = MessageFrame(1, 1, b"0" * 16, b"body")
+        for error in (KeyError("k"), RecursionError("deep"), ValueError("v"), RuntimeError()):
+            with self.subTest(error=type(error).__name__):
+                with self.assertLogs("txnsq.blocking", "WARNING") as logs:
+                    bad.raises = error
+                    bad.send(message)
+                    deadline = time.monotonic() + 10
+                    while not logs.records and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                self.assertTrue(bad.closed.is_set())
+                self.assertIn(f"connection to {N1} lost ({type(error).__name__}", logs.output[0])
+                self.assertNotIn("Traceback", "".join(logs.output))
+                # The other connection is still read...
+                good.send(message)
+                self.assertTrue(sub.wait_for_data(10))
+                [(_, [received])] = sub.take(10)
+                self.assertEqual(received.body, b"body")
+                sub.check()  # the I/O thread runs
+                # ...and the lost one is dialled again.
+                deadline = time.monotonic() + 10
+                while conns[N1][-1] is bad and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                bad = conns[N1][-1]
+                self.assertFalse(bad.closed.is_set())

@@ -94,6 +94,11 @@ CASES: dict[str, tuple[tuple[int, bytes], tuple[int, bytes], set[str]]] = {
     ),
     "one lookupd answers 500": ((500, b'{"message":"INTERNAL_ERROR"}'), flat(entry(N2)), {N2}),
     "one lookupd answers 404": (NOT_FOUND, flat(entry(N2)), {N2}),
+    "an answer nested 100,000 deep": (
+        (200, b'{"producers":' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+        flat(entry(N2)),
+        {N2},
+    ),
     "an oversized answer": (
         (200, flat(entry(N3))[1] + b" " * MAX_LOOKUP_RESPONSE_SIZE),
         flat(entry(N2)),

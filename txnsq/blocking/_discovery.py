@@ -25,6 +25,7 @@ from txnsq._wire.admin import LookupResult, check_response_size, lookupd_lookup
 from txnsq._wire.lookup import (
     MAX_LOOKUP_RESPONSE_SIZE,
     STALE_POLLS,
+    DiscoveredNSQDs,
     LookupAnswers,
     RecheckSchedule,
     discovered,
@@ -40,8 +41,8 @@ from txnsq.blocking._subscriber_state import (
     ConnectionState,
     LookupdFetcher,
     SubscriberConnection,
+    describe_failure,
 )
-from txnsq.errors import NSQError
 
 __all__ = ["Discovery", "subscribed_connection"]
 
@@ -88,6 +89,36 @@ class _NSQD:
     def short(self) -> bool:
         """Whether it has fewer connections than it is to have (or none yet)."""
         return self.wanted is None or len(self.connections) < self.wanted
+
+
+class _DialFailures:
+    """The dials that failed in one round, logged together: each at debug, and one
+    warning line for those that failed for the first time since they were connected
+    (a listing of hundreds of unreachable nsqds is one line, not hundreds)."""
+
+    def __init__(self) -> None:
+        self._first: list[tuple[str, str]] = []
+
+    def add(self, address: str, error: Exception, first: bool) -> None:
+        description = describe_failure(error)
+        _log.debug("nsq subscriber: cannot connect to %s: %s", address, description)
+        if first:
+            self._first.append((address, description))
+
+    def log(self) -> None:
+        if not self._first:
+            return
+        (address, description), *others = self._first
+        if not others:
+            _log.warning("nsq subscriber: cannot connect to %s: %s", address, description)
+        else:
+            _log.warning(
+                "nsq subscriber: cannot connect to %d nsqds (%s: %s; the others at debug "
+                "level); retrying each with backoff",
+                len(self._first),
+                address,
+                description,
+            )
 
 
 class Discovery:
@@ -141,6 +172,9 @@ class Discovery:
         # nsqd it listed; each delay shortened by up to lookupd_poll_jitter of it at
         # random (the Consumer's rule).
         self._recheck = RecheckSchedule(options.lookupd_poll_interval, options.lookupd_poll_jitter)
+        # Which of the nsqds listed are read from, and when new ones are dialled (used by
+        # the rounds only: no lock).
+        self._discovered = DiscoveredNSQDs(clock(), rng)
 
     # -- the subscriber's calls -----------------------------------------------------------
 
@@ -155,13 +189,14 @@ class Discovery:
             self.poll_lookupd()
             self._polled(now)
         first_error: Exception | None = None
+        failures = _DialFailures()
         for address in self.addresses(now):
             try:
                 self._connect_address(address)
-            except (NSQError, OSError) as e:
-                _log.warning("nsq subscriber: cannot connect to %s: %s", address, e)
+            except Exception as e:  # one nsqd's failure, whatever it is, ends that dial
+                self._dial_failed(address, e, failures)
                 first_error = first_error or e
-                self._failed(address)
+        failures.log()
         with self._lock:
             opened = any(n.connections for n in self._nsqds.values())
         return None if opened else first_error
@@ -172,6 +207,11 @@ class Discovery:
             target=self._loop, name="txnsq-subscriber-discovery", daemon=True
         )
         self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread :meth:`start` started is running."""
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
         """Stop dialling (the thread ends after the dial in progress, if any)."""
@@ -209,7 +249,12 @@ class Discovery:
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
-            due = self.discover(self._clock())
+            try:
+                due = self.discover(self._clock())
+            except Exception:
+                # A bug: one round lost, not the thread (and with it every redial).
+                _log.exception("nsq subscriber: a discovery round failed; trying again")
+                due = self._clock() + _DISCOVERY_MAX_WAIT_S
             wait = min(max(due - self._clock(), 0.05), _DISCOVERY_MAX_WAIT_S)
             self._wake.wait(wait)
             self._wake.clear()
@@ -222,7 +267,12 @@ class Discovery:
             now = self._clock()
             self._polled(now)
         due = [self._lookup_due()] if self._askers else []
-        for address in self.addresses(now):
+        addresses = self.addresses(now)
+        more_at = self._discovered.next_at(now) if self._askers else None
+        if more_at is not None:  # more nsqds listed than admitted so far
+            due.append(more_at)
+        failures = _DialFailures()
+        for address in addresses:
             if self._stopping.is_set():
                 break
             with self._lock:
@@ -236,17 +286,24 @@ class Discovery:
                 continue
             try:
                 self._connect_address(address)
-            except (NSQError, OSError) as e:
-                _log.warning("nsq subscriber: cannot connect to %s: %s", address, e)
-                due.append(self._failed(address))
+            except Exception as e:  # one nsqd's failure, whatever it is, ends that dial
+                due.append(self._dial_failed(address, e, failures))
+        failures.log()
         return min(due) if due else now + _DISCOVERY_MAX_WAIT_S
 
     def addresses(self, now: float) -> list[str]:
         """The nsqds to read from: the given ones always, the discovered ones while
-        nsqlookupd lists them."""
+        nsqlookupd lists them (at most
+        :data:`~txnsq._wire.lookup.MAX_DISCOVERED_NSQDS`, new ones admitted at a bounded
+        rate: :class:`~txnsq._wire.lookup.DiscoveredNSQDs`)."""
         static = self._options.nsqd_tcp_addresses
-        found = self.lookup.producers(now) if self._askers else frozenset()
-        return list(static) + sorted(found.difference(static))
+        if not self._askers:
+            return list(static)
+        found = self._discovered.update(self.lookup.producers(now).difference(static), now)
+        notice = self._discovered.notice()
+        if notice is not None:
+            _log.warning("nsq subscriber: %s (topic %s)", notice, self._options.topic)
+        return list(static) + sorted(found)
 
     def _lookup_due(self) -> float:
         """When nsqlookupd is to be polled next (at once before the first poll)."""
@@ -274,15 +331,23 @@ class Discovery:
         for lookupd, ask in self._askers:
             try:
                 result = ask()
-            except (NSQError, OSError) as e:
+            except Exception as e:  # whatever the answer did, it ends this poll only
                 if topic_unknown(e):  # the topic is unknown there: no producers
                     result = LookupResult((), ())
                 else:
-                    _log.warning("nsq subscriber: nsqlookupd %s failed: %s", lookupd, e)
+                    _log.warning(
+                        "nsq subscriber: nsqlookupd %s failed: %s", lookupd, describe_failure(e)
+                    )
                     self.lookup.failed(lookupd)
                     continue
-            for problem in result.problems:
-                _log.warning("nsq subscriber: nsqlookupd %s: %s", lookupd, problem)
+            if result.problems:  # one line per answer, however many entries are wrong
+                first, *more = result.problems
+                _log.warning(
+                    "nsq subscriber: nsqlookupd %s: %s%s",
+                    lookupd,
+                    first,
+                    f" (and {len(more)} more)" if more else "",
+                )
             producers = self._mapped(discovered(result))
             if self.lookup.answered(lookupd, producers, self._clock()):
                 _log.info("nsq subscriber: nsqlookupd %s answers again", lookupd)
@@ -356,10 +421,15 @@ class Discovery:
             nsqd.loss_logged = False
             self._recheck.connected(address)
 
-    def _failed(self, address: str) -> float:
-        """A dial of ``address`` failed: return when to try again."""
+    def _dial_failed(self, address: str, error: Exception, failures: _DialFailures) -> float:
+        """A dial of ``address`` failed with ``error``: note it in this round's
+        ``failures`` and return when to try again."""
         with self._lock:
-            return self._schedule_retry(self._nsqds.setdefault(address, _NSQD()), self._clock())
+            nsqd = self._nsqds.setdefault(address, _NSQD())
+            first = nsqd.failures == 0  # since it was last connected
+            retry_at = self._schedule_retry(nsqd, self._clock())
+        failures.add(address, error, first)
+        return retry_at
 
     def _schedule_retry(self, nsqd: _NSQD, now: float) -> float:
         """One more failed dial (or a loss) of ``nsqd``; ``_lock`` is held."""

@@ -64,8 +64,8 @@ from txnsq.blocking._subscriber_state import (
     ConnectionState,
     LookupdFetcher,
     SubscriberConnection,
+    describe_failure,
 )
-from txnsq.errors import NSQError
 from txnsq.options import ConnectionOptions, check_batch_room, deprecated_fields
 
 __all__ = [
@@ -463,7 +463,7 @@ class Subscriber:
             while True:
                 now = self._clock()
                 timeout = min(max(self._next_due() - now, 0.0), _MAX_WAIT_S)
-                buffered = [s for s in self._states if s.conn.has_buffered_input()]
+                buffered = [s for s in list(self._states) if self._has_input(s)]
                 if buffered:
                     timeout = 0.0
                 events = selector.select(timeout)
@@ -488,6 +488,15 @@ class Subscriber:
             selector.close()
             self._io_done.set()
 
+    def _has_input(self, state: ConnectionState) -> bool:
+        """Whether ``state``'s connection holds input already read (a failure to say
+        so ends that connection only)."""
+        try:
+            return state.conn.has_buffered_input()
+        except Exception as e:
+            self._lost(state, e)
+            return False
+
     def _io_step(self, readable: Iterable[ConnectionState], now: float) -> bool:
         """One turn of the I/O thread, after its wait: run the queued commands, read the
         ``readable`` connections, then do what time made due.
@@ -508,16 +517,31 @@ class Subscriber:
             for state in states:
                 state.conn.close()
             return
+        added = []
         for state in states:
-            self._states.append(state)
-            state.fd = state.conn.fileno()
-            state.liveness = live = Liveness(state.conn.silence_timeout, now)
-            live.check(state.conn.progress, now)  # silence counts from here
+            try:
+                fd = state.conn.fileno()
+                max_rdy_count = state.conn.features.max_rdy_count
+                live = Liveness(state.conn.silence_timeout, now)
+                live.check(state.conn.progress, now)  # silence counts from here
+                if self._selector is not None:
+                    self._selector.register(fd, selectors.EVENT_READ, state)
+            except Exception as e:  # this connection is not adopted; the others are
+                state.alive = False
+                _close_quietly(state.conn)
+                self._discovery.lost(state, now)
+                _log.warning(
+                    "nsq subscriber: connection to %s dropped: %s",
+                    state.address,
+                    describe_failure(e),
+                )
+                continue
+            state.fd = fd
+            state.liveness = live
             self._next_liveness = min(self._next_liveness, now + live.timeout)
-            if self._selector is not None:
-                self._selector.register(state.fd, selectors.EVENT_READ, state)
+            self._states.append(state)
+            added.append((state, max_rdy_count))
         self._conn_count = len(self._states)
-        added = [(state, state.conn.features.max_rdy_count) for state in states]
         self._send_rdy(self._rdy.add_connections(added, now))
 
     def _send_rdy(self, updates: list[RdyUpdate[ConnectionState]]) -> None:
@@ -530,24 +554,27 @@ class Subscriber:
             return
         try:
             state.conn.rdy(count)
-        except (NSQError, OSError) as e:
+        except Exception as e:  # ends this connection only
             self._lost(state, e)
             return
         state.rdy = count
         self.last_activity = self._clock()
 
     def _receive(self, state: ConnectionState, now: float) -> None:
-        """Read what ``state``'s connection has (it is readable)."""
+        """Read what ``state``'s connection has (it is readable). Whatever fails while
+        doing so (the peer's error, or one nobody foresaw) ends that connection only."""
         try:
-            messages = state.conn.receive(0)
-            if not state.conn.connected:
-                # It ended in that read (a fatal error frame, a broken rule): its socket
-                # is closed, so no selector wakes this thread for it again, and the
-                # error comes with the next call. Its messages cannot be answered.
-                state.conn.receive(0)
-        except (NSQError, OSError) as e:
+            self._read(state, now)
+        except Exception as e:
             self._lost(state, e)
-            return
+
+    def _read(self, state: ConnectionState, now: float) -> None:
+        messages = state.conn.receive(0)
+        if not state.conn.connected:
+            # It ended in that read (a fatal error frame, a broken rule): its socket is
+            # closed, so no selector wakes this thread for it again, and the error comes
+            # with the next call. Its messages cannot be answered.
+            state.conn.receive(0)
         if not self._alive(state, now) or not messages:
             return
         inflight = state.inflight
@@ -601,7 +628,7 @@ class Subscriber:
                     state.conn.finish_many(ids)
                 else:
                     state.conn.requeue_many(ids, delay)
-            except (NSQError, OSError) as e:
+            except Exception as e:  # ends this connection only
                 self._lost(state, e)
                 continue
             self._send_rdy(self._rdy.messages_answered(state, len(ids)))
@@ -645,7 +672,12 @@ class Subscriber:
         """Apply the liveness rule to ``state``'s connection (once per read, and when
         its bound comes; never per message); give up one silent for too long."""
         live = state.liveness
-        if live is None or live.check(state.conn.progress, now) != SILENT:
+        try:
+            verdict = None if live is None else live.check(state.conn.progress, now)
+        except Exception as e:  # ends this connection only
+            self._lost(state, e)
+            return False
+        if live is None or verdict != SILENT:
             return state.alive
         self._lost(
             state,
@@ -664,7 +696,7 @@ class Subscriber:
         group.ids = ids
         try:
             state.conn.touch_many(ids)
-        except (NSQError, OSError) as e:
+        except Exception as e:  # ends this connection only
             self._lost(state, e)
             return
         features = state.conn.features
@@ -697,7 +729,10 @@ class Subscriber:
                 self._selector.unregister(state.fd)
             except (KeyError, ValueError, OSError):
                 pass
-        state.conn.close()
+        try:
+            state.conn.close()
+        except Exception as e:  # closing is best effort: the connection is gone anyway
+            _log.debug("nsq subscriber: closing %s failed: %r", state.address, e)
         state.inflight.clear()
         self._states = [s for s in self._states if s is not state]
         self._conn_count = len(self._states)
@@ -708,7 +743,7 @@ class Subscriber:
                 "nsq subscriber: connection to %s lost (%s); its %d in-flight messages come "
                 "back from nsqd after msg_timeout",
                 state.address,
-                error,
+                describe_failure(error),
                 in_flight,
             )
         self._send_rdy(self._rdy.remove_connection(state, now))
@@ -725,9 +760,9 @@ class Subscriber:
                 if state.inflight:
                     conn.requeue_many(list(state.inflight), 0)
                     state.inflight.clear()
-            except (NSQError, OSError):
+            except Exception:  # nsqd redelivers after msg_timeout
                 state.alive = False
-                conn.close()
+                _close_quietly(conn)
         for state in states:
             if not state.alive:
                 continue
@@ -737,13 +772,20 @@ class Subscriber:
                 late = conn.receive(0)
                 if late:
                     conn.requeue_many([m.id for m in late], 0)
-            except (NSQError, OSError):
+            except Exception:  # nsqd redelivers after msg_timeout
                 pass
             state.alive = False
-            conn.close()
+            _close_quietly(conn)
         self._states = []
         self._touches = []
         self._conn_count = 0
+
+
+def _close_quietly(conn: SubscriberConnection) -> None:
+    try:
+        conn.close()
+    except Exception as e:  # closing is best effort
+        _log.debug("nsq subscriber: closing %s failed: %r", conn.address, e)
 
 
 def _fit(messages: list[MessageFrame], count: int, budget: int, first: bool) -> tuple[int, int]:

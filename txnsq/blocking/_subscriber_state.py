@@ -14,6 +14,7 @@ from typing import Protocol
 from txnsq._wire.frames import MessageFrame
 from txnsq._wire.identify import Features
 from txnsq._wire.liveness import Liveness
+from txnsq.errors import NSQError, printable
 
 __all__ = [
     "Chunk",
@@ -21,7 +22,19 @@ __all__ = [
     "ConnectionState",
     "LookupdFetcher",
     "SubscriberConnection",
+    "describe_failure",
 ]
+
+
+def describe_failure(error: BaseException) -> str:
+    """One short line about ``error``, an exception that ended one connection or one
+    poll of nsqlookupd: its text for the expected kinds (txnsq's errors, the network's),
+    its type and text for any other (a bug, or something a peer sent that was not
+    foreseen), cut and on one line."""
+    if isinstance(error, NSQError | OSError):
+        return printable(str(error))
+    text = printable(str(error))
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 # -- what the Subscriber is given ---------------------------------------------------------
