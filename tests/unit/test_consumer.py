@@ -1332,7 +1332,9 @@ class LookupdTests(SynchronousTestCase):
         h.advance(120)
         self.assertEqual(h.attempts(A), [])  # never dialled again
         self.assertEqual(h.dialled().count(A), 1)
-        self.assertNotIn(A, h.consumer.stats()["nsqd"])
+        # Not read any more; its counters stay for the life of the consumer.
+        self.assertEqual(h.consumer.stats()["nsqd"][A]["connected"], False)
+        self.assertEqual(h.consumer.stats()["nsqd"][A]["finished"], 1)
 
     def test_lost_then_vanished_is_not_reconnected(self) -> None:
         """The connection goes first; the recheck that the loss brings (a second later)

@@ -124,8 +124,8 @@ class ConsumerOutageTests(SynchronousTestCase):
         lost_at = self.go_down()
         self.assertEqual(self.request_times(lost_at + OUTAGE, lost_at), RECHECKS[:5])
         # The first recheck no longer lists it: no longer dialled (its ClientService,
-        # refused once meanwhile, is stopped) until listed again.
-        self.assertNotIn(self.nsqd.address, consumer.stats()["nsqd"])
+        # refused once meanwhile, is stopped) until listed again; its counters stay.
+        self.assertEqual(consumer.stats()["nsqd"][self.nsqd.address]["connected"], False)
         self.assertEqual(len(self.dials), 2)
         self.come_back()
         back_at = self.clock.seconds()
@@ -169,7 +169,7 @@ class ConsumerOutageTests(SynchronousTestCase):
         self.assertGreaterEqual(refused, 3)  # 1 + reconnects at about 1 and 2 s
         self.lookupd.remove(self.nsqd)
         self.nsqd.advance(2.125)  # the recheck at 8.125 s
-        self.assertNotIn(self.nsqd.address, consumer.stats()["nsqd"])
+        self.assertEqual(consumer.stats()["nsqd"][self.nsqd.address]["connected"], False)
         self.nsqd.advance(40)
         self.assertLessEqual(len(self.dials), refused + 1)  # no more dialling
         self.come_back()

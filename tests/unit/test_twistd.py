@@ -749,6 +749,21 @@ class StatsTests(SynchronousTestCase):
         self.assertEqual(event["in_flight"], 10)
         self.assertEqual(event["connections"], 2)
 
+    def test_rate_is_never_negative(self) -> None:
+        self.assertEqual(twistd_service.counter_rate(100, 150, 10), 5.0)
+        # A counter read lower than before started again: what it holds was counted
+        # since (the line once said -401.6 msgs/s).
+        self.assertEqual(twistd_service.counter_rate(4016, 20, 10), 2.0)
+        self.assertEqual(twistd_service.counter_rate(5, 5, 0), 0.0)
+        reporter = twistd_options.StatsReporter(self.consumer, self.clock)  # type: ignore[arg-type]
+        self.consumer.numbers.update(received=4016)
+        reporter.reset()
+        self.clock.advance(10)
+        self.consumer.numbers.update(received=0)
+        with capturedLogs() as events:
+            reporter.report()
+        self.assertEqual(events[-1]["rate"], 0.0)
+
     def test_rate_over_zero_time(self) -> None:
         reporter = twistd_options.StatsReporter(self.consumer, self.clock)  # type: ignore[arg-type]
         with capturedLogs() as events:

@@ -36,6 +36,7 @@ __all__ = [
     "STATS_FORMAT",
     "ConsumerService",
     "StatsReporter",
+    "counter_rate",
     "metrics_service",
     "stats_fields",
     "stats_service",
@@ -70,6 +71,17 @@ def stats_fields(stats: dict[str, Any], rate: float) -> dict[str, Any]:
     }
 
 
+def counter_rate(before: int, after: int, seconds: float) -> float:
+    """The rate per second of a counter read as ``before``, then as ``after`` ``seconds``
+    later: never negative. A reading below the one before means the counter started
+    again from zero (as Prometheus's ``rate()`` reads it), so ``after`` is what was
+    counted since; no time passed gives 0."""
+    if seconds <= 0:
+        return 0.0
+    counted = after - before if after >= before else after
+    return counted / seconds
+
+
 STATS_FORMAT: Final = (
     "{topic}/{channel}: {rate:.1f} msgs/s, {in_flight} in flight, RDY {rdy}, "
     "{connections} connection(s), {backoff}; {received} received, {finished} finished, "
@@ -97,7 +109,7 @@ class StatsReporter:
         now = self._clock.seconds()
         elapsed = now - self._last_time
         received = int(stats["received"])
-        rate = (received - self._last_received) / elapsed if elapsed > 0 else 0.0
+        rate = counter_rate(self._last_received, received, elapsed)
         self._last_received, self._last_time = received, now
         _log.info(
             STATS_FORMAT,

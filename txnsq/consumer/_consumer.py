@@ -68,6 +68,8 @@ Handler = Callable[[Message], Any]
 
 #: The per-nsqd counters Consumer.stats() also sums.
 _TOTALS: Final = tuple(ConsumerCounters.__annotations__)
+#: What an nsqd's record counts, kept for the life of the consumer.
+_KEPT: Final = (*(k for k in _TOTALS if k not in ("in_flight", "rdy")), "connects")
 
 
 def _check_arguments(
@@ -500,7 +502,10 @@ class Consumer(Service):
         """Counters, per nsqd and in total: received, finished, requeued, timed out,
         given up, dead-lettered, in flight, RDY, connections, backoff level (the keys of
         :class:`txnsq.observers.ConsumerStats`). Per nsqd, ``connects`` counts the
-        connections that subscribed (a failed handshake is not one)."""
+        connections that subscribed (a failed handshake is not one). Counters never go
+        down: an nsqd's are kept across its reconnects, and for the life of the
+        consumer once nsqlookupd no longer lists it (``connected`` then false), so
+        that they go on from there if it is listed again."""
         per: dict[str, dict[str, Any]] = {}
         totals = dict.fromkeys(_TOTALS, 0)
         for nsqd in self._nsqds.values():
@@ -680,10 +685,14 @@ class Consumer(Service):
             self._reactor.callLater(0, self._watch, nsqd)
 
     def _remove_nsqd(self, nsqd: NSQDState) -> None:
-        self._nsqds.pop(nsqd.address, None)
         service, nsqd.service = nsqd.service, None
         if service is not None and service.running:
             service.stopService()
+        # Its counters stay for the life of the consumer, so that stats() and the
+        # Prometheus counters never go down when nsqlookupd lists it again later; one
+        # that counted nothing (listed, never reached) is forgotten.
+        if not any(getattr(nsqd, counter) for counter in _KEPT):
+            self._nsqds.pop(nsqd.address, None)
 
     def _producers_changed(self, producers: frozenset[str]) -> None:
         if not self.running:
@@ -693,8 +702,8 @@ class Consumer(Service):
         for address in producers:
             self._add_nsqd(address, static=False)
         for nsqd in list(self._nsqds.values()):
-            if nsqd.static or nsqd.address in producers:
-                continue
+            if nsqd.static or nsqd.address in producers or nsqd.service is None:
+                continue  # (no service: no longer listed already, its counters kept)
             nsqd.wanted = False
             if nsqd.session is None or nsqd.session.closed:
                 # Not connected and no lookupd lists it any more: stop retrying it.
