@@ -18,6 +18,17 @@ class RetryPolicyTests(SynchronousTestCase):
         self.assertAlmostEqual(most_jitter[1], 48.0, places=4)
         self.assertEqual(DEFAULT_RETRY.delay(0, lambda: 0.0), 1.0)  # counted from 1
 
+    def test_whole_milliseconds(self) -> None:
+        # Twisted's ClientService logs the delay as given: "in 1.962 seconds", not
+        # "in 1.9621908187947792 seconds".
+        rng = random.Random(5)
+        delays = [DEFAULT_RETRY.delay(k, rng.random) for k in range(1, 200)]
+        self.assertTrue(all(round(d, 3) == d for d in delays), delays[:5])
+        self.assertTrue(all(d <= 60.0 for d in delays))
+        self.assertEqual(DEFAULT_RETRY.delay(1, lambda: 0.1895954), 0.962)
+        odd = RetryPolicy(initial=1.0, max_delay=1.00049, jitter=0.0)
+        self.assertEqual(odd.delay(5, lambda: 0.0), 1.0)  # never above max_delay
+
     def test_same_seed_same_delays(self) -> None:
         a = DEFAULT_RETRY.policy(random.Random(3))
         b = DEFAULT_RETRY.policy(random.Random(3))

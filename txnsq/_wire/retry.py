@@ -68,12 +68,13 @@ class RetryPolicy:
             )
 
     def delay(self, attempt: int, random: Callable[[], float]) -> float:
-        """Seconds to wait before reconnect number ``attempt`` (counted from 1).
+        """Seconds to wait before reconnect number ``attempt`` (counted from 1), in whole
+        milliseconds (a delay is logged: "in 1.962 seconds", not 1.9621908187947792).
 
         ``random`` returns a float in ``[0, 1)`` (``random.Random(seed).random``).
         """
         delay = backoff_delay(attempt, self.initial, self.factor, self.max_delay)
-        return jittered(delay, self.jitter, random)
+        return min(round(jittered(delay, self.jitter, random), 3), self.max_delay)
 
     def policy(self, rng: random.Random | None = None) -> Callable[[int], float]:
         """A ``retryPolicy`` for Twisted's ``ClientService``: attempt -> seconds."""
