@@ -209,7 +209,8 @@ class BadOptionTests(TwistdTestCase):
     """A bad option stops twistd at once with one clear line and no traceback.
 
     twistd prints its usage text and then the error line to standard output (not
-    stderr): ``twisted.application.app.run``.
+    stderr): ``twisted.application.app.run``. The usage is then a line pointing at
+    ``--help``, not the whole help (about 120 lines).
     """
 
     async def check_refused(self, args: list[str], message: str) -> None:
@@ -221,6 +222,8 @@ class BadOptionTests(TwistdTestCase):
         last = proto.lines()[-1].decode()
         self.assertTrue(last.endswith(": " + message), proto.describe())
         self.assertEqual(sum(message.encode() in line for line in proto.lines()), 1)
+        self.assertLessEqual(len(proto.lines()), 5, proto.describe())
+        self.assertIn(b'Run "twistd nsq-consumer --help" for every option.', proto.lines())
         for stream in (bytes(proto.out), bytes(proto.err)):
             self.assertNotIn(b"Traceback", stream)
         self.assertNotIn(b"Traceback", bytes(proto.err))
@@ -244,6 +247,13 @@ class BadOptionTests(TwistdTestCase):
             ["--topic", "t", "--channel", "c", "--nsqd-tcp-address", "127.0.0.1:4150",
              "--max-in-flight", "many"],
             "--max-in-flight must be a whole number, not 'many'",
+        )
+
+    async def test_misspelt_option(self) -> None:
+        await self.check_refused(
+            ["--topic", "t", "--channel", "c", "--nsqd-tcp-address", "127.0.0.1:4150",
+             "--max-inflight", "5"],
+            "option --max-inflight not recognized; did you mean '--max-in-flight'?",
         )
 
     async def test_help_exits_zero(self) -> None:

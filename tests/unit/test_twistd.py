@@ -269,6 +269,37 @@ class OptionErrorTests(SynchronousTestCase):
     def test_no_topic(self) -> None:
         self.assertUsageError(["--channel", "c", *NSQD], "--topic is required")
 
+    def test_a_misspelt_option_gets_the_nearest(self) -> None:
+        for given, meant in (
+            ("--max-inflight", "--max-in-flight"),
+            ("--lookupd-http-adress", "--lookupd-http-address"),
+            ("--stats_interval", "--stats-interval"),
+        ):
+            with self.subTest(given=given):
+                self.assertUsageError(
+                    [*BASE, given, "3"],
+                    f"option {given} not recognized; did you mean {meant!r}?",
+                )
+        text = self.assertUsageError([*BASE, "--zzzzzz", "3"], "option --zzzzzz not recognized")
+        self.assertNotIn("did you mean", text)
+
+    def test_the_usage_with_an_error_is_one_line(self) -> None:
+        # twistd prints the usage, then the error: not the ~120 lines of --help (run
+        # `twistd nsq-consumer --max-inflight 5` for the whole output).
+        options = twistd_options.Options()
+        full = options.getUsage()
+        self.assertGreater(len(full.splitlines()), 60)
+        self.assertRaises(usage.UsageError, options.parseOptions, [*BASE, "--max-inflight", "5"])
+        self.assertEqual(
+            options.getUsage(), 'Run "twistd nsq-consumer --help" for every option.\n'
+        )
+
+    def test_help_has_no_runs_of_spaces_inside_sentences(self) -> None:
+        # The columns are aligned with spaces; inside an option's text, one at a time.
+        texts = [doc for doc in twistd_options.Options().docs.values() if doc]
+        self.assertGreater(len(texts), 30)
+        self.assertEqual([doc for doc in texts if "  " in doc or "\n" in doc], [])
+
     def test_no_channel(self) -> None:
         self.assertUsageError(["--topic", "t", *NSQD], "--channel is required")
 

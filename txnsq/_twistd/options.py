@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import ipaddress
+import re
 import sys
 from collections.abc import Callable
 from types import MappingProxyType
@@ -34,6 +35,7 @@ from typing import IO, Any, Final
 from twisted.application.service import IService
 from twisted.python import usage
 
+from txnsq._api.deprecate import suggest
 from txnsq._twistd.handlers import (
     BodyPrinter,
     HandlerContext,
@@ -89,6 +91,9 @@ __all__ = [
 ]
 
 _DEFAULTS: Final = ConsumerOptions()
+
+#: An option that does not exist, as getopt and twisted.python.usage name it.
+_UNKNOWN_OPTION: Final = re.compile(r"(?:option (--?\S+) not recognized|No such option '([^']+)')")
 
 _ASYNC_IN_THREADS: Final = (
     "--handler-threads runs a blocking handler; an async def handler needs no threads"
@@ -277,6 +282,40 @@ class Options(usage.Options):
         self["lookupd_http_addresses"] = []
         self["address_map"] = []
         self["handler_setting_entries"] = []
+        # The opt_ methods' docstrings are help text: their line breaks and indentation
+        # are not runs of spaces inside a sentence.
+        self.docs = {name: " ".join(doc.split()) if doc else doc for name, doc in self.docs.items()}
+        #: A parse failed: the usage shown with the error is one line pointing at --help.
+        self._failed = False
+
+    def parseOptions(self, options: list[str] | None = None) -> None:
+        """Parse ``options`` (default ``sys.argv[1:]``) and check them (:meth:`postOptions`).
+
+        :raises usage.UsageError: for a mistake, in one line (an option that does not
+            exist gets the nearest one that does).
+        """
+        try:
+            super().parseOptions(options)  # type: ignore[no-untyped-call]
+        except usage.UsageError as e:
+            self._failed = True
+            raise usage.UsageError(f"{e}{self._suggestion(str(e))}") from None
+
+    def _suggestion(self, error: str) -> str:
+        """``"; did you mean '--max-in-flight'?"`` for an error about an option that
+        does not exist (``--max-inflight``), else ``""``."""
+        match = _UNKNOWN_OPTION.search(error)
+        if match is None:
+            return ""
+        given = (match.group(1) or match.group(2)).lstrip("-")
+        valid = [f"--{name.rstrip('=')}" for name in self.longOpt]
+        return suggest(f"--{given}", valid)
+
+    def getUsage(self, width: int | None = None) -> str:
+        """The help ``--help`` prints; after a mistake (twistd prints the usage before
+        the error), one line saying where the help is, rather than all of it."""
+        if self._failed:
+            return 'Run "twistd nsq-consumer --help" for every option.\n'
+        return str(super().getUsage(width))
 
     def opt_handler_setting(self, setting: str) -> None:
         """KEY=VALUE for --handler-factory's HandlerContext.settings (repeatable)."""
