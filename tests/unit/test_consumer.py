@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from twisted.internet import defer
 from twisted.internet.error import ConnectionLost, ConnectionRefusedError
 from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.consumer import (
@@ -38,6 +39,7 @@ from tests.support.consumer import (
     req,
     touch,
 )
+from tests.support.logs import LogCapture
 from tests.support.wire import identify_answer, msg_id
 from txnsq._wire.frames import encode_error, encode_message, encode_response
 from txnsq._wire.retry import RetryPolicy
@@ -252,6 +254,23 @@ class ConnectTests(SynchronousTestCase):
 
 
 # ===================================================================================== RDY
+
+
+class SubTimeoutTests(SynchronousTestCase):
+    def test_an_unanswered_sub_is_named_in_words(self) -> None:
+        # It was logged as "(3.0, 'Deferred')" (Twisted's TimeoutError arguments).
+        logs = LogCapture(self)
+        h = Harness(self, handshake_timeout=3.0)
+        conn = h.accept(A)
+        conn.identify()
+        self.assertEqual(conn.new_commands(), [(b"SUB", TOPIC.encode(), CHANNEL.encode())])
+        h.advance(h.consumer.options.handshake_timeout)
+        h.advance(0)
+        self.assertTrue(conn.transport.lost)
+        [line] = [formatEvent(e) for e in logs.ours() if "Handshake" in formatEvent(e)]
+        self.assertEqual(
+            line, f"Handshake with nsqd {A} failed: SUB not answered within 3 s (handshake_timeout)"
+        )
 
 
 class RdyTests(SynchronousTestCase):

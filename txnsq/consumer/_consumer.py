@@ -23,7 +23,7 @@ import inspect
 import random
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from twisted.application.service import Service
 from twisted.internet import defer
@@ -43,7 +43,7 @@ from txnsq.consumer._flow import Flow
 from txnsq.consumer._results import HandlerResults
 from txnsq.consumer._session import NSQDState, Session, SessionFlags
 from txnsq.consumer._threads import HandlerThreads
-from txnsq.errors import NotReady, NSQError, WrongPeerError
+from txnsq.errors import CommandTimeout, NotReady, NSQError, WrongPeerError
 from txnsq.message import Message
 from txnsq.observers import ConsumerCounters, IConsumerObserver
 from txnsq.options import ConnectionOptions, ConsumerOptions, check_batch_options, client_options
@@ -104,6 +104,11 @@ def _check_arguments(
         raise TypeError("addresses must be given as a list")
     if not nsqd_tcp_addresses and not lookupd_http_addresses:
         raise ValueError("give nsqd_tcp_addresses or lookupd_http_addresses (or both)")
+
+
+def _sub_timed_out(result: object, timeout: float) -> NoReturn:
+    """SUB's ``addTimeout`` ended it: say so in words (not ``(3.0, 'Deferred')``)."""
+    raise CommandTimeout(f"SUB not answered within {timeout:g} s (handshake_timeout)")
 
 
 def _reactor_or_global(reactor: Any) -> Any:
@@ -616,7 +621,9 @@ class Consumer(Service):
             features = await protocol.when_ready()
             session.features = features
             sub = protocol.subscribe(self.topic, self.channel)
-            sub.addTimeout(self.options.handshake_timeout, self._reactor)
+            sub.addTimeout(
+                self.options.handshake_timeout, self._reactor, onTimeoutCancel=_sub_timed_out
+            )
             await sub
         except Exception as e:
             if session.closed or not self.running:
