@@ -227,7 +227,9 @@ class Producer(Service):
         self._max_queued = opts.max_queued
         self._retry = opts.publish_retries
         self._stop_timeout = float(opts.stop_timeout)
-        self._waiting = WaitQueue(state, float(opts.ready_timeout), opts.publish_retries)
+        self._waiting = WaitQueue(
+            state, float(opts.ready_timeout), opts.publish_retries, lambda: bool(self.running)
+        )
         self._ready_waiters: list[Deferred[None]] = []
         self._running = False
         self._stopping: Deferred[None] | None = None

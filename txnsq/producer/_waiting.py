@@ -79,9 +79,18 @@ class WaitQueue:
     :param timeout: seconds a publish may wait (``ready_timeout``), then it fails with
         :class:`~txnsq.errors.NotReady`.
     :param retries: how many times a publish is sent again (``publish_retries``).
+    :param started: whether the producer was started (a publish that times out before
+        says so).
     """
 
-    def __init__(self, state: PublishState, timeout: float, retries: int) -> None:
+    def __init__(
+        self,
+        state: PublishState,
+        timeout: float,
+        retries: int,
+        started: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.started = started
         self.state = state
         self.reactor = state.reactor
         self.timeout = timeout
@@ -156,7 +165,10 @@ class WaitQueue:
         self.count -= 1
         self.state.failed += 1
         self._compact()
-        item.deferred.errback(NotReady(f"no nsqd connection was ready within {self.timeout} s"))
+        text = f"no nsqd connection was ready within {self.timeout} s"
+        if not self.started():  # (a stopped producer fails its queue with ProducerStopped)
+            text += ": the producer was never started (call startService() first)"
+        item.deferred.errback(NotReady(text))
 
     def _compact(self) -> None:
         """Drop the cancelled and timed-out entries once they outnumber the live ones
