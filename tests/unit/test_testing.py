@@ -538,6 +538,12 @@ class ServerRuleTests(FakeTestCase):
         client.send(b"IDENTIFY\n" + pack(b'{"msg_timeout":999}'))
         self.assert_fatal(client, "E_BAD_BODY", "IDENTIFY msg timeout (999) is invalid")
 
+    def test_identify_nested_too_deeply(self) -> None:
+        # The fake reads its clients' JSON as the clients read nsqd's (no RecursionError).
+        client = self.raw_client()
+        client.send(b"IDENTIFY\n" + pack(b"[" * 100_000 + b"]" * 100_000))
+        self.assert_fatal(client, "E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+
     def test_fin_of_an_unknown_id_is_not_fatal(self) -> None:
         client = self.subscribed_raw_client()
         client.send(b"FIN 0123456789abcdef\nREQ 0123456789abcdef 0\nTOUCH 0123456789abcdef\n")

@@ -291,7 +291,8 @@ class NSQDHTTPClient(_AdminClient):
         ``(host, port)`` pair, or an ``http://`` / ``https://`` URL.
     :param tls: TLS settings (:meth:`~txnsq.tls_options.TLSOptions.ssl_context` is used);
         with a bare address they mean HTTPS (nsqd's ``--https-address``).
-    :param timeout: seconds for connecting and for each read (see the module's notes).
+    :param timeout: seconds the whole call may take: connecting (TLS included),
+        sending, and reading the status line, headers and body.
     :param max_response_size: the largest answer read, in bytes.
     :raises TypeError: for an argument of the wrong type.
     :raises ValueError: for a bad address, timeout or size.

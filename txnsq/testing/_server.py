@@ -22,6 +22,7 @@ from twisted.python.failure import Failure
 from txnsq._wire.commands import MAGIC_V2, is_valid_channel_name, is_valid_topic_name
 from txnsq._wire.compression import Compressor, Decompressor, codecs_for
 from txnsq._wire.frames import encode_error, encode_response
+from txnsq._wire.peer_json import load_peer_json
 from txnsq.errors import NON_FATAL_CODES, ProtocolError
 from txnsq.testing._state import Channel, ClientInfo, NSQDState, PublishRecord
 
@@ -325,7 +326,7 @@ class ServerProtocol(Protocol):
         assert body is not None
         config = self.nsqd.config
         try:
-            data = json.loads(body)
+            data = load_peer_json(body, "IDENTIFY body", ValueError)
         except ValueError:
             data = None
         if not isinstance(data, dict) or not _identify_types_ok(data):
