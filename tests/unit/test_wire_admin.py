@@ -707,6 +707,13 @@ class ParseLookupTests(SynchronousTestCase):
             _producer(port=4150.0),
             _producer(http_port=99999),
             {"broadcast_address": "h"},
+            # Not one host (what a consumer dials): several, a URL, a path, a line break.
+            _producer(host="a b"),
+            _producer(host="a,b"),
+            _producer(host="http://nsqd"),
+            _producer(host="unix:/run/nsqd.sock"),
+            _producer(host="[::1"),
+            _producer(host="h\nforged log line"),
         ]
         for entry in bad:
             for form in (_flat, _wrapped):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import reprlib
 from typing import Any, Final
 
+from txnsq._wire.address import format_address, parse_nsqd_address
 from txnsq._wire.admin_answers import (
     ChannelStats,
     ClientStats,
@@ -264,11 +265,18 @@ def _producer_fields(value: Any) -> tuple[_Fields, dict[str, Any]]:
         address = address[1:-1]
     if not address:
         raise HTTPResponseError(f"producer without broadcast_address: {_short(value)}")
+    tcp_port = p.port("tcp_port", required=True)
+    try:  # what a consumer dials: one host, as every client reads an address
+        parse_nsqd_address(format_address(address, tcp_port))
+    except ValueError:
+        raise HTTPResponseError(
+            f"producer broadcast_address is not a host name or IP address: {_short(address)}"
+        ) from None
     fields = {
         "remote_address": p.text("remote_address"),
         "hostname": p.text("hostname"),
         "broadcast_address": address,
-        "tcp_port": p.port("tcp_port", required=True),
+        "tcp_port": tcp_port,
         "http_port": p.port("http_port") if p.get("http_port") is not None else 0,
         "version": p.text("version"),
     }
