@@ -327,7 +327,7 @@ class AdminRequest(Generic[T]):
         """Raise :class:`~txnsq.errors.ResponseTooLarge` if ``size`` bytes (received so
         far, or announced by ``Content-Length``) are more than this request reads with a
         client's ``max_response_size``; the error names the bound that was passed."""
-        if self.max_size is not None and self.max_size < max_response_size:
+        if self.max_size is not None and self.max_size <= max_response_size:
             check_response_size(size, self.max_size, f"the largest {self.path} answer read")
         else:
             check_response_size(size, max_response_size)
