@@ -293,7 +293,8 @@ class FakeVersusNSQDTests(Comparison):
             await env.result(c.lost)
             return answer, c.closed
 
-        return self.compare(scenario, (expected, "ConnectionDone"))
+        # (Lost because of nsqd's error: on_close is given it.)
+        return self.compare(scenario, (expected, expected[0]))
 
     def test_publish_to_a_bad_topic(self) -> None:
         return self.bad_command(
@@ -327,7 +328,7 @@ class FakeVersusNSQDTests(Comparison):
             return first, second, c.closed
 
         return self.compare(scenario, (
-            ("ok", b"OK"), ("InvalidError", "cannot SUB in current state"), "ConnectionDone"
+            ("ok", b"OK"), ("InvalidError", "cannot SUB in current state"), "InvalidError"
         ))
 
     def test_sub_with_heartbeats_disabled(self) -> None:
@@ -338,7 +339,7 @@ class FakeVersusNSQDTests(Comparison):
             return answer, c.closed
 
         return self.compare(scenario, (
-            ("InvalidError", "cannot SUB with heartbeats disabled"), "ConnectionDone"
+            ("InvalidError", "cannot SUB with heartbeats disabled"), "InvalidError"
         ))
 
     def test_rdy_above_max_is_fatal(self) -> None:
@@ -350,7 +351,7 @@ class FakeVersusNSQDTests(Comparison):
             return c.error_codes(), c.closed
 
         return self.compare(scenario, (
-            [("E_INVALID", "RDY count 2501 out of range 0-2500", True)], "ConnectionDone"
+            [("E_INVALID", "RDY count 2501 out of range 0-2500", True)], "InvalidError"
         ))
 
     def test_cls_answers_close_wait_and_stops_deliveries(self) -> None:
