@@ -450,6 +450,9 @@ class RdyController(Generic[K]):
         if delay >= 0:
             conn.delays.add(delay)
             self._delays.add(delay)
+            # The quiet times may have shrunk (the first delay measured replaces a
+            # second): look again by the new ones.
+            self._redistribute_at = min(self._redistribute_at, now + self._quiet_time(None))
         if self._start_at_one and conn.messages == count:
             return self._rebalance(now)
         return []
