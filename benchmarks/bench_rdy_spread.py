@@ -7,7 +7,9 @@ them through nsqlookupd (polled every ``--poll`` seconds, 2) with ``--max-in-fli
 and a handler that takes ``--handler-ms`` (5 ms, up to ``max_in_flight`` at once), and
 times it until every message was handled. The ideal is ``messages x handler time /
 max_in_flight`` (3.0 s with the defaults); discovery and the first connections come on
-top of it.
+top of it. ``--one-nsqd`` puts all the messages on one nsqd instead, for the rate with
+RDY where the messages are against the rate of the same consumer on one nsqd;
+``--handler-ms 0`` finishes each message at once (the handler returns ``True``).
 
 Clients, each in a process of its own (``--clients``):
 
@@ -66,7 +68,7 @@ def run_txnsq(spec: dict[str, Any]) -> dict[str, Any]:
         drain.handle(message.body, message.nsqd_address)
         if len(drain.handled) >= expected:
             reactor.callLater(delay * 2, reactor.stop)
-        return deferLater(reactor, delay, lambda: True)
+        return deferLater(reactor, delay, lambda: True) if delay else True
 
     consumer = Consumer(
         spec["topic"],
@@ -133,7 +135,9 @@ def run_subscriber(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _result(drain: Drain, expected: int, ledger: RdyLedger | None) -> dict[str, Any]:
     times = sorted(drain.last_by_nsqd.values())
+    span = times[-1] - drain.first if times and drain.first is not None else 0.0
     return {
+        "rate": (len(drain.handled) - 1) / span if span > 0 else None,
         "handled": len(drain.handled),
         "expected": expected,
         "first": drain.first,
@@ -183,7 +187,10 @@ def measure(client: str, args: argparse.Namespace) -> dict[str, Any]:
     """One run of ``client`` against a fresh cluster."""
     group = ProcessGroup()
     try:
-        cluster = start_cluster(group, args.nsqds, args.per_nsqd)
+        if args.one_nsqd:
+            cluster = start_cluster(group, 1, args.nsqds * args.per_nsqd)
+        else:
+            cluster = start_cluster(group, args.nsqds, args.per_nsqd)
         spec = {
             "client": client,
             "lookupd": cluster.lookupd.http_address,
@@ -217,12 +224,15 @@ def _line(client: str, r: dict[str, Any], ideal: float) -> str:
         return "-" if v is None else f"{v:.2f} s"
 
     rdy = r.get("max_rdy_total")
+    rate = r.get("rate")
     return (
         f"{client:<11} {r['handled']}/{r['expected']} in {s(r['elapsed'])} "
-        f"({(r['elapsed'] or 0) / ideal:.1f}x the ideal {ideal:.1f} s); first message "
+        f"({(r['elapsed'] or 0) / ideal if ideal else 0:.1f}x the ideal {ideal:.1f} s); "
+        f"first message "
         f"{s(r['first'])}, first nsqd drained {s(r['first_drained'])}; "
         f"max RDY total {'-' if rdy is None else rdy}, RDY commands "
-        f"{r.get('rdy_commands') if r.get('rdy_commands') is not None else '-'}"
+        f"{r.get('rdy_commands') if r.get('rdy_commands') is not None else '-'}; "
+        f"{'-' if rate is None else f'{rate:,.0f}'} msgs/s from the first message"
     )
 
 
@@ -235,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--handler-ms", type=float, default=5.0)
     parser.add_argument("--poll", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--one-nsqd", action="store_true", help="every message on one nsqd")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--run", help=argparse.SUPPRESS)  # a client process's spec
     args = parser.parse_args(argv)
@@ -248,8 +259,13 @@ def main(argv: list[str] | None = None) -> None:
         if c not in CLIENTS:
             parser.error(f"unknown client {c!r}: {', '.join(CLIENTS)}")
     ideal = args.nsqds * args.per_nsqd * args.handler_ms / 1000.0 / args.max_in_flight
+    where = (
+        f"1 nsqd x {args.nsqds * args.per_nsqd}"
+        if args.one_nsqd
+        else f"{args.nsqds} nsqds x {args.per_nsqd}"
+    )
     print(
-        f"{args.nsqds} nsqds x {args.per_nsqd} messages, max_in_flight {args.max_in_flight}, "
+        f"{where} messages, max_in_flight {args.max_in_flight}, "
         f"handler {args.handler_ms:g} ms, nsqlookupd polled every {args.poll:g} s",
         flush=True,
     )

@@ -14,8 +14,10 @@ closes it); when the process dies without it, nsqd redelivers them after
 
 It follows the same rules as the Twisted :class:`~txnsq.consumer.Consumer`, from
 :mod:`txnsq._wire`: RDY shared by :class:`~txnsq._wire.rdy.RdyController` (the total
-never above ``max_in_flight``), TOUCH timing by :func:`~txnsq._wire.touch.touch_schedule`,
-reconnect delays by :class:`~txnsq._wire.retry.RetryPolicy`, nsqlookupd answers merged by
+never above ``max_in_flight``; moved to the nsqds that have messages when they outnumber
+it, looked at after each turn's reads), TOUCH timing by
+:func:`~txnsq._wire.touch.touch_schedule`, reconnect delays by
+:class:`~txnsq._wire.retry.RetryPolicy`, nsqlookupd answers merged by
 :class:`~txnsq._wire.lookup.LookupAnswers` and asked for on
 :class:`~txnsq._wire.lookup.RecheckSchedule` (sooner while an nsqd it listed is missing,
 so that one back from an outage is read again within seconds), dead connections told by
