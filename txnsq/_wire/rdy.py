@@ -443,7 +443,7 @@ class RdyController(Generic[K]):
 
     def _first_messages(self, conn: _Conn[K], count: int, now: float) -> list[RdyUpdate[K]]:
         """The first messages since ``conn`` was given RDY 1: how long they took."""
-        if count == 0 or conn.granted_at is None:
+        if count == 0 or conn.granted_at is None:  # (no message: nothing to time)
             return []
         delay = now - conn.granted_at
         conn.granted_at = None
