@@ -91,6 +91,9 @@ class ConsumerSpreadTests(TestCase):
         timeout = reactor.callLater(BOUND * 4, done.cancel)
         try:
             await done
+        except defer.CancelledError:
+            line = report("Consumer", drain, cluster, max_in_flight, self.ledger)
+            self.fail(f"not drained in {BOUND * 4:.0f} s: {line}")
         finally:
             if timeout.active():
                 timeout.cancel()
