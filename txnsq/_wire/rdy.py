@@ -21,11 +21,12 @@ The rules (``spec/rdy-and-backoff.md``):
     empty for now. The quiet time is four times the shortest of the last few delays
     between giving a connection RDY 1 and its first message (its own, or any
     connection's until it has some), at least 25 ms and at most
-    ``low_rdy_idle_timeout``; one second until a delay was measured. Delays are never
-    shorter than the round trip, so late messages (new ones published meanwhile) do not
-    lower it. A connection is judged empty only by a call made once everything that
-    arrived before the quiet time ran out has been told: the caller reads its sockets
-    between two calls (:attr:`next_redistribute_at` is then "now").
+    ``low_rdy_idle_timeout``; one second until a delay was measured. A message
+    published after RDY was given makes a longer delay, never a shorter one than the
+    round trip, so it does not lower it. A connection is judged empty only by a call
+    made once everything that arrived before the quiet time ran out has been told: the
+    caller reads its sockets between two calls (:attr:`next_redistribute_at` is then
+    "now").
   - An empty connection gives its RDY to a connection waiting for a turn: one that never
     had RDY first, then the one whose turn ended longest ago. A connection found empty
     waits ``redistribute_interval`` before it is visited again, unless a message comes
