@@ -489,7 +489,7 @@ class ConsumerOptions(ConnectionOptions):
     #: RDY 1 with nothing in flight may go without a message before it counts as empty
     #: and gives its RDY to another. It counts as empty much sooner, after its quiet
     #: time: four times the shortest recent delay from RDY to its first message, at
-    #: least 25 ms.
+    #: least 50 ms.
     low_rdy_idle_timeout: float = 10.0
     #: With more connections than ``max_in_flight``: a connection holding RDY this long,
     #: busy or not, gives it to one waiting for a turn.

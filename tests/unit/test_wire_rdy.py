@@ -264,7 +264,7 @@ class LowRdyTests(SynchronousTestCase):
         self.assertAlmostEqual(c.quiet_time("a"), 0.4)
         self.assertAlmostEqual(c.quiet_time("c"), 0.4)  # no delay of its own: any one's
         c.message_received("b", 0.001)  # a fast path
-        self.assertEqual(c.quiet_time("b"), MIN_QUIET_TIME)  # at least 25 ms
+        self.assertEqual(c.quiet_time("b"), MIN_QUIET_TIME)  # at least 50 ms
         self.assertEqual(c.quiet_time("c"), MIN_QUIET_TIME)
         self.assertAlmostEqual(c.quiet_time("a"), 0.4)  # its own path stays slow
         c.message_received("a", 0.2)  # not the first since its RDY: not a delay
@@ -276,8 +276,8 @@ class LowRdyTests(SynchronousTestCase):
         a slower path shows once its delays are all that is left of the recent ones."""
         c = controller(1)
         c.add_connection("a", 0.0)
-        c.message_received("a", 0.01)
-        self.assertAlmostEqual(c.quiet_time("a"), 0.04)
+        c.message_received("a", 0.02)
+        self.assertAlmostEqual(c.quiet_time("a"), 0.08)
 
         def turn(at: float, delay: float) -> None:
             c.message_answered("a")
@@ -286,10 +286,10 @@ class LowRdyTests(SynchronousTestCase):
             c.message_received("a", at + delay)
 
         turn(1.0, 5.0)
-        self.assertAlmostEqual(c.quiet_time("a"), 0.04)
-        for t in range(2, 8):  # 8 recent delays kept: 0.01 is still among them
+        self.assertAlmostEqual(c.quiet_time("a"), 0.08)
+        for t in range(2, 8):  # 8 recent delays kept: 0.02 is still among them
             turn(float(t), 0.05)
-        self.assertAlmostEqual(c.quiet_time("a"), 0.04)
+        self.assertAlmostEqual(c.quiet_time("a"), 0.08)
         turn(9.0, 0.05)
         self.assertAlmostEqual(c.quiet_time("a"), 0.2)
 
@@ -339,14 +339,14 @@ class LowRdyTests(SynchronousTestCase):
         c = controller(1, settle_time=1.0)
         c.add_connection("a", 0.0)
         c.add_connection("b", 0.0)
-        c.message_received("a", 0.002)  # quiet time: 25 ms
+        c.message_received("a", 0.002)  # quiet time: 50 ms
         c.message_answered("a")
         c.redistribute(0.002)
-        c.redistribute(0.03)
-        self.assertEqual(c.redistribute(0.03), [RdyUpdate("a", 0)])
+        c.redistribute(0.06)
+        self.assertEqual(c.redistribute(0.06), [RdyUpdate("a", 0)])
         self.assertEqual(c.held("b"), 1)
-        self.assertAlmostEqual(c.next_release_at or 0.0, 0.03 + MIN_QUIET_TIME)
-        self.assertEqual(c.release(0.03 + MIN_QUIET_TIME), [RdyUpdate("b", 1)])
+        self.assertAlmostEqual(c.next_release_at or 0.0, 0.06 + MIN_QUIET_TIME)
+        self.assertEqual(c.release(0.06 + MIN_QUIET_TIME), [RdyUpdate("b", 1)])
 
     def test_busy_connection_is_never_found_empty(self) -> None:
         """A connection whose message is still being handled is full, not empty: it keeps
@@ -802,7 +802,7 @@ class SpreadSimulationTests(SynchronousTestCase):
     def test_16_nsqds_drain_close_to_the_ideal(self) -> None:
         """16 nsqds x 150 messages, max_in_flight 4: the ideal is 2,400 x 5 ms / 4 = 3 s,
         plus a round trip per message at RDY 1 (nsqd sends the next one when the FIN
-        arrives): 3.3 s. Each move to the next nsqd costs a few quiet times (25 ms)."""
+        arrives): 3.3 s. Each move to the next nsqd costs a few quiet times (50 ms)."""
         sim = Simulation.start(sim_controller(4), [150] * 16, latencies=0.00025)
         done = sim.run_until_drained(limit=60.0)
         self.assertLess(done, 3.3 + 3 * 0.15)

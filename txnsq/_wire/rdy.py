@@ -20,7 +20,7 @@ The rules (``spec/rdy-and-backoff.md``):
     holds RDY 1 with room for a message and receives none for its *quiet time* is
     empty for now. The quiet time is four times the shortest of the last few delays
     between giving a connection RDY 1 and its first message (its own, or any
-    connection's until it has some), at least 25 ms and at most
+    connection's until it has some), at least 50 ms and at most
     ``low_rdy_idle_timeout``; one second until a delay was measured. A message
     published after RDY was given makes a longer delay, never a shorter one than the
     round trip, so it does not lower it. A connection is judged empty only by a call
@@ -105,8 +105,9 @@ DEFAULT_SETTLE_TIME: Final = 1.0
 STARVATION_RATIO: Final = 0.85
 #: The quiet time is this many times the shortest recent delay to a first message...
 QUIET_DELAYS: Final = 4
-#: ...and at least this many seconds (a loaded machine's scheduling, a busy reactor).
-MIN_QUIET_TIME: Final = 0.025
+#: ...and at least this many seconds: a loaded machine's scheduling stalls (tens of ms
+#: on 2 cores shared by a dozen busy processes) must not pass for an empty nsqd.
+MIN_QUIET_TIME: Final = 0.05
 #: The quiet time, in seconds, until a delay was measured.
 INITIAL_QUIET_TIME: Final = 1.0
 #: How many recent delays the shortest is taken from (so that it follows a slower path).
