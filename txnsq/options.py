@@ -480,12 +480,19 @@ class ConsumerOptions(ConnectionOptions):
     lookupd_poll_jitter: float = 0.3
     #: Seconds one nsqlookupd request may take.
     lookupd_request_timeout: float = 5.0
-    #: How often RDY is redistributed when connections outnumber ``max_in_flight``.
+    #: With more connections than ``max_in_flight``: seconds a connection found empty
+    #: waits before it is given RDY again to look for new messages (RDY goes where the
+    #: messages are, see :doc:`/explanation/rdy`); an idle consumer visits each nsqd
+    #: about this often.
     rdy_redistribute_interval: float = 5.0
-    #: A connection idle this long gives its RDY to another (connections >
-    #: ``max_in_flight``).
+    #: With more connections than ``max_in_flight``: the longest a connection holding
+    #: RDY 1 with nothing in flight may go without a message before it counts as empty
+    #: and gives its RDY to another. It counts as empty much sooner, after its quiet
+    #: time: four times the shortest recent delay from RDY to its first message, at
+    #: least 50 ms.
     low_rdy_idle_timeout: float = 10.0
-    #: A connection holding RDY this long gives it up (connections > ``max_in_flight``).
+    #: With more connections than ``max_in_flight``: a connection holding RDY this long,
+    #: busy or not, gives it to one waiting for a turn.
     low_rdy_timeout: float = 30.0
     #: After lowering a connection's RDY, count the messages nsqd may have sent before
     #: it saw the lowering for this long before giving the room to another connection

@@ -311,6 +311,31 @@ class RdyTests(SynchronousTestCase):
         # Every nsqd had its turn.
         self.assertEqual([n.published > 0 for n in nsqds], [True] * 5)
 
+    def test_rdy_goes_where_the_messages_are(self) -> None:
+        """Eight nsqds with 30 messages each, max_in_flight 2, every message answered
+        at the next 5 ms step: each connection found empty gives its RDY to the next
+        one within a few quiet times (50 ms each here), where a 5 s tick and a 10 s
+        idle timeout took minutes."""
+        nsqds = [FakeNsqd(f"10.0.1.{i}:4150") for i in range(8)]
+        d = Driver(self, nsqds, nsqd_tcp_addresses=[n.address for n in nsqds], max_in_flight=2)
+        backlog = {n.address: 30 for n in nsqds}
+        d.step()
+        start = d.clock.now
+        taken = 0
+        while taken < 240 and d.clock.now - start < 60.0:
+            for conn in d.live():
+                backlog[conn.address] -= conn.push(backlog[conn.address])
+            d.step(0.005)
+            chunks = d.subscriber.take(10)
+            taken += sum(len(m) for _, m in chunks)
+            d.subscriber.finish(chunks)
+            d.io()
+        self.assertEqual(taken, 240)
+        # Two at a time, one per 5 ms step each: 0.6 s; three moves per slot on top.
+        self.assertLess(d.clock.now - start, 1.2)
+        self.assertEqual(d.max_total_rdy, 2)
+        self.assertLessEqual(d.max_total_in_flight, 2)
+
     def test_several_connections_per_nsqd(self) -> None:
         nsqd = FakeNsqd(N1, max_rdy_count=4)
         d = Driver(self, [nsqd], nsqd_tcp_addresses=[N1], max_in_flight=10)

@@ -18,7 +18,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.internet.error import ConnectionLost, ConnectionRefusedError
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import formatEvent
@@ -406,25 +406,31 @@ class RdyTests(SynchronousTestCase):
         h.rdy_sum_never_above(1)
 
     def test_busy_holder_keeps_rdy_until_low_rdy_timeout(self) -> None:
-        h = Harness(
-            self,
-            nsqd=[A, B],
-            max_in_flight=1,
-            rdy_redistribute_interval=1.0,
-            low_rdy_idle_timeout=2.0,
-            low_rdy_timeout=30.0,
-        )
+        """A holder kept full (each message answered a second after it came, the next
+        one sent at once, as nsqd does with a backlog) is never found empty; it gives
+        its RDY to the waiting connection after low_rdy_timeout, and gets it back as
+        soon as that one is found empty."""
+        handled: list[Message] = []
+
+        def handler(message: Message) -> defer.Deferred[bool]:
+            handled.append(message)
+            return task.deferLater(h.reactor, 1.0, lambda: True)
+
+        h = Harness(self, nsqd=[A, B], handler=handler, max_in_flight=1, low_rdy_timeout=30.0)
         a, b = h.connect(A), h.connect(B)
         holder, other = (a, b) if a.rdy == 1 else (b, a)
-        for n in range(25):  # a message every second: never idle
+        for n in range(25):
             holder.message(n)
             h.advance(1.0)
         self.assertEqual((holder.rdy, other.rdy), (1, 0))
-        for n in range(25, 31):
+        for n in range(25, 30):
             holder.message(n)
             h.advance(1.0)
         self.assertEqual((holder.rdy, other.rdy), (0, 1))
-        self.assertEqual(len(h.handled), 31)
+        # The other one has nothing: found empty, it hands RDY back at once.
+        h.advance(1.0)
+        self.assertEqual((holder.rdy, other.rdy), (1, 0))
+        self.assertEqual(len(handled), 30)
 
     def test_is_starved(self) -> None:
         held: list[Message] = []

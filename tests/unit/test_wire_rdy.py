@@ -17,9 +17,13 @@ from hypothesis.stateful import (
 )
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.support.rdy_sim import Simulation
+from tests.support.rdy_sim import controller as sim_controller
 from txnsq._wire.backoff import BackoffStep
 from txnsq._wire.rdy import (
     DEFAULT_MAX_RDY_COUNT,
+    INITIAL_QUIET_TIME,
+    MIN_QUIET_TIME,
     RdyController,
     RdyMode,
     RdyUpdate,
@@ -204,7 +208,7 @@ class InFlightTests(SynchronousTestCase):
 
 
 class LowRdyTests(SynchronousTestCase):
-    """More connections than max_in_flight: RDY 1 on some, rotated on a timer."""
+    """More connections than max_in_flight: RDY 1 on some, moved where the messages are."""
 
     def test_only_max_in_flight_connections_get_rdy(self) -> None:
         c = controller(2)
@@ -222,21 +226,141 @@ class LowRdyTests(SynchronousTestCase):
         self.assertEqual(c.add_connection("c", 0.0), [])  # no room
         self.assertEqual(rdys(c), {"a": 1, "b": 1, "c": 0})
 
-    def test_no_redistribution_before_idle_timeout(self) -> None:
+    def test_empty_connection_gives_way_after_its_quiet_time(self) -> None:
         c = controller(1)
         c.add_connection("a", 0.0)
         c.add_connection("b", 0.0)
-        self.assertEqual(c.redistribute(5.0), [])
         self.assertEqual(rdys(c), {"a": 1, "b": 0})
+        # Nothing measured yet: a second. The look after the adds starts the watch.
+        self.assertEqual(c.quiet_time("a"), INITIAL_QUIET_TIME)
+        self.assertEqual(c.next_redistribute_at, 0.0)
+        self.assertEqual(c.redistribute(0.0), [])
+        self.assertEqual(c.next_redistribute_at, INITIAL_QUIET_TIME)
+        self.assertEqual(c.redistribute(0.5), [])
+        # Its quiet time ran out: judged at the next look, once what arrived is read.
+        self.assertEqual(c.redistribute(1.0), [])
+        self.assertEqual(c.next_redistribute_at, 1.0)
+        self.assertEqual(c.redistribute(1.0), [RdyUpdate("a", 0), RdyUpdate("b", 1)])
 
-    def test_idle_connection_gives_way(self) -> None:
+    def test_a_message_read_before_the_second_look_keeps_the_rdy(self) -> None:
         c = controller(1)
         c.add_connection("a", 0.0)
         c.add_connection("b", 0.0)
-        self.assertEqual(c.redistribute(10.0), [RdyUpdate("a", 0), RdyUpdate("b", 1)])
-        # "b" is now the idle one, 10 s later
-        self.assertEqual(c.redistribute(15.0), [])
-        self.assertEqual(c.redistribute(20.0), [RdyUpdate("b", 0), RdyUpdate("a", 1)])
+        c.redistribute(0.0)
+        self.assertEqual(c.redistribute(1.0), [])  # quiet time out: judged next look
+        c.message_received("a", 1.0)  # ...but a message was there
+        c.message_answered("a")
+        self.assertEqual(c.redistribute(1.001), [])
+        self.assertEqual(rdys(c), {"a": 1, "b": 0})
+        # Watched again from that look: its quiet time, now measured (4 x 1 s, capped
+        # at low_rdy_idle_timeout), later.
+        self.assertEqual(c.next_redistribute_at, 1.001 + 4.0)
+
+    def test_quiet_time_follows_the_delays_measured(self) -> None:
+        c = controller(3, low_rdy_idle_timeout=0.5)
+        c.add_connections([(k, 2500) for k in "abc"], 0.0)  # RDY 1 each
+        self.assertEqual(c.quiet_time(), INITIAL_QUIET_TIME / 2)  # capped
+        c.message_received("a", 0.1)  # a: 100 ms from RDY 1 to its first message
+        self.assertAlmostEqual(c.quiet_time("a"), 0.4)
+        self.assertAlmostEqual(c.quiet_time("c"), 0.4)  # no delay of its own: any one's
+        c.message_received("b", 0.001)  # a fast path
+        self.assertEqual(c.quiet_time("b"), MIN_QUIET_TIME)  # at least 50 ms
+        self.assertEqual(c.quiet_time("c"), MIN_QUIET_TIME)
+        self.assertAlmostEqual(c.quiet_time("a"), 0.4)  # its own path stays slow
+        c.message_received("a", 0.2)  # not the first since its RDY: not a delay
+        self.assertAlmostEqual(c.quiet_time("a"), 0.4)
+        self.assertRaises(KeyError, c.quiet_time, "z")
+
+    def test_the_shortest_recent_delay_counts(self) -> None:
+        """A message published long after RDY was given (a long delay) changes nothing;
+        a slower path shows once its delays are all that is left of the recent ones."""
+        c = controller(1)
+        c.add_connection("a", 0.0)
+        c.message_received("a", 0.02)
+        self.assertAlmostEqual(c.quiet_time("a"), 0.08)
+
+        def turn(at: float, delay: float) -> None:
+            c.message_answered("a")
+            c.set_max_in_flight(0, at)  # RDY 0, then 1 again: a new turn
+            c.set_max_in_flight(1, at)
+            c.message_received("a", at + delay)
+
+        turn(1.0, 5.0)
+        self.assertAlmostEqual(c.quiet_time("a"), 0.08)
+        for t in range(2, 8):  # 8 recent delays kept: 0.02 is still among them
+            turn(float(t), 0.05)
+        self.assertAlmostEqual(c.quiet_time("a"), 0.08)
+        turn(9.0, 0.05)
+        self.assertAlmostEqual(c.quiet_time("a"), 0.2)
+
+    def test_connections_take_turns_never_visited_first(self) -> None:
+        """Connections that never had RDY come first, then the one whose turn ended
+        longest ago; one found empty is not visited again for the redistribution
+        interval; when nobody else may be visited, the empty holder keeps its RDY."""
+        c = controller(1, seed=7, redistribute_interval=5.0)
+        for k in "abcd":
+            c.add_connection(k, 0.0)
+        visits: list[tuple[float, str]] = []
+        now = 0.0
+        while now < 9.0:
+            for k in "abcd":
+                if c.rdy(k) and (not visits or visits[-1][1] != k):
+                    visits.append((now, k))
+            due = c.next_redistribute_at
+            assert due is not None
+            now = max(now, due)
+            c.redistribute(now)
+        holders = [k for _, k in visits]
+        self.assertEqual(sorted(holders[:4]), list("abcd"))  # each visited once first
+        # (nothing measured: each one found empty after a second of quiet)
+        self.assertEqual([t for t, _ in visits[:4]], [0.0, 1.0, 2.0, 3.0])
+        # The last one kept its RDY until the first one found empty (at 1.0) could be
+        # visited again, 5 s later; then the next in turn.
+        self.assertEqual(visits[4:6], [(6.0, holders[0]), (7.0, holders[1])])
+
+    def test_a_late_message_makes_a_connection_worth_a_visit_again(self) -> None:
+        c = controller(1, redistribute_interval=60.0)
+        for k in "abc":
+            c.add_connection(k, 0.0)
+        for t in (0.0, 1.0, 1.0):
+            c.redistribute(t)
+        self.assertEqual(c.rdy("a"), 0)  # found empty: not visited again for 60 s...
+        c.message_received("a", 1.001)  # ...unless nsqd had sent one before RDY 0
+        c.message_answered("a")
+        now = 1.0
+        while c.rdy("a") == 0:  # after the two never visited
+            now = max(now, c.next_redistribute_at or now)
+            c.redistribute(now)
+        self.assertLess(now, 20.0)
+
+    def test_lowering_an_empty_connection_counts_for_its_quiet_time(self) -> None:
+        """A message nsqd sent just before it saw RDY 0 would arrive within the quiet
+        time: the lowering counts that long, not settle_time."""
+        c = controller(1, settle_time=1.0)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)
+        c.message_received("a", 0.002)  # quiet time: 50 ms
+        c.message_answered("a")
+        c.redistribute(0.002)
+        c.redistribute(0.06)
+        self.assertEqual(c.redistribute(0.06), [RdyUpdate("a", 0)])
+        self.assertEqual(c.held("b"), 1)
+        self.assertAlmostEqual(c.next_release_at or 0.0, 0.06 + MIN_QUIET_TIME)
+        self.assertEqual(c.release(0.06 + MIN_QUIET_TIME), [RdyUpdate("b", 1)])
+
+    def test_busy_connection_is_never_found_empty(self) -> None:
+        """A connection whose message is still being handled is full, not empty: it keeps
+        its RDY until low_rdy_timeout."""
+        c = controller(1)
+        c.add_connection("a", 0.0)
+        c.add_connection("b", 0.0)
+        c.message_received("a", 0.001)
+        for t in range(1, 30):
+            self.assertEqual(c.redistribute(float(t)), [])
+        c.redistribute(30.0)
+        self.assertEqual(c.rdy("a"), 0)
+        self.assertEqual(c.held("b"), 1)  # once a's message is answered
+        self.assertEqual(c.message_answered("a"), [RdyUpdate("b", 1)])
 
     def test_active_connection_keeps_rdy_until_hold_timeout(self) -> None:
         c = controller(1)
@@ -248,26 +372,13 @@ class LowRdyTests(SynchronousTestCase):
             self.assertEqual(c.redistribute(float(t)), [])
         self.assertEqual(c.redistribute(30.0), [RdyUpdate("a", 0), RdyUpdate("b", 1)])
 
-    def test_revoked_connection_keeps_rdy_if_nobody_else_waits(self) -> None:
-        c = controller(2)
-        for k in "abc":
-            c.add_connection(k, 0.0)
-        holders = {k for k, v in rdys(c).items() if v}
-        (waiting,) = set("abc") - holders
-        # all three idle: the waiting one gets a turn, one of the holders keeps its RDY
-        cmds = c.redistribute(11.0)
-        self.assertEqual(c.total_rdy, 2)
-        self.assertEqual(c.rdy(waiting), 1)
-        self.assertEqual(cmds[-1], RdyUpdate(waiting, 1))
-        self.assertEqual(len(cmds), 2)
-
     def test_lost_connection_frees_room_for_a_waiting_one(self) -> None:
         c = controller(1)
         c.add_connection("a", 0.0)
         c.add_connection("b", 0.0)
         self.assertEqual(c.remove_connection("a", 1.0), [RdyUpdate("b", 1)])
 
-    def test_raising_max_in_flight_fills_at_random(self) -> None:
+    def test_raising_max_in_flight_fills_with_waiting_ones(self) -> None:
         c = controller(1)
         for k in "abcd":
             c.add_connection(k, 0.0)
@@ -307,6 +418,14 @@ class LowRdyTests(SynchronousTestCase):
             c.redistribute(now)
             seen |= {k for k in keys if c.rdy(k)}
         self.assertEqual(seen, set(keys))
+
+    def test_no_redistribution_in_normal_shares(self) -> None:
+        c = controller(4)
+        for k in "ab":
+            c.add_connection(k, 0.0)
+        self.assertFalse(c.needs_redistribution)
+        self.assertIsNone(c.next_redistribute_at)
+        self.assertEqual(c.redistribute(100.0), [])
 
 
 class BackoffInterplayTests(SynchronousTestCase):
@@ -372,15 +491,19 @@ class BackoffInterplayTests(SynchronousTestCase):
         self.assertEqual(c.add_connection("b", 1.0), [])
 
     def test_idle_tester_is_moved(self) -> None:
+        """The test RDY 1 follows the rule of low-RDY mode, with one slot: a tester
+        found empty gives it to another connection."""
         self.c.enter_backoff()
         self.c.test_waters(0.0)
         first = self.c.tester
         self.assertTrue(self.c.needs_redistribution)
-        self.assertEqual(self.c.redistribute(5.0), [])
-        cmds = self.c.redistribute(10.0)
+        self.assertEqual(self.c.redistribute(0.5), [])
+        self.assertEqual(self.c.redistribute(INITIAL_QUIET_TIME), [])  # judged next look
+        cmds = self.c.redistribute(INITIAL_QUIET_TIME)
         self.assertEqual(cmds[0], RdyUpdate(first, 0))
         self.assertEqual(cmds[1].rdy, 1)
         self.assertNotEqual(cmds[1].key, first)
+        self.assertEqual(self.c.tester, cmds[1].key)
         self.assertEqual(self.c.total_rdy, 1)
 
     def test_busy_tester_is_not_moved(self) -> None:
@@ -670,3 +793,107 @@ class HeldRaiseTests(SynchronousTestCase):
         updates = c.remove_connection("a", 0.0)
         self.assertIn(RdyUpdate("c", 2), updates)
         self.assertEqual(c.total_rdy, 4)
+
+
+class SpreadSimulationTests(SynchronousTestCase):
+    """Simulated nsqds (tests/support/rdy_sim.py): each answers RDY as nsqd does, with a
+    latency each way; the consumer handles every message for 5 ms, several at once."""
+
+    def test_16_nsqds_drain_close_to_the_ideal(self) -> None:
+        """16 nsqds x 150 messages, max_in_flight 4: the ideal is 2,400 x 5 ms / 4 = 3 s,
+        plus a round trip per message at RDY 1 (nsqd sends the next one when the FIN
+        arrives): 3.3 s. Each move to the next nsqd costs a few quiet times (50 ms)."""
+        sim = Simulation.start(sim_controller(4), [150] * 16, latencies=0.00025)
+        done = sim.run_until_drained(limit=60.0)
+        self.assertLess(done, 3.3 + 3 * 0.15)
+        self.assertLess(sim.commands, 100)
+
+    def test_max_in_flight_1_over_16_nsqds(self) -> None:
+        sim = Simulation.start(sim_controller(1), [20] * 16, latencies=0.00025)
+        done = sim.run_until_drained(limit=60.0)
+        self.assertLess(done, 320 * 0.0055 + 15 * 0.15)
+
+    def test_max_in_flight_above_the_connections(self) -> None:
+        """Even shares, nothing moved: as fast as one nsqd with the whole share."""
+        sim = Simulation.start(sim_controller(2000), [150] * 16, latencies=0.00025)
+        self.assertIsNone(sim.controller.next_redistribute_at)
+        done = sim.run_until_drained(limit=60.0)
+        self.assertLess(done, 0.02)
+        self.assertEqual(sim.commands, 16)
+
+    def test_new_messages_on_an_idle_nsqd_are_found(self) -> None:
+        """Every nsqd empty, then messages on one of them: found within the
+        redistribution interval (5 s), and drained at once."""
+        sim = Simulation.start(sim_controller(4), [0] * 16, latencies=0.00025)
+        sim.run_until(30.0)
+        sim.publish(30.0, 11, count=50)
+        done = sim.run_until_drained(limit=60.0)
+        self.assertLess(done, 30.0 + 5.0 + 50 * 0.0055 + 0.5)
+
+    def test_idle_consumer_visits_each_nsqd_once_per_interval(self) -> None:
+        """Looking for new messages costs RDY commands: each nsqd is given RDY 1 and
+        taken it back (two commands) at most once per redistribution interval."""
+        sim = Simulation.start(sim_controller(4), [0] * 16, latencies=0.00025)
+        sim.run_until(60.0)
+        self.assertLessEqual(sim.commands, 4 + 2 * 16 * (60 // 5 + 1))
+
+    def test_a_slow_nsqd_among_fast_ones(self) -> None:
+        """One nsqd 40 ms away (80 ms from RDY to message), the others 0.1 ms: its own
+        delays set its quiet time, so each visit drains it instead of bringing one
+        message (its first visit, measured against the others' delays, may be cut
+        short)."""
+        latencies = [0.04] + [0.0001] * 7
+        sim = Simulation.start(
+            sim_controller(2), [100] * 8, latencies=latencies, check_unanswered=False
+        )
+        done = sim.run_until_drained(limit=120.0)
+        # nsqd 0 alone: 100 x (5 ms + 80 ms); it may wait for the never-visited ones
+        # first (700 x 5.2 ms over two slots).
+        self.assertLess(done, 100 * 0.085 + 700 * 0.0052 / 2 + 1.0)
+        self.assertLess(sim.commands, 60)
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        backlogs=st.lists(st.integers(min_value=0, max_value=30), min_size=2, max_size=12),
+        data=st.data(),
+        latency=st.sampled_from([0.00005, 0.0005, 0.005, 0.012]),
+        handler=st.sampled_from([0.0005, 0.005, 0.02]),
+        settle_time=st.sampled_from([0.0, 1.0]),
+        seed=st.integers(min_value=0, max_value=2**32),
+    )
+    def test_every_nsqd_with_messages_is_served(
+        self,
+        backlogs: list[int],
+        data: st.DataObject,
+        latency: float,
+        handler: float,
+        settle_time: float,
+        seed: int,
+    ) -> None:
+        """Whatever the backlogs, the latency (the same for every nsqd here), the
+        handler time and the later publishes: every message is consumed, the RDY total
+        never exceeds max_in_flight, and (when lowerings settle) neither do the messages
+        the nsqds sent and the consumer has not answered."""
+        n = len(backlogs)
+        mif = data.draw(st.integers(min_value=1, max_value=n + 1))
+        publishes = data.draw(
+            st.lists(
+                st.tuples(st.floats(min_value=0.0, max_value=20.0), st.integers(0, n - 1)),
+                max_size=10,
+            )
+        )
+        sim = Simulation.start(
+            sim_controller(mif, seed, settle_time=settle_time),
+            backlogs,
+            latencies=latency,
+            handler=handler,
+            check_unanswered=settle_time > 0,
+        )
+        for at, i in publishes:
+            sim.publish(at, i)
+        total = sum(backlogs) + len(publishes)
+        # Found within the redistribution interval; handled at one message per slot
+        # per handler time and two latencies.
+        limit = 20.0 + 5.0 + total * (handler + 2 * latency + 0.05)
+        sim.run_until_drained(limit=limit)
+        self.assertEqual(sim.answered, total)

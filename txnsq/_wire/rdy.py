@@ -12,14 +12,36 @@ The rules (``spec/rdy-and-backoff.md``):
   ``max_in_flight // n`` (the remainder is left unused), never above its own
   ``max_rdy_count``.
 * With more connections than ``max_in_flight`` ("low-RDY mode"), connections get RDY 1 or
-  0. The ones holding RDY keep it; free room goes to connections picked at random.
-  :meth:`RdyController.redistribute`, called on a timer (reference: every 5 s), takes RDY
-  back from connections idle for ``low_rdy_idle_timeout`` (10 s without a message) or
-  holding it for ``low_rdy_timeout`` (30 s) and hands it to others picked at random, so
-  every nsqd with messages is found, at some cost in latency.
+  0, and RDY goes where the messages are (:meth:`RdyController.redistribute`, called at
+  :attr:`RdyController.next_redistribute_at`):
+
+  - A connection given RDY 1 with nothing in flight is sent a waiting message at once,
+    and nsqd flushes it at once (the message fills the window). So a connection that
+    holds RDY 1 with room for a message and receives none for its *quiet time* is
+    empty for now. The quiet time is four times the shortest of the last few delays
+    between giving a connection RDY 1 and its first message (its own, or any
+    connection's until it has some), at least 50 ms and at most
+    ``low_rdy_idle_timeout``; one second until a delay was measured. A message
+    published after RDY was given makes a longer delay, never a shorter one than the
+    round trip, so it does not lower it. A connection is judged empty only by a call
+    made once everything that arrived before the quiet time ran out has been told: the
+    caller reads its sockets between two calls (:attr:`next_redistribute_at` is then
+    "now").
+  - An empty connection gives its RDY to a connection waiting for a turn: one that never
+    had RDY first, then the one whose turn ended longest ago. A connection found empty
+    waits ``redistribute_interval`` before it is visited again, unless a message comes
+    from it meanwhile; when nobody else waits, an empty connection keeps its RDY
+    (holding it costs nothing and finds the next message there at once).
+  - A connection holding RDY for ``low_rdy_timeout``, busy or not, gives it to one
+    waiting, so that every connection with messages gets turns.
+  - Lowering an empty connection counts, as below, for its quiet time (not for
+    ``settle_time``): a message nsqd sent before it saw the lowering arrives within it.
+
+  Testing the waters after a backoff (RDY 1 on one connection) follows the same rule
+  with one slot.
 * ``max_in_flight`` 0 pauses everything (RDY 0 everywhere).
 * Backoff: :meth:`RdyController.enter_backoff` sets RDY 0 everywhere;
-  :meth:`RdyController.test_waters` gives RDY 1 to one random connection only;
+  :meth:`RdyController.test_waters` gives RDY 1 to one connection only;
   :meth:`RdyController.leave_backoff` restores the normal allocation.
 * The sum of RDY never exceeds ``max_in_flight``, at any point: every command list puts
   the lowerings first, so applying the commands in order never overshoots.
@@ -43,7 +65,9 @@ monotonic clock the caller likes; nothing here reads a clock.
 from __future__ import annotations
 
 import enum
+import math
 import random as _random
+from collections import deque
 from collections.abc import Hashable, Iterable, Iterator
 from typing import Final, Generic, NamedTuple, TypeVar
 
@@ -55,6 +79,9 @@ __all__ = [
     "DEFAULT_MAX_RDY_COUNT",
     "DEFAULT_RDY_REDISTRIBUTE_INTERVAL",
     "DEFAULT_SETTLE_TIME",
+    "INITIAL_QUIET_TIME",
+    "MIN_QUIET_TIME",
+    "QUIET_DELAYS",
     "STARVATION_RATIO",
     "RdyController",
     "RdyMode",
@@ -63,9 +90,9 @@ __all__ = [
 
 #: The ``max_rdy_count`` to assume when nsqd does not say (an old nsqd's plain ``OK``).
 DEFAULT_MAX_RDY_COUNT: Final = 2500
-#: Seconds between calls to :meth:`RdyController.redistribute` in the reference clients.
+#: Seconds a connection found empty waits before it is given RDY again (low-RDY mode).
 DEFAULT_RDY_REDISTRIBUTE_INTERVAL: Final = 5.0
-#: Seconds without a message after which a connection in low-RDY mode gives up its RDY.
+#: The longest quiet time, in seconds (see :meth:`RdyController.quiet_time`).
 DEFAULT_LOW_RDY_IDLE_TIMEOUT: Final = 10.0
 #: Seconds after which a connection in low-RDY mode gives up its RDY even if busy, so that
 #: connections waiting for a turn get one.
@@ -76,6 +103,15 @@ DEFAULT_LOW_RDY_TIMEOUT: Final = 30.0
 DEFAULT_SETTLE_TIME: Final = 1.0
 #: :meth:`RdyController.is_starved` fires at this fraction of a connection's RDY.
 STARVATION_RATIO: Final = 0.85
+#: The quiet time is this many times the shortest recent delay to a first message...
+QUIET_DELAYS: Final = 4
+#: ...and at least this many seconds: a loaded machine's scheduling stalls (tens of ms
+#: on 2 cores shared by a dozen busy processes) must not pass for an empty nsqd.
+MIN_QUIET_TIME: Final = 0.05
+#: The quiet time, in seconds, until a delay was measured.
+INITIAL_QUIET_TIME: Final = 1.0
+#: How many recent delays the shortest is taken from (so that it follows a slower path).
+_DELAY_SAMPLES: Final = 8
 
 K = TypeVar("K", bound=Hashable)
 
@@ -98,20 +134,41 @@ class RdyMode(enum.Enum):
     TESTING = "testing"
 
 
+class _RecentMin:
+    """The shortest of the last few delays measured."""
+
+    __slots__ = ("_samples", "value")
+
+    def __init__(self) -> None:
+        self._samples: deque[float] = deque(maxlen=_DELAY_SAMPLES)
+        self.value: float | None = None
+
+    def add(self, seconds: float) -> None:
+        self._samples.append(seconds)
+        self.value = min(self._samples)
+
+
 class _Conn(Generic[K]):
     """What the controller knows about one connection."""
 
     __slots__ = (
         "ceiling",
         "ceiling_until",
+        "delays",
+        "ended_quiet",
+        "granted_at",
         "held",
         "in_flight",
+        "judged",
         "key",
         "last_message_at",
         "max_rdy_count",
         "messages",
+        "quiet_count",
+        "quiet_since",
         "rdy",
         "rdy_since",
+        "turn_ended_at",
     )
 
     def __init__(self, key: K, max_rdy_count: int) -> None:
@@ -125,6 +182,17 @@ class _Conn(Generic[K]):
         self.messages = 0  # messages received on this connection so far
         self.last_message_at: float | None = None
         self.rdy_since: float | None = None  # when rdy last went from 0 to positive
+        # -- where the messages are (low-RDY mode)
+        self.granted_at: float | None = None  # RDY 1 given, no message since
+        self.delays = _RecentMin()  # from RDY 1 given to the first message
+        # Seen holding RDY with room for a message at quiet_since, and no message since
+        # as long as messages == quiet_count; judged: its quiet time had run out at an
+        # earlier call of redistribute().
+        self.quiet_since: float | None = None
+        self.quiet_count = 0
+        self.judged = False
+        self.turn_ended_at: float | None = None  # when its RDY last went to 0
+        self.ended_quiet = False  # ...because it was empty
 
     def last_activity(self) -> float:
         """The later of the last message and the last grant of RDY; -inf when neither."""
@@ -141,15 +209,19 @@ class RdyController(Generic[K]):
     changes appear in it.
 
     :param max_in_flight: messages in flight allowed over all connections; 0 pauses.
-    :param low_rdy_idle_timeout: seconds; in low-RDY mode, :meth:`redistribute` takes
-        RDY back from a connection that brought no message for this long.
+    :param low_rdy_idle_timeout: seconds; the longest quiet time (low-RDY mode): a
+        connection holding RDY 1 that brought no message for this long is empty.
     :param low_rdy_timeout: seconds; in low-RDY mode, :meth:`redistribute` takes RDY back
-        from a connection that has held it this long, busy or not.
+        from a connection that has held it this long, busy or not, for one waiting.
+    :param redistribute_interval: seconds; in low-RDY mode, a connection found empty is
+        given RDY again (to look for new messages) this long after, at the earliest.
     :param start_at_one: give a new connection RDY 1 until its first message, then its
         full share (instead of its full share at once).
     :param rng: the random source for picking connections (inject a seeded
         :class:`random.Random` in tests).
-    :raises ValueError: for a negative ``max_in_flight`` or non-positive timeouts.
+    :param settle_time: seconds a lowering counts for (see the module's notes).
+    :raises ValueError: for a negative ``max_in_flight`` or ``settle_time``, or
+        non-positive timeouts.
     """
 
     def __init__(
@@ -158,16 +230,20 @@ class RdyController(Generic[K]):
         *,
         low_rdy_idle_timeout: float = DEFAULT_LOW_RDY_IDLE_TIMEOUT,
         low_rdy_timeout: float = DEFAULT_LOW_RDY_TIMEOUT,
+        redistribute_interval: float = DEFAULT_RDY_REDISTRIBUTE_INTERVAL,
         start_at_one: bool = False,
         rng: _random.Random | None = None,
         settle_time: float = DEFAULT_SETTLE_TIME,
     ) -> None:
         _check_max_in_flight(max_in_flight)
-        if low_rdy_idle_timeout <= 0 or low_rdy_timeout <= 0:
-            raise ValueError("low_rdy_idle_timeout and low_rdy_timeout must be positive")
+        if low_rdy_idle_timeout <= 0 or low_rdy_timeout <= 0 or redistribute_interval <= 0:
+            raise ValueError(
+                "low_rdy_idle_timeout, low_rdy_timeout and redistribute_interval must be positive"
+            )
         self._max_in_flight = max_in_flight
         self._idle_timeout = float(low_rdy_idle_timeout)
         self._hold_timeout = float(low_rdy_timeout)
+        self._revisit = float(redistribute_interval)
         self._start_at_one = start_at_one
         if settle_time < 0:
             raise ValueError("settle_time must not be negative")
@@ -179,6 +255,8 @@ class RdyController(Generic[K]):
         self._total_rdy = 0
         self._mode = RdyMode.NORMAL
         self._tester: K | None = None
+        self._delays = _RecentMin()  # every connection's delays to a first message
+        self._redistribute_at = math.inf
 
     # -- read-only view ------------------------------------------------------------------
 
@@ -210,17 +288,24 @@ class RdyController(Generic[K]):
     @property
     def low_rdy(self) -> bool:
         """``True`` when there are more connections than ``max_in_flight`` (RDY 0 or 1
-        each, rotated by :meth:`redistribute`)."""
+        each, moved by :meth:`redistribute`)."""
         return len(self._conns) > self._max_in_flight > 0
 
     @property
     def needs_redistribution(self) -> bool:
         """``True`` when :meth:`redistribute` may change something: in low-RDY mode, or
-        while testing the waters with more than one connection. The caller may also just
-        call it on every tick: it answers ``[]`` otherwise."""
+        while testing the waters with more than one connection."""
         if self._mode is RdyMode.TESTING:
             return len(self._conns) > 1
         return self._mode is RdyMode.NORMAL and self.low_rdy
+
+    @property
+    def next_redistribute_at(self) -> float | None:
+        """When to call :meth:`redistribute` next (``None``: not until something else
+        changes). A time already past means as soon as what has arrived is read."""
+        if not self.needs_redistribution or self._redistribute_at == math.inf:
+            return None
+        return self._redistribute_at
 
     def __len__(self) -> int:
         return len(self._conns)
@@ -249,6 +334,17 @@ class RdyController(Generic[K]):
         :raises KeyError: for an unknown connection.
         """
         return self._conns[key].held
+
+    def quiet_time(self, key: K | None = None) -> float:
+        """Seconds after which ``key``, holding RDY 1 with room for a message and given
+        none, is empty for now: :data:`QUIET_DELAYS` times the shortest recent delay
+        between RDY 1 and a first message on it (on any connection while it has none),
+        at least :data:`MIN_QUIET_TIME`, at most ``low_rdy_idle_timeout``;
+        :data:`INITIAL_QUIET_TIME` until a delay was measured.
+
+        :raises KeyError: for an unknown connection.
+        """
+        return self._quiet_time(None if key is None else self._conns[key])
 
     @property
     def room(self) -> int:
@@ -300,8 +396,6 @@ class RdyController(Generic[K]):
                 raise ValueError(f"max_rdy_count must not be negative, not {max_rdy_count}")
         for key, max_rdy_count in new:
             self._conns[key] = _Conn(key, max_rdy_count)
-        if self._mode is RdyMode.TESTING and self._tester not in self._conns:
-            self._tester = self._pick_tester()
         return self._rebalance(now)
 
     def remove_connection(self, key: K, now: float) -> list[RdyUpdate[K]]:
@@ -311,15 +405,15 @@ class RdyController(Generic[K]):
         that failed before :meth:`add_connection`.
 
         :returns: RDY for the remaining connections whose share grew (or, in low-RDY
-            mode, that were picked to take over the freed RDY).
+            mode, the one that takes over the freed RDY).
         """
         conn = self._conns.pop(key, None)
         if conn is None:
             return []
         self._held.pop(key, None)
         self._total_rdy -= conn.rdy
-        if self._mode is RdyMode.TESTING and self._tester == key:
-            self._tester = self._pick_tester()
+        if self._tester == key:
+            self._tester = None
         return self._rebalance(now)
 
     def message_received(self, key: K, now: float) -> list[RdyUpdate[K]]:
@@ -342,11 +436,26 @@ class RdyController(Generic[K]):
         """
         conn = self._conns[key]
         conn.in_flight += count
-        first = conn.messages == 0
         conn.messages += count
         conn.last_message_at = now
         self._now = now
-        if first and count and self._start_at_one:
+        if conn.granted_at is not None:
+            return self._first_messages(conn, count, now)
+        return []
+
+    def _first_messages(self, conn: _Conn[K], count: int, now: float) -> list[RdyUpdate[K]]:
+        """The first messages since ``conn`` was given RDY 1: how long they took."""
+        if count == 0 or conn.granted_at is None:  # (no message: nothing to time)
+            return []
+        delay = now - conn.granted_at
+        conn.granted_at = None
+        if delay >= 0:
+            conn.delays.add(delay)
+            self._delays.add(delay)
+            # The quiet times may have shrunk (the first delay measured replaces a
+            # second): look again by the new ones.
+            self._redistribute_at = min(self._redistribute_at, now + self._quiet_time(None))
+        if self._start_at_one and conn.messages == count:
             return self._rebalance(now)
         return []
 
@@ -404,31 +513,38 @@ class RdyController(Generic[K]):
         return self._rebalance(now)
 
     def redistribute(self, now: float) -> list[RdyUpdate[K]]:
-        """The redistribution tick (reference: every 5 s).
+        """Move RDY where the messages are (call it at :attr:`next_redistribute_at`).
 
-        In low-RDY mode, takes RDY back from connections idle longer than
-        ``low_rdy_idle_timeout`` or holding it longer than ``low_rdy_timeout``, and gives
-        RDY 1 to connections picked at random (preferring those that did not just lose
-        it) while ``max_in_flight`` allows. While testing the waters with several
-        connections, moves the test RDY 1 to another random connection when the current
-        one brought no message within ``low_rdy_idle_timeout``.
+        ``now`` must be a time by which everything that arrived has been told
+        (:meth:`messages_received`): read what the connections have first.
+
+        In low-RDY mode, and while testing the waters, a connection found empty (see
+        the module's notes), or holding RDY for ``low_rdy_timeout`` (not while testing),
+        gives its RDY to a connection waiting for a turn, if one does: one that never had
+        RDY first, then the one whose turn ended longest ago, leaving out those found
+        empty in the last ``redistribute_interval`` that brought nothing since.
 
         :returns: the commands (lowerings first); ``[]`` in every other state.
         """
-        if self._mode is RdyMode.TESTING:
-            return self._move_tester(now)
-        if self._mode is not RdyMode.NORMAL or not self.low_rdy:
+        self._now = now
+        self._redistribute_at = math.inf
+        if not self.needs_redistribution:
             return []
-        revoked: set[K] = set()
-        for c in self._conns.values():
-            if c.rdy > 0 and c.rdy_since is not None:
-                idle = now - c.last_activity() >= self._idle_timeout
-                held_long = now - c.rdy_since >= self._hold_timeout
-                if idle or held_long:
-                    revoked.add(c.key)
-        if not revoked:
+        testing = self._mode is RdyMode.TESTING
+        givers, due = self._survey(now, busy_too=not testing)
+        if givers:
+            takers = sum(1 for c in self._conns.values() if _waits(c) and self._eligible(c, now))
+            if len(givers) > takers:
+                # Kept for lack of takers: look again when one is due for a visit.
+                due = min(due, self._next_visit(now))
+            givers = givers[:takers]
+        self._redistribute_at = due
+        if not givers:
             return []
-        return self._apply(self._low_rdy_targets(revoked), now)
+        quiet = {c.key for c in givers if c.judged}
+        slots = 1 if testing else self._max_in_flight
+        targets = self._slot_targets(slots, now, {c.key for c in givers})
+        return self._apply(targets, now, quiet)
 
     def enter_backoff(self) -> list[RdyUpdate[K]]:
         """Start (or continue) a backoff window: RDY 0 on every connection.
@@ -440,14 +556,15 @@ class RdyController(Generic[K]):
         return self._apply({k: 0 for k in self._conns}, 0.0)
 
     def test_waters(self, now: float) -> list[RdyUpdate[K]]:
-        """A backoff window ended: RDY 1 on one connection picked at random, 0 elsewhere.
+        """A backoff window ended: RDY 1 on one connection, 0 elsewhere (the one a
+        redistribution would visit next: one that never had RDY, else the one whose
+        turn ended longest ago, not one just found empty).
 
         With no connection yet, the next connection added becomes the tester.
 
         :returns: the commands (lowerings first).
         """
         self._mode = RdyMode.TESTING
-        self._tester = self._pick_tester()
         return self._rebalance(now)
 
     def leave_backoff(self, now: float) -> list[RdyUpdate[K]]:
@@ -471,20 +588,97 @@ class RdyController(Generic[K]):
             return self.leave_backoff(now)
         return []
 
+    # -- where the messages are ----------------------------------------------------------
+
+    def _quiet_time(self, c: _Conn[K] | None) -> float:
+        delay = c.delays.value if c is not None else None
+        if delay is None:
+            delay = self._delays.value
+        quiet = INITIAL_QUIET_TIME if delay is None else max(MIN_QUIET_TIME, QUIET_DELAYS * delay)
+        return min(quiet, self._idle_timeout)
+
+    def _survey(self, now: float, busy_too: bool) -> tuple[list[_Conn[K]], float]:
+        """Look at the connections holding RDY: those that may give it up (the empty
+        ones first, then, with ``busy_too``, those holding it for ``low_rdy_timeout``,
+        longest first), and when to look again."""
+        due = math.inf
+        empty: list[_Conn[K]] = []
+        held_long: list[_Conn[K]] = []
+        for c in self._conns.values():
+            if c.rdy == 0:
+                continue
+            quiet = self._quiet_time(c)
+            if c.in_flight >= c.rdy or c.quiet_since is None or c.messages != c.quiet_count:
+                # Busy, or busy since the last look: it has had room since now at most.
+                if c.in_flight < c.rdy:
+                    c.quiet_since, c.quiet_count = now, c.messages
+                else:
+                    c.quiet_since = None
+                c.judged = False
+                due = min(due, now + quiet)
+            elif c.judged:
+                empty.append(c)
+                continue
+            elif now >= c.quiet_since + quiet:
+                # Its quiet time ran out; judged at the next look, once what arrived
+                # meanwhile has been read.
+                c.judged = True
+                due = now
+            else:
+                due = min(due, c.quiet_since + quiet)
+            if busy_too and c.rdy_since is not None and now >= c.rdy_since + self._hold_timeout:
+                held_long.append(c)
+        held_long.sort(key=lambda c: c.rdy_since or 0.0)
+        return empty + held_long, due
+
+    def _eligible(self, c: _Conn[K], now: float) -> bool:
+        """Whether ``c`` (waiting) may be visited: not found empty lately, or something
+        came from it since."""
+        return not (
+            c.ended_quiet
+            and c.messages == c.quiet_count
+            and c.turn_ended_at is not None
+            and now < c.turn_ended_at + self._revisit
+        )
+
+    def _waiting(self, now: float) -> list[_Conn[K]]:
+        """The connections without RDY that could take some, in the order they get it:
+        those that never had RDY, then by the end of their last turn, oldest first;
+        those found empty lately last (ties in random order)."""
+        waiting = [c for c in self._conns.values() if _waits(c)]
+        self._rng.shuffle(waiting)
+        waiting.sort(
+            key=lambda c: (
+                not self._eligible(c, now),
+                -math.inf if c.turn_ended_at is None else c.turn_ended_at,
+            )
+        )
+        return waiting
+
+    def _next_visit(self, now: float) -> float:
+        """When the first connection found empty lately may be visited again."""
+        times = [
+            c.turn_ended_at + self._revisit
+            for c in self._conns.values()
+            if c.rdy == 0 and c.turn_ended_at is not None and not self._eligible(c, now)
+        ]
+        return min(times, default=math.inf)
+
     # -- allocation ----------------------------------------------------------------------
 
     def _rebalance(self, now: float) -> list[RdyUpdate[K]]:
-        return self._apply(self._targets(), now)
+        self._redistribute_at = now  # connections or modes changed: look again soon
+        return self._apply(self._targets(now), now)
 
-    def _targets(self) -> dict[K, int]:
+    def _targets(self, now: float) -> dict[K, int]:
         conns = self._conns
         mif = self._max_in_flight
         if mif == 0 or self._mode is RdyMode.BACKOFF:
             return {k: 0 for k in conns}
         if self._mode is RdyMode.TESTING:
-            return {k: (1 if k == self._tester else 0) for k in conns}
+            return self._slot_targets(1, now, set())
         if len(conns) > mif:
-            return self._low_rdy_targets(set())
+            return self._slot_targets(mif, now, set())
         share = mif // len(conns) if conns else 0
         targets: dict[K, int] = {}
         for k, c in conns.items():
@@ -494,39 +688,34 @@ class RdyController(Generic[K]):
             targets[k] = target
         return targets
 
-    def _low_rdy_targets(self, revoked: set[K]) -> dict[K, int]:
-        """RDY 1 for at most ``max_in_flight`` connections: keep current holders (the most
-        recently active ones if there are too many), fill the room at random."""
-        mif = self._max_in_flight
+    def _slot_targets(self, slots: int, now: float, displaced: set[K]) -> dict[K, int]:
+        """RDY 1 for at most ``slots`` connections: keep those holding it (the most
+        recently active ones if there are too many) except ``displaced``, give the room
+        left to the waiting ones in turn (:meth:`_waiting`), and to the displaced ones
+        when nobody else waits."""
         targets = {k: 0 for k in self._conns}
-        holders = [
+        keep = [
             c
             for c in self._conns.values()
-            if c.rdy > 0 and c.max_rdy_count > 0 and c.key not in revoked
+            if (c.rdy > 0 or c.held > 0) and c.max_rdy_count > 0 and c.key not in displaced
         ]
-        if len(holders) > mif:
-            holders.sort(key=_Conn.last_activity, reverse=True)
-            del holders[mif:]
-        for c in holders:
-            targets[c.key] = 1
-        room = mif - len(holders)
+        if len(keep) > slots:
+            keep.sort(key=_Conn.last_activity, reverse=True)
+            del keep[slots:]
+        room = slots - len(keep)
         if room > 0:
-            waiting = [
-                c.key
-                for c in self._conns.values()
-                if c.rdy == 0 and c.max_rdy_count > 0 and c.key not in revoked
-            ]
-            picked = self._rng.sample(waiting, min(room, len(waiting)))
-            room -= len(picked)
-            if room > 0 and revoked:
-                # Nobody else is waiting: some of those just revoked may keep their RDY.
-                again = [k for k in self._conns if k in revoked]
-                picked += self._rng.sample(again, min(room, len(again)))
-            for k in picked:
-                targets[k] = 1
+            waiting = [c for c in self._waiting(now) if c.key not in displaced]
+            again = [c for c in self._conns.values() if c.key in displaced]
+            keep += (waiting + again)[:room]
+        for c in keep:
+            targets[c.key] = 1
+        if self._mode is RdyMode.TESTING:
+            self._tester = keep[0].key if keep else None
         return targets
 
-    def _apply(self, targets: dict[K, int], now: float) -> list[RdyUpdate[K]]:
+    def _apply(
+        self, targets: dict[K, int], now: float, quiet: frozenset[K] | set[K] = frozenset()
+    ) -> list[RdyUpdate[K]]:
         self._now = now
         lower: list[RdyUpdate[K]] = []
         raise_: list[_Conn[K]] = []
@@ -542,13 +731,18 @@ class RdyController(Generic[K]):
         for k, target in lower:
             c = self._conns[k]
             self._total_rdy -= c.rdy - target
-            if self._settle_time > 0:
+            settle = self._settle_time
+            if k in quiet:  # an empty one's late message would arrive within its quiet time
+                settle = min(settle, self._quiet_time(c))
+            if settle > 0:
                 ceiling = c.ceiling if c.ceiling > 0 and now < c.ceiling_until else 0
                 c.ceiling = max(ceiling, c.rdy)
-                c.ceiling_until = now + self._settle_time
+                c.ceiling_until = max(now + settle, c.ceiling_until if ceiling else now)
             c.rdy = target
             if target == 0:
                 c.rdy_since = None
+                c.turn_ended_at = now
+                c.ended_quiet = k in quiet
         if raise_:
             lower.extend(self._grant(raise_, now, partial_step=False))
         # Holds by construction; a failure here is a bug in the allocation above.
@@ -589,7 +783,7 @@ class RdyController(Generic[K]):
                 room -= max(grant, base) - base
                 self._total_rdy += grant - c.rdy
                 if c.rdy == 0:
-                    c.rdy_since = now
+                    self._turn_starts(c, grant, now)
                 c.rdy = grant
                 updates.append(RdyUpdate(c.key, grant))
             if grant >= target:
@@ -599,29 +793,25 @@ class RdyController(Generic[K]):
                 self._held[c.key] = c
         return updates
 
+    def _turn_starts(self, c: _Conn[K], rdy: int, now: float) -> None:
+        """``c`` goes from RDY 0 to ``rdy``: time its first message (at RDY 1 nsqd
+        flushes it at once) and watch it for quiet from now."""
+        c.rdy_since = now
+        c.judged = False
+        room = c.in_flight < rdy
+        c.quiet_since, c.quiet_count = (now if room else None), c.messages
+        c.granted_at = now if room and rdy == 1 else None
+        self._redistribute_at = min(self._redistribute_at, now + self._quiet_time(c))
+
     def _release_held(self, now: float, partial_step: bool = True) -> list[RdyUpdate[K]]:
         if self._room(now) <= 0:
             return []
         return self._grant(list(self._held.values()), now, partial_step=partial_step)
 
-    def _pick_tester(self) -> K | None:
-        eligible = [k for k, c in self._conns.items() if c.max_rdy_count > 0]
-        return self._rng.choice(eligible) if eligible else None
 
-    def _move_tester(self, now: float) -> list[RdyUpdate[K]]:
-        tester = self._conns.get(self._tester) if self._tester is not None else None
-        if tester is None:
-            self._tester = self._pick_tester()
-            return self._rebalance(now)
-        if len(self._conns) < 2 or tester.in_flight > 0 or tester.rdy == 0:
-            return []
-        if now - tester.last_activity() < self._idle_timeout:
-            return []
-        others = [k for k, c in self._conns.items() if k != tester.key and c.max_rdy_count > 0]
-        if not others:
-            return []
-        self._tester = self._rng.choice(others)
-        return self._rebalance(now)
+def _waits(c: _Conn[K]) -> bool:
+    """Whether ``c`` has no RDY (given or held) and could take some."""
+    return c.rdy == 0 and c.held == 0 and c.max_rdy_count > 0
 
 
 def _check_max_in_flight(value: int) -> None:

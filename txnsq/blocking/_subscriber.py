@@ -14,8 +14,10 @@ closes it); when the process dies without it, nsqd redelivers them after
 
 It follows the same rules as the Twisted :class:`~txnsq.consumer.Consumer`, from
 :mod:`txnsq._wire`: RDY shared by :class:`~txnsq._wire.rdy.RdyController` (the total
-never above ``max_in_flight``), TOUCH timing by :func:`~txnsq._wire.touch.touch_schedule`,
-reconnect delays by :class:`~txnsq._wire.retry.RetryPolicy`, nsqlookupd answers merged by
+never above ``max_in_flight``; moved to the nsqds that have messages when they outnumber
+it, looked at after each turn's reads), TOUCH timing by
+:func:`~txnsq._wire.touch.touch_schedule`, reconnect delays by
+:class:`~txnsq._wire.retry.RetryPolicy`, nsqlookupd answers merged by
 :class:`~txnsq._wire.lookup.LookupAnswers` and asked for on
 :class:`~txnsq._wire.lookup.RecheckSchedule` (sooner while an nsqd it listed is missing,
 so that one back from an outage is read again within seconds), dead connections told by
@@ -184,11 +186,12 @@ class Subscriber:
         self._selector: selectors.BaseSelector | None = None
         self._states: list[ConnectionState] = []
         self._rdy: RdyController[ConnectionState] = RdyController(
-            options.max_in_flight, rng=rng
+            options.max_in_flight,
+            redistribute_interval=options.rdy_redistribute_interval,
+            rng=rng,
         )
         self._touches: list[tuple[float, int, _TouchGroup]] = []  # a heap
         self._touch_seq = itertools.count()
-        self._next_redistribute = clock() + options.rdy_redistribute_interval
         self._next_liveness = math.inf  # when to check every connection's liveness next
         # -- discovery: finds and dials the nsqds, on a thread of its own
         self._discovery = Discovery(
@@ -636,17 +639,18 @@ class Subscriber:
 
     def _next_due(self) -> float:
         """When :meth:`_tick` has something to do next."""
-        due = min(self._next_redistribute, self._next_liveness)
+        due = self._next_liveness
         if self._touches:
             due = min(due, self._touches[0][0])
-        release = self._rdy.next_release_at
-        if release is not None:
-            due = min(due, release)
+        for rdy_due in (self._rdy.next_release_at, self._rdy.next_redistribute_at):
+            if rdy_due is not None:
+                due = min(due, rdy_due)
         return due
 
     def _tick(self, now: float) -> None:
         """Time passed: give up silent connections, TOUCH what is due, grant held RDY,
-        redistribute RDY."""
+        move RDY where the messages are (after this turn's reads: a connection is found
+        empty only at a turn after the one whose look found it quiet long enough)."""
         if now >= self._next_liveness:
             # Reads are dated as they happen (_receive), so the next check is due when
             # the quietest connection reaches its bound, not on a fixed beat.
@@ -663,10 +667,9 @@ class Subscriber:
         release = self._rdy.next_release_at
         if release is not None and release <= now:
             self._send_rdy(self._rdy.release(now))
-        if now >= self._next_redistribute:
-            self._next_redistribute = now + self.options.rdy_redistribute_interval
-            if self._rdy.needs_redistribution:
-                self._send_rdy(self._rdy.redistribute(now))
+        redistribute = self._rdy.next_redistribute_at
+        if redistribute is not None and redistribute <= now:
+            self._send_rdy(self._rdy.redistribute(now))
 
     def _alive(self, state: ConnectionState, now: float) -> bool:
         """Apply the liveness rule to ``state``'s connection (once per read, and when

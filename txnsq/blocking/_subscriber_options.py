@@ -85,8 +85,10 @@ class SubscriberOptions(ConnectionOptions):
     lookupd_poll_jitter: float = DEFAULT_LOOKUPD_POLL_JITTER
     #: Seconds one nsqlookupd request may take.
     lookupd_request_timeout: float = DEFAULT_LOOKUPD_REQUEST_TIMEOUT
-    #: Seconds between two RDY redistributions when there are more connections than
-    #: ``max_in_flight``.
+    #: With more connections than ``max_in_flight``: seconds a connection found empty
+    #: waits before it is given RDY again to look for new messages (RDY goes where the
+    #: messages are, see :doc:`/explanation/rdy`); an idle subscriber visits each nsqd
+    #: about this often.
     rdy_redistribute_interval: float = DEFAULT_RDY_REDISTRIBUTE_INTERVAL
     #: How an nsqd address announced by nsqlookupd (its ``broadcast_address`` and TCP
     #: port) becomes one this process can dial: a mapping (``{"nsqd-0:4150":

@@ -4,8 +4,10 @@ The rules are pure and live in the core: :class:`~txnsq._wire.rdy.RdyController`
 ``max_in_flight`` between the connections (never a total above it, never above a
 connection's ``max_rdy_count``), :class:`~txnsq._wire.backoff.Backoff` decides when to
 back off and resume. :class:`Flow` drives them: it writes their RDY changes to the
-sessions' connections, runs the timers (redistribution, held-back raises, the backoff
-window), flips the sessions' ``in_backoff`` flag and tells the observers.
+sessions' connections, runs the timers (moving RDY to where the messages are when
+connections outnumber ``max_in_flight``, held-back raises, the backoff window), flips the
+sessions' ``in_backoff`` flag and tells the observers. The sessions tell the controller
+of the messages they receive and answer; nothing here runs per message.
 
 With ``max_messages_per_second``, every RDY also goes through a
 :class:`~txnsq._wire.throttle.Throttle`, which caps it by the tokens of a message-rate
@@ -20,7 +22,6 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from txnsq._wire.backoff import Backoff, BackoffAction, BackoffStep
@@ -45,10 +46,9 @@ class Flow:
     """RDY and backoff for one consumer's sessions.
 
     :param options: the consumer's options (``max_in_flight``, the RDY timings, the
-        backoff multiplier and bound, ``rdy_redistribute_interval``,
-        ``max_messages_per_second``).
+        backoff multiplier and bound, ``max_messages_per_second``).
     :param reactor: the clock of every timer.
-    :param rng: the random source of RDY redistribution.
+    :param rng: the random source of RDY redistribution (ties between connections).
     :param running: whether the consumer runs (no new timer once it stops).
     :param notify: tells the consumer's observers of an event: ``(name, *args)``.
     :param flag: where the sessions read whether the consumer is backing off; the flow
@@ -68,18 +68,18 @@ class Flow:
             options.max_in_flight,
             low_rdy_idle_timeout=options.low_rdy_idle_timeout,
             low_rdy_timeout=options.low_rdy_timeout,
+            redistribute_interval=options.rdy_redistribute_interval,
             rng=rng,
             settle_time=options.rdy_settle_time,
         )
         self.backoff = Backoff(options.backoff_multiplier, options.max_backoff_duration)
         self._flag = flag
-        self._interval = options.rdy_redistribute_interval
         self._reactor = reactor
         self._running = running
         self._notify = notify
         self._backoff_timer: IDelayedCall | None = None
         self._release_timer: IDelayedCall | None = None
-        self._loop: LoopingCall | None = None
+        self._redistribute_timer: IDelayedCall | None = None
         rate = options.max_messages_per_second
         #: The message-rate cap on RDY (``None``: no cap).
         self.throttle: Throttle[Session] | None = None
@@ -98,26 +98,18 @@ class Flow:
         return self._backoff_timer
 
     def start(self) -> None:
-        """The consumer starts: out of any backoff a previous run stopped in, and the
-        redistribution timer running."""
+        """The consumer starts: out of any backoff a previous run stopped in."""
         self.backoff.reset()
         self._flag.in_backoff = False
         self.send(self.rdy.leave_backoff(self._reactor.seconds()))
-        loop = LoopingCall(self._redistribute)
-        loop.clock = self._reactor
-        loop.start(self._interval, now=False)
-        self._loop = loop
 
     def stop(self) -> None:
         """The consumer stops: every timer stopped."""
-        loop, self._loop = self._loop, None
-        if loop is not None and loop.running:
-            loop.stop()
         self._cancel_backoff_timer()
-        for timer in (self._release_timer, self._grant_timer):
+        for timer in (self._release_timer, self._grant_timer, self._redistribute_timer):
             if timer is not None and timer.active():
                 timer.cancel()
-        self._release_timer = self._grant_timer = None
+        self._release_timer = self._grant_timer = self._redistribute_timer = None
 
     def send(self, updates: list[RdyUpdate[Session]]) -> None:
         """Write the RDY changes the controller answered to their sessions' connections
@@ -130,6 +122,7 @@ class Flow:
         else:
             self._write(updates)
         self._schedule_release()
+        self._schedule_redistribute()
 
     def _write(self, updates: list[RdyUpdate[Session]]) -> None:
         # The controller lists lowerings first. Over several connections each command is
@@ -192,6 +185,14 @@ class Flow:
         due = self.rdy.next_release_at
         self._release_timer = self._rearm(self._release_timer, due, self._release)
 
+    def _schedule_redistribute(self) -> None:
+        """When connections outnumber ``max_in_flight``, the controller looks for where
+        the messages are at the times it says: make sure a timer is set for the next.
+        (Due "now" means after the reads of this reactor turn: a timer of delay 0 runs
+        in the next turn, once the reactor has read what arrived.)"""
+        due = self.rdy.next_redistribute_at
+        self._redistribute_timer = self._rearm(self._redistribute_timer, due, self._redistribute)
+
     def _rearm(
         self, timer: IDelayedCall | None, due: float | None, call: Callable[[], None]
     ) -> IDelayedCall | None:
@@ -234,8 +235,8 @@ class Flow:
         self.send(self.rdy.release(self._reactor.seconds()))
 
     def _redistribute(self) -> None:
-        if self.rdy.needs_redistribution:
-            self.send(self.rdy.redistribute(self._reactor.seconds()))
+        self._redistribute_timer = None
+        self.send(self.rdy.redistribute(self._reactor.seconds()))
 
     def _backoff_result(self, action: BackoffAction) -> None:
         step = action.step
