@@ -762,6 +762,11 @@ class NSQProtocol(Protocol):
         if timer is not None and timer.active():
             timer.cancel()
         if not first:
+            if self._closing_reason is None:
+                # Closed on purpose, then found broken in the same read (a callback of an
+                # answer closed it before the error after that answer was handled): the
+                # error is why the commands still waiting fail.
+                self._closing_reason = reason
             return
         self._closing_reason = reason
         if self._core is not None:
