@@ -53,7 +53,7 @@ This module imports nothing from Twisted.
 
 from typing import Any
 
-from txnsq._api.deprecate import warn_deprecated
+from txnsq._api.compat import module_attribute
 from txnsq.blocking._connection import (
     DEFAULT_PORT,
     Connection,
@@ -87,10 +87,4 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "DEFAULT_TIMEOUT":
-        warn_deprecated(
-            "txnsq.blocking.DEFAULT_TIMEOUT",
-            "ConnectionOptions' connect_timeout, handshake_timeout and command_timeout",
-        )
-        return 10.0
-    raise AttributeError(f"module 'txnsq.blocking' has no attribute {name!r}")
+    return module_attribute(__name__, name)  # an old name, or AttributeError
