@@ -57,7 +57,7 @@ from txnsq._twistd.service import (
     stats_service,
 )
 from txnsq._twisted.endpoints import EndpointFactory
-from txnsq._wire import commands
+from txnsq._wire import commands, liveness
 from txnsq._wire.address import (
     check_address_map,
     parse_nsqd_address,
@@ -105,6 +105,14 @@ _BATCH_FLAGS: Final = ("batch-max-count", "batch-linger")
 def _flag_setting(name: str, value: object) -> str:
     """A ConsumerOptions setting as given on the command line (``--max-in-flight 1``)."""
     return f"--{name.replace('_', '-')} {value}"
+
+
+def _silence_setting(name: str, value: object) -> str:
+    """A setting of the silence rule, on this command line (which has no heartbeat
+    flag: its interval is the default)."""
+    if name == "heartbeat_interval":
+        return f"the heartbeat interval ({value} s)"
+    return _flag_setting(name, value)
 
 
 def _default(name: str) -> str:
@@ -261,6 +269,10 @@ class Options(usage.Options):
         ["msg-timeout", None, None,
          "Seconds nsqd waits for a message's answer before redelivering it (default: "
          "nsqd's --msg-timeout, 60 s)."],
+        ["silence-timeout", None, None,
+         "Seconds in which a frame from nsqd (a message, an answer, a heartbeat) must "
+         "complete, else the connection is presumed dead and replaced (default: two "
+         "heartbeat intervals plus 0.5 s, 60.5 s)."],
         ["stop-timeout", None, _default("stop_timeout"),
          "On stop, how long to wait for in-flight messages before requeueing them."],
         ["stats-interval", None, "0",
@@ -583,6 +595,11 @@ class Options(usage.Options):
             if self["msg-timeout"] is not None
             else None
         )
+        n["silence-timeout"] = (
+            _number("silence-timeout", self["silence-timeout"], positive=True)
+            if self["silence-timeout"] is not None
+            else None
+        )
         n["batch-max-count"] = (
             _number("batch-max-count", self["batch-max-count"], integer=True, minimum=1)
             if self["batch-max-count"] is not None
@@ -607,7 +624,8 @@ class Options(usage.Options):
 
     def _connection_settings(self, numbers: dict[str, Any]) -> dict[str, Any]:
         """The :class:`~txnsq.options.ConnectionOptions` fields given by the compression,
-        ``--msg-timeout`` (seconds, as ``msg_timeout``), client id and user agent flags."""
+        ``--msg-timeout`` and ``--silence-timeout`` (seconds, as ``msg_timeout`` and
+        ``silence_timeout``), client id and user agent flags."""
         if self["snappy"] and self["deflate"]:
             raise usage.UsageError("--snappy and --deflate cannot be used together")
         if numbers["deflate-level"] is not None and not self["deflate"]:
@@ -619,6 +637,16 @@ class Options(usage.Options):
             kwargs["deflate_level"] = numbers["deflate-level"]
         if numbers["msg-timeout"] is not None:
             kwargs["msg_timeout"] = numbers["msg-timeout"]
+        silence = numbers["silence-timeout"]
+        if silence is not None:
+            try:
+                liveness.silence_timeout(
+                    _DEFAULTS.heartbeat_interval, _DEFAULTS.heartbeats_missed, silence,
+                    setting=_silence_setting,
+                )
+            except ValueError as e:
+                raise usage.UsageError(str(e)) from None
+            kwargs["silence_timeout"] = silence
         if self["client-id"] is not None:
             if not self["client-id"]:
                 raise usage.UsageError("--client-id must not be empty")
