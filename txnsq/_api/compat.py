@@ -4,8 +4,7 @@ A name of an earlier release keeps working until the release that
 :data:`txnsq._api.deprecate.REMOVED_IN` names (0.4.0): a call that uses it is translated
 here into today's spelling, with one :class:`DeprecationWarning` that points at the
 caller's line, says since when the name is deprecated and names its replacement. This
-module is deleted in 0.4.0, with every name it translates; nothing else in txnsq knows an
-old name.
+module is deleted in 0.4.0; nothing else in txnsq knows an old name.
 
 **The rule.** An old spelling fills in only what the call did not give the new way;
 where the call gives both, the new one wins (the old one still warns). An old keyword
@@ -61,8 +60,8 @@ __all__ = [
     "SubscriberCompat", "accepts_old_keywords", "fold", "fold_connection_keywords",
     "fold_deferred_publish", "fold_identify", "fold_options", "fold_producer_keywords",
     "fold_protocol_arguments", "fold_renamed", "fold_spark_options", "identify_to_settings",
-    "module_attribute", "old_keywords", "old_requeue_delay", "read_timeout_to_silence",
-    "renamed", "renamed_attribute", "warn_old",
+    "module_attribute", "old_keywords", "old_keywords_of", "old_requeue_delay",
+    "read_timeout_to_silence", "renamed", "renamed_attribute", "warn_old",
 ]
 
 #: The release that deprecated the names this release renames.
@@ -188,14 +187,22 @@ def fold_identify(
 
 @dataclass(frozen=True)
 class OldKeywords:
-    """Old keywords of an options type: their ``names``, and the ``fold`` that turns
-    them into today's (a :data:`Fold`)."""
+    """Old keywords of an options type: each with what to use instead (``instead``, as
+    the reference says it), the release that deprecated them, and the :data:`Fold` that
+    turns them into today's."""
 
-    names: frozenset[str]
+    instead: Mapping[str, str]
     fold: Fold
+    since: str = DEPRECATED_IN
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The old keywords."""
+        return frozenset(self.instead)
 
 
 _REGISTRY: dict[type, tuple[OldKeywords, ...]] = {}
+_OWN: dict[type, tuple[OldKeywords, ...]] = {}
 
 
 def accepts_old_keywords(*olds: OldKeywords) -> Callable[[_C], _C]:
@@ -207,6 +214,7 @@ def accepts_old_keywords(*olds: OldKeywords) -> Callable[[_C], _C]:
         inherited = next((_REGISTRY[b] for b in cls.__mro__[1:] if b in _REGISTRY), ())
         # Its own first: a bundle (identify=) may decide what an inherited one means.
         every = _REGISTRY[cls] = olds + inherited
+        _OWN[cls] = olds
         names = frozenset().union(*(o.names for o in every))
         init: Callable[..., None] = cls.__init__  # type: ignore[misc]
 
@@ -228,6 +236,12 @@ def old_keywords(cls: type) -> frozenset[str]:
     return frozenset().union(*(o.names for o in _REGISTRY.get(cls, ())))
 
 
+def old_keywords_of(cls: type, *, own: bool = False) -> tuple[OldKeywords, ...]:
+    """The old keywords options type ``cls`` accepts (``own``: not those of the options
+    type it extends), for its reference."""
+    return (_OWN if own else _REGISTRY).get(cls, ())
+
+
 def fold_options(cls: type, call: str, settings: dict[str, Any], base: object) -> None:
     """Fold the old keywords of options type ``cls`` in ``settings`` (a call's keyword
     arguments, changed in place) that ``call`` was given with the options ``base``."""
@@ -242,7 +256,7 @@ def renamed(names: Mapping[str, str], since: str = DEPRECATED_IN) -> OldKeywords
     def fold_them(call: str, settings: dict[str, Any], base: object) -> None:
         fold_renamed(call, settings, mapping, since)
 
-    return OldKeywords(frozenset(mapping), fold_them)
+    return OldKeywords({old: f"``{new}``" for old, new in mapping.items()}, fold_them, since)
 
 
 def _fold_read_timeout(call: str, settings: dict[str, Any], base: object) -> None:
@@ -259,10 +273,6 @@ def read_timeout_to_silence(settings: dict[str, Any], base: object, value: objec
     interval = settings.get("heartbeat_interval", getattr(base, "heartbeat_interval", 30.0))
     if interval is None:
         fold(settings, "silence_timeout", value)
-
-
-def _fold_identify(call: str, settings: dict[str, Any], base: object) -> None:
-    fold_identify(call, settings, base)
 
 
 def _fold_reconnect(call: str, settings: dict[str, Any], base: object) -> None:
@@ -311,10 +321,24 @@ def _fold_subscriber_timeout(call: str, settings: dict[str, Any], base: object) 
 
 
 #: :class:`~txnsq.options.ConnectionOptions`' old keywords.
-CONNECTION_OPTIONS_OLD: Final = (OldKeywords(frozenset({"read_timeout"}), _fold_read_timeout),)
-_IDENTIFY: Final = OldKeywords(frozenset({"identify"}), _fold_identify)
+CONNECTION_OPTIONS_OLD: Final = (
+    OldKeywords(
+        {"read_timeout": "``silence_timeout``, which it fills in with heartbeats off"},
+        _fold_read_timeout, SINCE_0_3,
+    ),
+)
+_IDENTIFY: Final = OldKeywords(
+    {"identify": "the seconds fields (``heartbeat_interval``, ``msg_timeout``, ...)"},
+    fold_identify,
+)
+_RETRY: Final = {"retry": "``reconnect_policy``"}
 _RECONNECT: Final = OldKeywords(
-    frozenset({"retry", "reconnect_delay", "max_reconnect_delay"}), _fold_reconnect
+    {
+        **_RETRY,
+        "reconnect_delay": "``reconnect_policy=RetryPolicy(initial=...)``",
+        "max_reconnect_delay": "``reconnect_policy=RetryPolicy(max_delay=...)``",
+    },
+    _fold_reconnect,
 )
 #: :class:`~txnsq.options.ConsumerOptions`' old keywords (besides ConnectionOptions').
 CONSUMER_OPTIONS_OLD: Final = (_IDENTIFY, _RECONNECT)
@@ -322,8 +346,12 @@ CONSUMER_OPTIONS_OLD: Final = (_IDENTIFY, _RECONNECT)
 SUBSCRIBER_OPTIONS_OLD: Final = (
     renamed({"nsqd": "nsqd_tcp_addresses", "lookupd": "lookupd_http_addresses"}),
     _IDENTIFY,
-    OldKeywords(frozenset({"retry"}), _fold_reconnect),
-    OldKeywords(frozenset({"timeout"}), _fold_subscriber_timeout),
+    OldKeywords(_RETRY, _fold_reconnect),
+    OldKeywords(
+        {"timeout": "``connect_timeout``, ``handshake_timeout``, ``command_timeout``, "
+                    "``lookupd_request_timeout``"},
+        _fold_subscriber_timeout,
+    ),
 )
 #: :class:`txnsq.http.ClientStats`' renamed field (nsqd's ``ready_count`` is the RDY).
 CLIENT_STATS_RENAMED: Final = (renamed({"ready_count": "rdy_count"}, SINCE_0_3),)
@@ -346,13 +374,16 @@ class ConnectionOptionsCompat:
     def read_timeout(self: _OptionsLike) -> float:
         """Deprecated: ``silence_timeout``, whose value this is when heartbeats are off
         (with them on, it was never used: the default, 60 s)."""
-        warn_old(
-            f"{type(self).__name__}.read_timeout", f"{type(self).__name__}.silence_timeout",
-            SINCE_0_3,
-        )
-        if self.heartbeat_interval is None and self.silence_timeout is not None:
-            return self.silence_timeout
-        return DEFAULT_SILENCE_WITHOUT_HEARTBEATS
+        owner = type(self).__name__
+        warn_old(f"{owner}.read_timeout", f"{owner}.silence_timeout", SINCE_0_3)
+        return _read_timeout(self)
+
+
+def _read_timeout(options: _OptionsLike) -> float:
+    """What ``read_timeout`` was: the silence bound with heartbeats off, else 60 s."""
+    if options.heartbeat_interval is None and options.silence_timeout is not None:
+        return options.silence_timeout
+    return DEFAULT_SILENCE_WITHOUT_HEARTBEATS
 
 
 class ClientStatsCompat:
@@ -368,9 +399,7 @@ class ClientStatsCompat:
 
 #: Producer's keywords of txnsq 0.1 and the ProducerOptions field each became.
 PRODUCER_RENAMED: Final = {
-    "timeout": "ready_timeout",
-    "retry": "publish_retries",
-    "publish_timeout": "command_timeout",
+    "timeout": "ready_timeout", "retry": "publish_retries", "publish_timeout": "command_timeout"
 }
 
 
@@ -408,18 +437,15 @@ def _producer_retry_policy(settings: dict[str, Any]) -> Callable[[int], float] |
         return None
     policy = settings.pop("retry_policy")
     warn_old("Producer(retry_policy=...)", "Producer(reconnect_policy=...)")
-    if policy is None:
-        return None
     if isinstance(policy, RetryPolicy):
         fold(settings, "reconnect_policy", policy)
-        return None
-    if not callable(policy):
+    elif policy is not None and not callable(policy):
         raise TypeError(
             f"retry_policy must be a RetryPolicy or callable, not {type(policy).__name__}"
         )
-    if "reconnect_policy" in settings:
-        return None
-    return policy  # type: ignore[no-any-return]
+    elif policy is not None and "reconnect_policy" not in settings:
+        return policy  # type: ignore[no-any-return]
+    return None
 
 
 # -- the blocking Connection -----------------------------------------------------------
@@ -450,9 +476,6 @@ def fold_connection_keywords(call: str, settings: dict[str, Any], base: object) 
 
 
 class _Requeues(Protocol):
-    @property
-    def silence_timeout(self) -> float: ...
-
     @property
     def options(self) -> _OptionsLike: ...
 
@@ -513,9 +536,7 @@ class BlockingConnectionCompat:
         """Deprecated: :attr:`silence_timeout`, which this is with heartbeats off (with
         them on, it was never used)."""
         warn_old("Connection.read_timeout", "Connection.silence_timeout", SINCE_0_3)
-        if self.options.heartbeat_interval is None:
-            return self.silence_timeout
-        return DEFAULT_SILENCE_WITHOUT_HEARTBEATS
+        return _read_timeout(self.options)
 
 
 _DPUB: Final = "Connection.deferred_publish(topic, body, delay_seconds)"
@@ -530,13 +551,10 @@ def fold_deferred_publish(
     if delay_ms is not None:
         warn_old("Connection.deferred_publish(topic, delay_ms=..., body=...)", _DPUB)
         return body, _ms(delay_ms) if delay is None else delay
-    if (
-        isinstance(body, int)
-        and not isinstance(body, bool)
-        and isinstance(delay, bytes | bytearray | memoryview)
-    ):
+    old_order = isinstance(delay, bytes | bytearray | memoryview)
+    if old_order and isinstance(body, int) and not isinstance(body, bool):
         warn_old("Connection.deferred_publish(topic, delay_ms, body)", _DPUB)
-        return delay, _ms(body)  # type: ignore[return-value]
+        return delay, _ms(body)
     return body, delay
 
 
@@ -544,10 +562,7 @@ def fold_deferred_publish(
 
 #: NSQProtocol's keywords before txnsq 0.2.0, and the ConnectionOptions field each became.
 _PROTOCOL_KEYWORDS: Final = {
-    "tls": "tls",
-    "auth_secret": "auth_secret",
-    "handshake_timeout": "handshake_timeout",
-    "heartbeats_missed": "heartbeats_missed",
+    **{same: same for same in ("tls", "auth_secret", "handshake_timeout", "heartbeats_missed")},
     "answer_timeout": "command_timeout",
 }
 
