@@ -124,7 +124,7 @@ class ConnectionOptions(ConnectionOptionsCompat):
     #: Seconds a sent command (PUB, MPUB, DPUB, SUB, ...) may wait for nsqd's answer;
     #: past it the connection, which can no longer be trusted to answer in order, is
     #: closed and its commands fail with :class:`~txnsq.errors.CommandTimeout`.
-    #: ``None``: only the silence bound (``heartbeats_missed``) applies.
+    #: ``None``: only the silence bound (``silence_timeout``) applies.
     command_timeout: float | None = 30.0
     #: Seconds in which a frame from nsqd must complete (an answer, a message, a
     #: heartbeat), else the connection is presumed dead and closed (and reconnected):

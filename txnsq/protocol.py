@@ -22,8 +22,8 @@ one call (a consumer's hot path). Errors that answer no command go to ``on_error
 Writes made while a read is being processed (FIN, RDY from a handler) are joined into
 one transport write at the end of that read; others at the end of the reactor turn.
 
-A connection that fails silently (half-open: a dead NAT entry, a pulled cable, a frozen
-host) is found by a timer that asks the core every
+A connection gone silent (the rule, and why it means dead: :mod:`txnsq._wire.liveness`)
+is found by a timer that asks the core every
 :attr:`~txnsq._wire.connection.ConnectionCore.check_interval`; it is then dropped with
 a log line and its commands fail with :class:`~txnsq.errors.ConnectionSilent` or
 :class:`~txnsq.errors.CommandTimeout`. The handshake has its own bound,

@@ -6,7 +6,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from txnsq._wire.liveness import (
     ALIVE,
-    ANSWER_TIMEOUT,
+    COMMAND_TIMEOUT,
     DEFAULT_SILENCE_WITHOUT_HEARTBEATS,
     SILENT,
     Liveness,
@@ -94,18 +94,18 @@ class LivenessTests(SynchronousTestCase):
 
     def test_check_interval(self) -> None:
         self.assertEqual(Liveness(8.0, now=0).check_interval, 2.0)
-        self.assertEqual(Liveness(8.0, now=0, answer_timeout=4.0).check_interval, 1.0)
+        self.assertEqual(Liveness(8.0, now=0, command_timeout=4.0).check_interval, 1.0)
 
     def test_unanswered_commands_time_out(self) -> None:
-        live = Liveness(100.0, now=0.0, answer_timeout=5.0)
+        live = Liveness(100.0, now=0.0, command_timeout=5.0)
         self.assertEqual(live.check(1, 0.0, waiting=0, answered=0), ALIVE)
         # Commands sent at t=1; heartbeats keep arriving but no answer does.
         self.assertEqual(live.check(2, 1.0, waiting=3, answered=0), ALIVE)
         self.assertEqual(live.check(3, 5.9, waiting=3, answered=0), ALIVE)
-        self.assertEqual(live.check(4, 6.0, waiting=3, answered=0), ANSWER_TIMEOUT)
+        self.assertEqual(live.check(4, 6.0, waiting=3, answered=0), COMMAND_TIMEOUT)
 
     def test_answers_keep_the_command_deadline_moving(self) -> None:
-        live = Liveness(100.0, now=0.0, answer_timeout=5.0)
+        live = Liveness(100.0, now=0.0, command_timeout=5.0)
         answered = 0
         for t in range(1, 30):
             answered += 1
@@ -118,4 +118,4 @@ class LivenessTests(SynchronousTestCase):
 
     def test_bad_arguments(self) -> None:
         self.assertRaises(ValueError, Liveness, 0, now=0)
-        self.assertRaises(ValueError, Liveness, 1.0, now=0, answer_timeout=-1)
+        self.assertRaises(ValueError, Liveness, 1.0, now=0, command_timeout=-1)

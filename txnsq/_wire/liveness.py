@@ -19,8 +19,8 @@ but an integer increment, and nothing per message at all. A driver calls
 whenever it wakes up anyway (the blocking clients, on a :class:`WaitClock`).
 
 The same tracker bounds the wait for answers: while commands wait for nsqd's answer
-and none has come for ``answer_timeout`` seconds, the connection cannot be trusted to
-answer in order any more (:meth:`Liveness.check` says :data:`ANSWER_TIMEOUT`).
+and none has come for ``command_timeout`` seconds, the connection cannot be trusted to
+answer in order any more (:meth:`Liveness.check` says :data:`COMMAND_TIMEOUT`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from txnsq._wire.numbers import check_number
 
 __all__ = [
     "ALIVE",
-    "ANSWER_TIMEOUT",
+    "COMMAND_TIMEOUT",
     "DEFAULT_HEARTBEATS_MISSED",
     "DEFAULT_SILENCE_WITHOUT_HEARTBEATS",
     "SILENT",
@@ -54,8 +54,8 @@ SLACK: Final = 0.5
 ALIVE: Final = 0
 #: Nothing has been received for the silence bound: the connection is dead.
 SILENT: Final = 1
-#: Commands wait and nothing has answered them for the answer timeout.
-ANSWER_TIMEOUT: Final = 2
+#: Commands wait and nothing has answered them for the command timeout.
+COMMAND_TIMEOUT: Final = 2
 
 
 def _as_code(name: str, value: str) -> str:
@@ -106,7 +106,7 @@ class Liveness:
     :param timeout: seconds of silence after which the connection is dead (see
         :func:`silence_timeout`).
     :param now: the time the connection started (any monotonic clock, in seconds).
-    :param answer_timeout: seconds commands may wait with no answer at all before the
+    :param command_timeout: seconds commands may wait with no answer at all before the
         connection is given up; ``None``: no bound beyond ``timeout``.
     """
 
@@ -116,14 +116,14 @@ class Liveness:
         "_reads",
         "_seen_at",
         "_waited",
-        "answer_timeout",
+        "command_timeout",
         "timeout",
     )
 
-    def __init__(self, timeout: float, now: float, answer_timeout: float | None = None) -> None:
+    def __init__(self, timeout: float, now: float, command_timeout: float | None = None) -> None:
         self.timeout = check_number(timeout, "timeout", positive=True)
-        self.answer_timeout = check_number(
-            answer_timeout, "answer_timeout", positive=True, allow_none=True
+        self.command_timeout = check_number(
+            command_timeout, "command_timeout", positive=True, allow_none=True
         )
         self._reads = -1
         self._seen_at = now
@@ -136,8 +136,8 @@ class Liveness:
         """How often a timer should call :meth:`check`: detection comes at most this
         late after the bound."""
         bound = self.timeout
-        if self.answer_timeout is not None and self.answer_timeout < bound:
-            bound = self.answer_timeout
+        if self.command_timeout is not None and self.command_timeout < bound:
+            bound = self.command_timeout
         return max(bound / 4.0, 0.01)
 
     def check(self, reads: int, now: float, waiting: int = 0, answered: int = 0) -> int:
@@ -149,7 +149,7 @@ class Liveness:
         :param waiting: how many commands wait for an answer now.
         :param answered: a count of answers received so far (only its changes matter).
         :returns: :data:`ALIVE`, :data:`SILENT` (nothing received for ``timeout``) or
-            :data:`ANSWER_TIMEOUT` (commands waited ``answer_timeout`` with no answer).
+            :data:`COMMAND_TIMEOUT` (commands waited ``command_timeout`` with no answer).
         """
         if reads != self._reads:
             self._reads = reads
@@ -163,8 +163,8 @@ class Liveness:
             self._answered = answered
             self._answered_at = now
             self._waited = bool(waiting)
-        elif self.answer_timeout is not None and now - self._answered_at >= self.answer_timeout:
-            return ANSWER_TIMEOUT
+        elif self.command_timeout is not None and now - self._answered_at >= self.command_timeout:
+            return COMMAND_TIMEOUT
         return ALIVE
 
     def silent_for(self, now: float) -> float:

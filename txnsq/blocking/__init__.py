@@ -15,10 +15,10 @@ same :mod:`txnsq._wire` pieces).
 Both take :class:`~txnsq.options.ConnectionOptions` (TLS, AUTH, compression, IDENTIFY,
 timeouts, reconnect policy), the settings every txnsq client shares, by the same names
 and with the same defaults. Every wait is bounded (``connect_timeout``,
-``handshake_timeout``, ``command_timeout``, in seconds), and a connection that receives
-nothing (not even a heartbeat) for about two heartbeat intervals is presumed dead
-(half-open) and closed. Errors are txnsq's own exceptions: a named
-:class:`~txnsq.errors.NSQServerError` subclass for an error frame,
+``handshake_timeout``, ``command_timeout``, in seconds), and a connection on which no
+frame completes within its ``silence_timeout`` is presumed dead and closed. Errors are
+txnsq's own exceptions: a named :class:`~txnsq.errors.NSQServerError` subclass for an
+error frame,
 :class:`~txnsq.errors.HandshakeError` when negotiation fails,
 :class:`~txnsq.errors.ConnectionClosed` (and its subclasses :class:`NSQTimeoutError` and
 :class:`~txnsq.errors.ConnectionSilent`) when the connection is lost, times out or

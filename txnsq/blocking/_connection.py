@@ -17,8 +17,8 @@ from txnsq._wire.connection import (
     ConnectionCore,
     Ended,
     ServerError,
-    answer_timeout_words,
     closed_before_answer,
+    command_timeout_words,
 )
 from txnsq._wire.frames import DEFAULT_MAX_FRAME_SIZE, MessageFrame
 from txnsq._wire.handshake import Handshake
@@ -564,7 +564,7 @@ class Connection(compat.BlockingConnectionCompat):
         core = self._core
         if core is not None and core.waiting and self._answer_wait is not None:
             return NSQTimeoutError(
-                answer_timeout_words(self.address, self._answer_wait, core.waiting)
+                command_timeout_words(self.address, self._answer_wait, core.waiting)
             )
         return NSQTimeoutError(
             f"nsqd {self.address} took nothing written to it for {self.command_timeout} s: "

@@ -67,9 +67,9 @@ them after ``msg_timeout``. So every message is delivered at least once, possibl
   ``maxBytesPerTrigger``) for large messages.
 * Spark may replay the last, uncommitted batch after a restart; that replay is empty
   (its messages were never FINished and come back from nsqd with ``attempts`` + 1).
-* A connection that receives nothing, not even nsqd's heartbeat, for two heartbeat
-  intervals (``heartbeatInterval``, 30 s by default) is half-open or dead: the reader
-  closes it and connects again; what it held comes back from nsqd after
+* A connection on which no frame, not even nsqd's heartbeat, completes within
+  ``silenceTimeout`` (two heartbeat intervals plus 0.5 s by default) is presumed dead:
+  the reader closes it and connects again; what it held comes back from nsqd after
   ``msgTimeout`` (duplicates, never losses).
 * In Docker or Kubernetes, nsqlookupd hands out each nsqd's ``--broadcast-address``,
   often a name only the nsqds' own network resolves: ``addressMap`` maps it to an
