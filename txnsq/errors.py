@@ -10,7 +10,7 @@ usable connection in time; a producer's :class:`ProducerStopped` and
 compression or AUTH negotiation failed; :class:`WrongPeerError`, both a protocol and a
 handshake error, when the address is not nsqd's TCP port: an HTTP port, nsqlookupd's TCP
 port, something that is not nsqd). A connection that goes quiet is closed with
-:class:`ConnectionSilent` (nothing received for the read timeout) or
+:class:`ConnectionSilent` (no frame within its ``silence_timeout``) or
 :class:`CommandTimeout` (commands waited too long for their answer); both are
 :class:`ConnectionClosed` and ``TimeoutError``.
 
@@ -428,19 +428,18 @@ class ConnectionClosed(NSQError):
 
 
 class ConnectionSilent(ConnectionClosed, TimeoutError):
-    """The connection received nothing (no frame, not even a heartbeat) for its read
-    timeout: it is presumed dead (half-open: a dead NAT entry, a pulled cable, a frozen
-    host), closed, and reconnected like any lost connection. Commands still waiting on it
-    fail with this error; nsqd may or may not have acted on them.
+    """No frame (not even a heartbeat) completed on the connection within its
+    ``silence_timeout``: it is presumed dead (:mod:`txnsq._wire.liveness` says why),
+    closed, and reconnected like any lost connection. Commands still waiting on it fail
+    with this error; nsqd may or may not have acted on them.
     """
 
 
 class CommandTimeout(ConnectionClosed, TimeoutError):
     """Commands (a publish, say) waited for nsqd's answer longer than the connection's
-    answer timeout (a :class:`~txnsq.producer.Producer`'s ``publish_timeout``). nsqd
-    answers in order, so a connection that stopped answering cannot be trusted any more:
-    it is closed, and every command still waiting on it fails with this error (nsqd may
-    or may not have stored what they published).
+    ``command_timeout``. nsqd answers in order, so a connection that stopped answering
+    cannot be trusted any more: it is closed, and every command still waiting on it fails
+    with this error (nsqd may or may not have stored what they published).
     """
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from txnsq._api.compat import CLIENT_STATS_RENAMED, ClientStatsCompat, accepts_old_keywords
 from txnsq._wire.address import format_address
 
 __all__ = [
@@ -37,13 +38,14 @@ class LatencyPercentile:
     seconds: float
 
 
+@accepts_old_keywords(*CLIENT_STATS_RENAMED)
 @dataclass(frozen=True, slots=True)
-class ClientStats:
+class ClientStats(ClientStatsCompat):
     """One connection to nsqd, as ``/stats`` reports it (a consumer's, or a producer's
     in nsqd >= 1.3's ``producers``). Counts are since the connection was made.
 
     :ivar state: nsqd's connection state (3 = subscribed).
-    :ivar ready_count: the connection's ``RDY``.
+    :ivar rdy_count: the connection's ``RDY`` (nsqd's ``ready_count``).
     :ivar pub_counts: ``(topic, messages published)`` pairs (producers, nsqd >= 1.3).
     """
 
@@ -53,7 +55,7 @@ class ClientStats:
     remote_address: str
     user_agent: str
     state: int
-    ready_count: int
+    rdy_count: int
     in_flight_count: int
     message_count: int
     finish_count: int

@@ -127,7 +127,7 @@ class Producer(Service):
         those (addresses are read as every txnsq client reads them, see
         :func:`txnsq.blocking.parse_address`). With several, a connection is kept to
         each and publishes go to the ready ones in turn; when one fails its new
-        publishes go to the others. (Called ``addresses`` before txnsq 0.2.0.)
+        publishes go to the others.
     :param options: a :class:`~txnsq.options.ProducerOptions`, or a plain
         :class:`~txnsq.options.ConnectionOptions` (the other fields take their
         defaults); keyword arguments (``settings``) replace its fields
@@ -144,7 +144,8 @@ class Producer(Service):
         ``reconnect_policy``. Available as :attr:`options`. The keywords of txnsq 0.1
         (``identify``, ``timeout``, ``retry``, ``retry_policy`` (a ``RetryPolicy`` or
         any ``policy(attempt) -> seconds``), ``publish_timeout``, ``addresses``) still
-        work, with a :class:`DeprecationWarning`, until 0.4.0.
+        work, with a :class:`DeprecationWarning`, until 0.4.0 (a setting given its
+        new name too takes that one).
     :param reactor: provides ``IReactorTCP`` and ``IReactorTime`` (the global reactor
         when ``None``).
     :param endpoint_factory: ``(reactor, host, port) -> IStreamClientEndpoint`` to
@@ -190,7 +191,7 @@ class Producer(Service):
         on_publish_error: ErrorHandler | None = None,
         **settings: Any,
     ) -> None:
-        addresses, policy = fold_producer_keywords(nsqd_tcp_addresses, settings)
+        addresses, policy = fold_producer_keywords(nsqd_tcp_addresses, settings, options)
         self.options = opts = client_options(ProducerOptions, Producer, options, settings)
         if addresses is None:
             raise TypeError("Producer() missing its nsqd address: Producer('127.0.0.1:4150')")
