@@ -69,6 +69,7 @@ from twisted.web.iweb import (
 from zope.interface import implementer
 
 from txnsq._twisted.endpoints import UnixSocketEndpoint
+from txnsq._twisted.reactor import given_or_global
 from txnsq._twisted.wrongport import lookupd_wrong_port
 from txnsq._wire import admin
 from txnsq._wire.address import NSQD_HTTP_PORT, NSQLOOKUPD_HTTP_PORT
@@ -266,11 +267,7 @@ class _AdminClient:
             timeout=timeout,
             max_response_size=max_response_size,
         )
-        if reactor is None:
-            from twisted.internet import reactor as _global_reactor
-
-            reactor = _global_reactor
-        assert reactor is not None
+        reactor = given_or_global(reactor)
         self._reactor: IReactorTime = reactor
         self._pool: HTTPConnectionPool | None = None
         if agent is None:

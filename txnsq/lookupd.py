@@ -41,6 +41,7 @@ from twisted.python.failure import Failure
 from twisted.web.client import ResponseFailed, ResponseNeverReceived
 from twisted.web.iweb import IAgent
 
+from txnsq._twisted.reactor import given_or_global
 from txnsq._wire.admin import LookupResult
 from txnsq._wire.lookup import (
     DEFAULT_LOOKUPD_POLL_INTERVAL,
@@ -178,11 +179,7 @@ class LookupdPoller:
             raise ValueError("min_repoll_interval must not be negative")
         if stale_after is None:
             stale_after = STALE_POLLS * poll_interval
-        if reactor is None:
-            from twisted.internet import reactor as _global_reactor
-
-            reactor = _global_reactor
-        assert reactor is not None
+        reactor = given_or_global(reactor)
         self._reactor: IReactorTime = reactor
         self._lookupds = [
             _Lookupd(

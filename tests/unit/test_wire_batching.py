@@ -151,6 +151,28 @@ class QueueTests(SynchronousTestCase):
         self.assertEqual(q.times, sorted(q.times))
         self.assertEqual(q.body_bytes, 6)
 
+    def test_a_batch_put_back_unsent_stays_behind_failed_older_ones(self) -> None:
+        # Two batches sent; the third found its connection closing and came back unsent
+        # before the two failed: they are older, so they go in front of it.
+        q = queue([b"1", b"2", b"3", b"4", b"5", b"6"], max_count=2)
+        first, second, third = q.take(), q.take(), q.take()
+        q.untake(*third)
+        self.assertEqual(q.in_flight, 2)
+        q.requeue(*first)
+        q.requeue(*second)
+        self.assertEqual(q.tokens, ["t0", "t1", "t2", "t3", "t4", "t5"])
+        self.assertEqual(q.body_bytes, 6)
+
+    def test_a_requeued_batch_put_back_unsent_keeps_its_place(self) -> None:
+        q = queue([b"1", b"2", b"3"], max_count=1)
+        first = q.take()
+        q.requeue(*first, one_by_one=True)
+        again = q.take()
+        q.untake(*again)  # still in front, and still alone
+        q.requeue(*q.take())
+        self.assertEqual(q.tokens, ["t0", "t1", "t2"])
+        self.assertEqual([q.take()[1] for _ in range(3)], [["t0"], ["t1"], ["t2"]])
+
     def test_requeue_one_by_one(self) -> None:
         q = queue([b"1", b"2", b"3"])
         batch = q.take()

@@ -59,6 +59,7 @@ from txnsq._twistd.service import (
     stats_service,
 )
 from txnsq._twisted.endpoints import EndpointFactory
+from txnsq._twisted.reactor import given_or_global
 from txnsq._wire import commands
 from txnsq._wire.address import (
     check_address_map,
@@ -584,10 +585,7 @@ def makeService(
     :raises HandlerSetupError: (a ``SystemExit``) when ``--handler-factory`` raises or
         returns something that is not a handler.
     """
-    if reactor is None:
-        from twisted.internet import reactor as global_reactor
-
-        reactor = global_reactor
+    reactor = given_or_global(reactor)
     printer: BodyPrinter | None = None
     handler: Callable[..., Any] | None = options["handler_callable"]
     handler_service: IService | None = options["handler_service"]

@@ -179,6 +179,7 @@ class BatchQueue(Generic[T]):
     __slots__ = (
         "_front",
         "_singles",
+        "_taken",
         "bodies",
         "body_bytes",
         "in_flight",
@@ -217,6 +218,8 @@ class BatchQueue(Generic[T]):
         # place in front of newer ones), and how many of those must go one by one.
         self._front = 0
         self._singles = 0
+        # How many of the batch last taken were of those two (see untake).
+        self._taken = (0, 0)
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -278,10 +281,27 @@ class BatchQueue(Generic[T]):
             times = self.times[:n]
             del bodies[:n], self.tokens[:n], self.times[:n]
             self.body_bytes -= sum(map(len, taken))
-        if self._front:
-            self._front = max(0, self._front - n)
-            self._singles = max(0, self._singles - n)
+        front, singles = self._front, self._singles
+        self._taken = (min(n, front), min(n, singles))
+        if front:
+            self._front = max(0, front - n)
+            self._singles = max(0, singles - n)
         return taken, tokens, times
+
+    def untake(self, bodies: list[bytes], tokens: list[T], times: list[float]) -> None:
+        """Put back the batch :meth:`take` just returned, unsent (its connection would not
+        take it): at the head, as if it had never been taken. Unlike :meth:`requeue`, it
+        does not join the publishes that came back from refused batches: those that
+        fail later were taken before it, so they go in front of it."""
+        self.bodies[:0] = bodies
+        self.tokens[:0] = tokens
+        self.times[:0] = times
+        self.body_bytes += sum(map(len, bodies))
+        front, singles = self._taken
+        self._front += front
+        self._singles += singles
+        self._taken = (0, 0)
+        self.answered()
 
     def _cut(self, limit: int | None) -> int:
         """How many messages from the head make the next batch: :func:`mpub_cut`, and

@@ -67,11 +67,11 @@ from __future__ import annotations
 import enum
 import math
 import random as _random
-from collections import deque
 from collections.abc import Hashable, Iterable, Iterator
 from typing import Final, Generic, NamedTuple, TypeVar
 
 from txnsq._wire.backoff import BackoffStep
+from txnsq._wire.rdy_record import ConnRdy, RecentMin, waits_for_rdy
 
 __all__ = [
     "DEFAULT_LOW_RDY_IDLE_TIMEOUT",
@@ -110,8 +110,6 @@ QUIET_DELAYS: Final = 4
 MIN_QUIET_TIME: Final = 0.05
 #: The quiet time, in seconds, until a delay was measured.
 INITIAL_QUIET_TIME: Final = 1.0
-#: How many recent delays the shortest is taken from (so that it follows a slower path).
-_DELAY_SAMPLES: Final = 8
 
 K = TypeVar("K", bound=Hashable)
 
@@ -132,72 +130,6 @@ class RdyMode(enum.Enum):
     BACKOFF = "backoff"
     #: Testing the waters after a backoff window: RDY 1 on one connection only.
     TESTING = "testing"
-
-
-class _RecentMin:
-    """The shortest of the last few delays measured."""
-
-    __slots__ = ("_samples", "value")
-
-    def __init__(self) -> None:
-        self._samples: deque[float] = deque(maxlen=_DELAY_SAMPLES)
-        self.value: float | None = None
-
-    def add(self, seconds: float) -> None:
-        self._samples.append(seconds)
-        self.value = min(self._samples)
-
-
-class _Conn(Generic[K]):
-    """What the controller knows about one connection."""
-
-    __slots__ = (
-        "ceiling",
-        "ceiling_until",
-        "delays",
-        "ended_quiet",
-        "granted_at",
-        "held",
-        "in_flight",
-        "judged",
-        "key",
-        "last_message_at",
-        "max_rdy_count",
-        "messages",
-        "quiet_count",
-        "quiet_since",
-        "rdy",
-        "rdy_since",
-        "turn_ended_at",
-    )
-
-    def __init__(self, key: K, max_rdy_count: int) -> None:
-        self.key = key
-        self.max_rdy_count = max_rdy_count
-        self.rdy = 0  # the RDY value last sent
-        self.held = 0  # a raise not granted yet for lack of room (0: none)
-        self.ceiling = 0  # what nsqd may still have sent after a lowering (0: none)
-        self.ceiling_until = 0.0  # when that stops counting
-        self.in_flight = 0
-        self.messages = 0  # messages received on this connection so far
-        self.last_message_at: float | None = None
-        self.rdy_since: float | None = None  # when rdy last went from 0 to positive
-        # -- where the messages are (low-RDY mode)
-        self.granted_at: float | None = None  # RDY 1 given, no message since
-        self.delays = _RecentMin()  # from RDY 1 given to the first message
-        # Seen holding RDY with room for a message at quiet_since, and no message since
-        # as long as messages == quiet_count; judged: its quiet time had run out at an
-        # earlier call of redistribute().
-        self.quiet_since: float | None = None
-        self.quiet_count = 0
-        self.judged = False
-        self.turn_ended_at: float | None = None  # when its RDY last went to 0
-        self.ended_quiet = False  # ...because it was empty
-
-    def last_activity(self) -> float:
-        """The later of the last message and the last grant of RDY; -inf when neither."""
-        times = [t for t in (self.last_message_at, self.rdy_since) if t is not None]
-        return max(times) if times else float("-inf")
 
 
 class RdyController(Generic[K]):
@@ -249,13 +181,13 @@ class RdyController(Generic[K]):
             raise ValueError("settle_time must not be negative")
         self._settle_time = float(settle_time)
         self._rng = rng if rng is not None else _random.Random()
-        self._conns: dict[K, _Conn[K]] = {}
-        self._held: dict[K, _Conn[K]] = {}  # connections with a raise held back
+        self._conns: dict[K, ConnRdy[K]] = {}
+        self._held: dict[K, ConnRdy[K]] = {}  # connections with a raise held back
         self._now = 0.0  # the latest time a caller passed in
         self._total_rdy = 0
         self._mode = RdyMode.NORMAL
         self._tester: K | None = None
-        self._delays = _RecentMin()  # every connection's delays to a first message
+        self._delays = RecentMin()  # every connection's delays to a first message
         self._redistribute_at = math.inf
 
     # -- read-only view ------------------------------------------------------------------
@@ -395,7 +327,7 @@ class RdyController(Generic[K]):
             if max_rdy_count < 0:
                 raise ValueError(f"max_rdy_count must not be negative, not {max_rdy_count}")
         for key, max_rdy_count in new:
-            self._conns[key] = _Conn(key, max_rdy_count)
+            self._conns[key] = ConnRdy(key, max_rdy_count)
         return self._rebalance(now)
 
     def remove_connection(self, key: K, now: float) -> list[RdyUpdate[K]]:
@@ -443,7 +375,7 @@ class RdyController(Generic[K]):
             return self._first_messages(conn, count, now)
         return []
 
-    def _first_messages(self, conn: _Conn[K], count: int, now: float) -> list[RdyUpdate[K]]:
+    def _first_messages(self, conn: ConnRdy[K], count: int, now: float) -> list[RdyUpdate[K]]:
         """The first messages since ``conn`` was given RDY 1: how long they took."""
         if count == 0 or conn.granted_at is None:  # (no message: nothing to time)
             return []
@@ -533,7 +465,9 @@ class RdyController(Generic[K]):
         testing = self._mode is RdyMode.TESTING
         givers, due = self._survey(now, busy_too=not testing)
         if givers:
-            takers = sum(1 for c in self._conns.values() if _waits(c) and self._eligible(c, now))
+            takers = sum(
+                1 for c in self._conns.values() if waits_for_rdy(c) and self._eligible(c, now)
+            )
             if len(givers) > takers:
                 # Kept for lack of takers: look again when one is due for a visit.
                 due = min(due, self._next_visit(now))
@@ -590,20 +524,20 @@ class RdyController(Generic[K]):
 
     # -- where the messages are ----------------------------------------------------------
 
-    def _quiet_time(self, c: _Conn[K] | None) -> float:
+    def _quiet_time(self, c: ConnRdy[K] | None) -> float:
         delay = c.delays.value if c is not None else None
         if delay is None:
             delay = self._delays.value
         quiet = INITIAL_QUIET_TIME if delay is None else max(MIN_QUIET_TIME, QUIET_DELAYS * delay)
         return min(quiet, self._idle_timeout)
 
-    def _survey(self, now: float, busy_too: bool) -> tuple[list[_Conn[K]], float]:
+    def _survey(self, now: float, busy_too: bool) -> tuple[list[ConnRdy[K]], float]:
         """Look at the connections holding RDY: those that may give it up (the empty
         ones first, then, with ``busy_too``, those holding it for ``low_rdy_timeout``,
         longest first), and when to look again."""
         due = math.inf
-        empty: list[_Conn[K]] = []
-        held_long: list[_Conn[K]] = []
+        empty: list[ConnRdy[K]] = []
+        held_long: list[ConnRdy[K]] = []
         for c in self._conns.values():
             if c.rdy == 0:
                 continue
@@ -631,7 +565,7 @@ class RdyController(Generic[K]):
         held_long.sort(key=lambda c: c.rdy_since or 0.0)
         return empty + held_long, due
 
-    def _eligible(self, c: _Conn[K], now: float) -> bool:
+    def _eligible(self, c: ConnRdy[K], now: float) -> bool:
         """Whether ``c`` (waiting) may be visited: not found empty lately, or something
         came from it since."""
         return not (
@@ -641,11 +575,11 @@ class RdyController(Generic[K]):
             and now < c.turn_ended_at + self._revisit
         )
 
-    def _waiting(self, now: float) -> list[_Conn[K]]:
+    def _waiting(self, now: float) -> list[ConnRdy[K]]:
         """The connections without RDY that could take some, in the order they get it:
         those that never had RDY, then by the end of their last turn, oldest first;
         those found empty lately last (ties in random order)."""
-        waiting = [c for c in self._conns.values() if _waits(c)]
+        waiting = [c for c in self._conns.values() if waits_for_rdy(c)]
         self._rng.shuffle(waiting)
         waiting.sort(
             key=lambda c: (
@@ -700,7 +634,7 @@ class RdyController(Generic[K]):
             if (c.rdy > 0 or c.held > 0) and c.max_rdy_count > 0 and c.key not in displaced
         ]
         if len(keep) > slots:
-            keep.sort(key=_Conn.last_activity, reverse=True)
+            keep.sort(key=ConnRdy.last_activity, reverse=True)
             del keep[slots:]
         room = slots - len(keep)
         if room > 0:
@@ -718,7 +652,7 @@ class RdyController(Generic[K]):
     ) -> list[RdyUpdate[K]]:
         self._now = now
         lower: list[RdyUpdate[K]] = []
-        raise_: list[_Conn[K]] = []
+        raise_: list[ConnRdy[K]] = []
         self._held.clear()
         for k, c in self._conns.items():
             target = targets[k]
@@ -759,7 +693,7 @@ class RdyController(Generic[K]):
         return self._max_in_flight - used
 
     @staticmethod
-    def _cap(c: _Conn[K], now: float) -> int:
+    def _cap(c: ConnRdy[K], now: float) -> int:
         cap = c.rdy if c.rdy >= c.in_flight else c.in_flight
         if c.ceiling > cap:
             if now < c.ceiling_until:
@@ -767,7 +701,7 @@ class RdyController(Generic[K]):
             c.ceiling = 0
         return cap
 
-    def _grant(self, conns: list[_Conn[K]], now: float, partial_step: bool) -> list[RdyUpdate[K]]:
+    def _grant(self, conns: list[ConnRdy[K]], now: float, partial_step: bool) -> list[RdyUpdate[K]]:
         """Raise ``conns`` towards their ``held`` targets within the room left; keep
         what does not fit held. With ``partial_step``, a partial raise is only sent when
         it is at least a quarter of the target (full raises always are)."""
@@ -793,7 +727,7 @@ class RdyController(Generic[K]):
                 self._held[c.key] = c
         return updates
 
-    def _turn_starts(self, c: _Conn[K], rdy: int, now: float) -> None:
+    def _turn_starts(self, c: ConnRdy[K], rdy: int, now: float) -> None:
         """``c`` goes from RDY 0 to ``rdy``: time its first message (at RDY 1 nsqd
         flushes it at once) and watch it for quiet from now."""
         c.rdy_since = now
@@ -807,11 +741,6 @@ class RdyController(Generic[K]):
         if self._room(now) <= 0:
             return []
         return self._grant(list(self._held.values()), now, partial_step=partial_step)
-
-
-def _waits(c: _Conn[K]) -> bool:
-    """Whether ``c`` has no RDY (given or held) and could take some."""
-    return c.rdy == 0 and c.held == 0 and c.max_rdy_count > 0
 
 
 def _check_max_in_flight(value: int) -> None:

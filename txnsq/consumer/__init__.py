@@ -5,7 +5,8 @@ The package's parts, one job each: ``_consumer`` (the :class:`Consumer` itself: 
 nsqds, found in a list or through nsqlookupd, its graceful stop), ``_session`` (one
 connection's messages: the per-message path), ``_results`` (the handler's failures and
 its results that come later), ``_batches`` (a batch handler's lists of messages),
-``_flow`` (RDY and backoff on timers), ``_dead_letters``
+``_flow`` (RDY and backoff on timers), ``_handlers`` (the handler checked, traced
+and given threads), ``_dead_letters``
 (messages given up on), ``_threads`` (blocking handlers in threads), ``_aio``
 (coroutine handlers on the asyncio reactor) and ``_tracing`` (the traced handler,
 imported only with ``tracing=``).

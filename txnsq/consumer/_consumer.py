@@ -14,12 +14,12 @@ rest is in private modules, one job each:
   gathered into lists, and each list answered from the handler's result;
 - :mod:`txnsq.consumer._flow`: RDY and backoff (the pure rules of :mod:`txnsq._wire.rdy` and
   :mod:`txnsq._wire.backoff` driven on timers);
-- :mod:`txnsq.consumer._dead_letters`: messages given up on, and their dead letters.
+- :mod:`txnsq.consumer._dead_letters`: messages given up on, and their dead letters;
+- :mod:`txnsq.consumer._handlers`: the user's handler checked, traced and given threads.
 """
 
 from __future__ import annotations
 
-import inspect
 import random
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -31,8 +31,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from txnsq._twisted.endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
+from txnsq._twisted.reactor import given_or_global
 from txnsq._twisted.service import NSQDService
-from txnsq._wire import commands
 from txnsq._wire.address import map_address
 from txnsq._wire.backoff import requeue_delay
 from txnsq._wire.deadletter import DeadLetter
@@ -40,9 +40,15 @@ from txnsq.consumer._aio import asyncio_loop
 from txnsq.consumer._batches import Batches, BatchHandler
 from txnsq.consumer._dead_letters import DeadLetterPublisher, GiveUp
 from txnsq.consumer._flow import Flow
+from txnsq.consumer._handlers import (
+    Handler,
+    check_arguments,
+    handler_threads,
+    traced,
+    traced_batches,
+)
 from txnsq.consumer._results import HandlerResults
 from txnsq.consumer._session import NSQDState, Session, SessionFlags
-from txnsq.consumer._threads import HandlerThreads
 from txnsq.errors import CommandTimeout, NotReady, NSQError, WrongPeerError
 from txnsq.message import Message
 from txnsq.observers import ConsumerCounters, IConsumerObserver
@@ -62,96 +68,15 @@ __all__ = [
     "Handler",
 ]
 
-#: A message handler: returns ``True``/``None`` (finish), ``False`` (requeue), a Deferred
-#: or coroutine of those, or raises (requeue with backoff).
-Handler = Callable[[Message], Any]
-
 #: The per-nsqd counters Consumer.stats() also sums.
 _TOTALS: Final = tuple(ConsumerCounters.__annotations__)
 #: What an nsqd's record counts, kept for the life of the consumer.
 _KEPT: Final = (*(k for k in _TOTALS if k not in ("in_flight", "rdy")), "connects")
 
 
-def _check_arguments(
-    topic: str,
-    channel: str,
-    handler: Handler | None,
-    batch_handler: BatchHandler | None,
-    nsqd_tcp_addresses: Sequence[NSQDAddress],
-    lookupd_http_addresses: Sequence[str],
-) -> None:
-    """Check what a :class:`Consumer` is given besides its options.
-
-    :raises ValueError, TypeError: naming the argument that is wrong.
-    """
-    commands.validate_topic_name(topic)
-    commands.validate_channel_name(channel)
-    if handler is None and batch_handler is None:
-        raise TypeError(
-            "Consumer needs a handler (called with each message) or a batch_handler "
-            "(called with a list of messages)"
-        )
-    if handler is not None and batch_handler is not None:
-        raise TypeError(
-            "give handler (called with each message) or batch_handler (called with a "
-            "list of messages), not both"
-        )
-    if handler is not None and not callable(handler):
-        raise TypeError("handler must be callable")
-    if batch_handler is not None and not callable(batch_handler):
-        raise TypeError("batch_handler must be callable")
-    if isinstance(nsqd_tcp_addresses, str) or isinstance(lookupd_http_addresses, str):
-        raise TypeError("addresses must be given as a list")
-    if not nsqd_tcp_addresses and not lookupd_http_addresses:
-        raise ValueError("give nsqd_tcp_addresses or lookupd_http_addresses (or both)")
-
-
 def _sub_timed_out(result: object, timeout: float) -> NoReturn:
     """SUB's ``addTimeout`` ended it: say so in words (not ``(3.0, 'Deferred')``)."""
     raise CommandTimeout(f"SUB not answered within {timeout:g} s (handshake_timeout)")
-
-
-def _reactor_or_global(reactor: Any) -> Any:
-    """``reactor``, or the global reactor for ``None`` (imported only then, so that
-    making a consumer with a reactor of its own installs none)."""
-    if reactor is None:
-        from twisted.internet import reactor as global_reactor
-
-        reactor = global_reactor
-    return reactor
-
-
-def _traced(handler: Handler, topic: str, channel: str, tracing: Tracing) -> Handler:
-    """``handler`` with a span per message (the tracing module is imported only for it)."""
-    from txnsq.consumer._tracing import trace_handler
-
-    return trace_handler(handler, topic, channel, tracing)
-
-
-def _traced_batches(
-    handler: BatchHandler, topic: str, channel: str, tracing: Tracing
-) -> BatchHandler:
-    """``handler`` with a span per batch (the tracing module is imported only for it)."""
-    from txnsq.consumer._tracing import trace_batch_handler
-
-    return trace_batch_handler(handler, topic, channel, tracing)
-
-
-def _handler_threads(
-    handler: Handler | BatchHandler, threads: int, reactor: Any, topic: str, channel: str
-) -> HandlerThreads | None:
-    """The thread pool that runs ``handler`` (``handler_threads``), if any.
-
-    :raises ValueError: for an ``async def`` handler, which cannot run in a thread.
-    """
-    if not threads:
-        return None
-    if inspect.iscoroutinefunction(handler):
-        raise ValueError(
-            "handler_threads runs a blocking function in threads; an async def "
-            "handler runs on the reactor thread (leave handler_threads at 0)"
-        )
-    return HandlerThreads(reactor, threads, f"txnsq-{topic}/{channel}")
 
 
 class _SessionOwner:
@@ -331,14 +256,14 @@ class Consumer(Service):
     ) -> None:
         # Unknown keywords first: a misspelt address keyword must be named as such.
         self.options = opts = client_options(ConsumerOptions, Consumer, options, settings)
-        _check_arguments(
+        check_arguments(
             topic, channel, handler, batch_handler, nsqd_tcp_addresses, lookupd_http_addresses
         )
         if batch_handler is not None:
             check_batch_options(opts)
         self.topic = topic
         self.channel = channel
-        self._reactor = reactor = _reactor_or_global(reactor)
+        self._reactor = reactor = given_or_global(reactor)
         self._rng = rng or random.Random()
         self._endpoint_factory = endpoint_factory
         # The static nsqds, by label; lookupd's are read when listed.
@@ -347,7 +272,7 @@ class Consumer(Service):
         self._nsqds: dict[str, NSQDState] = {}
         self._handler = handler
         if handler is not None and tracing is not None:
-            self._handler = _traced(handler, topic, channel, tracing)
+            self._handler = traced(handler, topic, channel, tracing)
         self._observers: list[IConsumerObserver] = list(observers)
         self._give_ups = GiveUp(
             topic,
@@ -373,7 +298,7 @@ class Consumer(Service):
         )
         given = handler if handler is not None else batch_handler
         assert given is not None
-        self._threads = _handler_threads(given, opts.handler_threads, reactor, topic, channel)
+        self._threads = handler_threads(given, opts.handler_threads, reactor, topic, channel)
         self._max_attempts = opts.max_attempts
         self._flags = SessionFlags()
         self._flow = Flow(
@@ -386,7 +311,7 @@ class Consumer(Service):
         self._batches: Batches | None = None
         if batch_handler is not None:
             if tracing is not None:
-                batch_handler = _traced_batches(batch_handler, topic, channel, tracing)
+                batch_handler = traced_batches(batch_handler, topic, channel, tracing)
             self._batches = Batches(
                 batch_handler,
                 opts,

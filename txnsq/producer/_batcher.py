@@ -234,8 +234,7 @@ class Batcher:
         try:
             inner = send(_publish_batch(self.topic, bodies))
         except NotReady:
-            queue.answered()
-            queue.requeue(bodies, tokens, times)
+            queue.untake(bodies, tokens, times)
             return False
         n = len(bodies)
         state = self.state

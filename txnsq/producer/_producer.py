@@ -50,6 +50,7 @@ from twisted.python.failure import Failure
 
 from txnsq._api.compat import fold_producer_keywords
 from txnsq._twisted.endpoints import EndpointFactory, NSQDAddress, nsqd_targets
+from txnsq._twisted.reactor import given_or_global
 from txnsq._twisted.wrongport import WrongPeers
 from txnsq._wire import commands
 from txnsq._wire.batching import BATCH_SIZE_BOUNDS
@@ -195,11 +196,7 @@ class Producer(Service):
         self.options = opts = client_options(ProducerOptions, Producer, options, settings)
         if addresses is None:
             raise TypeError("Producer() missing its nsqd address: Producer('127.0.0.1:4150')")
-        if reactor is None:
-            from twisted.internet import reactor as global_reactor
-
-            reactor = global_reactor
-        self._reactor = reactor
+        self._reactor = reactor = given_or_global(reactor)
         self._retry_policy = policy if policy is not None else opts.reconnect_policy.policy(rng)
         self._addresses = nsqd_targets(
             addresses,
