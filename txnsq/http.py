@@ -3,8 +3,8 @@
 :class:`NSQDHTTPClient` publishes over HTTP, reads ``/stats`` and creates, deletes,
 empties, pauses and unpauses topics and channels; :class:`LookupdHTTPClient` asks
 nsqlookupd what it knows and creates, deletes and tombstones topics. Every call returns a
-Deferred that fires with a typed value (frozen dataclasses from
-:mod:`txnsq._wire.admin`, such as :class:`NSQDStats`) or fails with a named error:
+:class:`~twisted.internet.defer.Deferred` that fires with a typed value (the frozen
+dataclasses below, such as :class:`NSQDStats`) or fails with a named error:
 
 - :class:`~txnsq.errors.NSQHTTPError` when the server answers with an error
   (:class:`~txnsq.errors.TopicNotFound` and :class:`~txnsq.errors.ChannelNotFound` for a
@@ -16,23 +16,15 @@ Deferred that fires with a typed value (frozen dataclasses from
   ``timeout`` seconds: no Deferred waits for ever.
 
 Arguments (topic and channel names, bodies, delays) are checked before anything is sent
-and raise ``TypeError``/``ValueError`` at once. Requests and parsing are those of
-:mod:`txnsq._wire.admin`, shared with the blocking twins in :mod:`txnsq.blocking`; this
-module only does the I/O.
+and raise :exc:`TypeError` or :exc:`ValueError` at once. The blocking twins in
+:mod:`txnsq.blocking` send the same requests, read the answers into the same values and
+fail with the same errors.
 
 TLS uses the same :class:`~txnsq.tls_options.TLSOptions` as the TCP clients: pass
 ``tls=`` (a bare ``host:port`` then means HTTPS; nsqd serves it on ``--https-address``),
 or an ``https://`` URL (checked against the system's trust store unless ``tls`` says
-otherwise). :func:`https_policy` turns TLS options into what Twisted's ``Agent`` takes,
-for callers that build their own agent.
-
-Example::
-
-    client = NSQDHTTPClient("127.0.0.1:4151")
-    stats = await client.stats(topic="events")
-    channel = stats.channel("events", "archive")
-    print(channel.depth, channel.in_flight_count)
-    await client.close()
+otherwise). :func:`https_policy` turns TLS options into what Twisted's
+:class:`~twisted.web.client.Agent` takes, for callers that build their own agent.
 """
 
 from __future__ import annotations
@@ -411,6 +403,21 @@ def _describe(failure: Failure) -> str:
 class NSQDHTTPClient(_AdminClient):
     """A client of one nsqd's HTTP API (``--http-address``, or ``--https-address``).
 
+    ::
+
+        from twisted.internet.task import react
+        from txnsq.http import NSQDHTTPClient
+
+        async def main(reactor):
+            client = NSQDHTTPClient("127.0.0.1:4151")
+            await client.publish("events", b"hello")
+            stats = await client.stats(topic="events")
+            for channel in stats.topic("events").channels:
+                print(channel.name, channel.depth, channel.in_flight_count)
+            await client.close()  # the connections it kept open
+
+        react(main)
+
     :param address: ``"host:port"`` (port 4151 when left out), ``"[v6addr]:port"``, a
         ``(host, port)`` pair, or an ``http://`` / ``https://`` URL (which may carry a
         path prefix, for a reverse proxy).
@@ -420,7 +427,9 @@ class NSQDHTTPClient(_AdminClient):
         answer; then it fails with :class:`~txnsq.errors.HTTPTimeoutError`.
     :param max_response_size: the largest answer read, in bytes; a larger one fails with
         :class:`~txnsq.errors.ResponseTooLarge`.
-    :param reactor: the reactor (default: the global one).
+    :param reactor: provides :class:`~twisted.internet.interfaces.IReactorTime` and
+        :class:`~twisted.internet.interfaces.IReactorTCP`; the global reactor when
+        ``None``.
     :param agent: an :class:`~twisted.web.iweb.IAgent` to send requests with instead of
         the client's own (which keeps connections open for reuse until
         :meth:`~NSQDHTTPClient.close`).
@@ -519,9 +528,22 @@ class NSQDHTTPClient(_AdminClient):
 
 
 class LookupdHTTPClient(_AdminClient):
-    """A client of one nsqlookupd's HTTP API.
+    """A client of one nsqlookupd's HTTP API. Its parameters are
+    :class:`NSQDHTTPClient`'s; the default port is 4161.
 
-    Parameters as for :class:`NSQDHTTPClient`; the default port is 4161.
+    ::
+
+        from twisted.internet.task import react
+        from txnsq.http import LookupdHTTPClient
+
+        async def main(reactor):
+            client = LookupdHTTPClient("127.0.0.1:4161")
+            result = await client.lookup("events")  # TopicNotFound if it has none
+            for producer in result.producers:
+                print(producer.tcp_address)  # what a consumer dials
+            await client.close()
+
+        react(main)
     """
 
     _default_port = NSQLOOKUPD_HTTP_PORT
