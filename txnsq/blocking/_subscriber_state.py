@@ -131,27 +131,36 @@ class ConnectionState:
     )
 
     def __init__(self, conn: SubscriberConnection) -> None:
-        #: The connection (the I/O thread's: not for callers).
+        # Only address and alive are for callers: the rest is the I/O thread's, and left
+        # out of the reference (":meta private:").
+        # The connection.
+        #: :meta private:
         self.conn = conn
         #: The nsqd's address, ``"host:port"`` (or ``"unix:/path"``).
         self.address = conn.address
-        #: The connection's socket, for the I/O thread's selector (-1 until it adopts it).
+        # The connection's socket, for the I/O thread's selector (-1 until it adopts it).
+        #: :meta private:
         self.fd = -1
         #: ``False`` once the connection is lost or closed: messages taken from it can no
         #: longer be answered (nsqd redelivers them).
         self.alive = True
-        #: When the connection counts as silent, on the subscriber's clock (from when the
-        #: I/O thread adopts it; ``None`` before).
+        # When the connection counts as silent, on the subscriber's clock (from when the
+        # I/O thread adopts it; None before).
+        #: :meta private:
         self.liveness: Liveness | None = None
-        #: Message id -> time of delivery (the subscriber's clock), for TOUCH and close.
+        # Message id -> time of delivery (the subscriber's clock), for TOUCH and close.
+        #: :meta private:
         self.inflight: dict[bytes, float] = {}
-        #: The RDY last sent on it.
+        # The RDY last sent on it.
+        #: :meta private:
         self.rdy = 0
-        #: Whether a message past the cutoff (:meth:`~txnsq.blocking.Subscriber.set_cutoff`)
-        #: came: RDY 0 from then on.
+        # Whether a message past the cutoff (Subscriber.set_cutoff) came: RDY 0 from then
+        # on.
+        #: :meta private:
         self.paused = False
-        #: Whether the subscriber has logged that messages on it are in flight past
-        #: nsqd's ``--max-msg-timeout`` (once per connection).
+        # Whether the subscriber has logged that messages on it are in flight past nsqd's
+        # --max-msg-timeout (once per connection).
+        #: :meta private:
         self.warned_old = False
 
     def __repr__(self) -> str:
