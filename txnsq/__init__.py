@@ -10,7 +10,6 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from txnsq._api.deprecate import warn_deprecated
 from txnsq._version import __version__
 
 if TYPE_CHECKING:
@@ -50,15 +49,6 @@ _LAZY = {
     "TLSOptions": "txnsq.tls_options",
 }
 
-#: Deprecated names: still importable, with a DeprecationWarning naming the replacement.
-_DEPRECATED = {
-    "IdentifyOptions": (
-        "txnsq._wire.identify",
-        "the seconds fields of txnsq.ConnectionOptions (heartbeat_interval, msg_timeout, "
-        "compression, client_id, ...)",
-    ),
-}
-
 __all__ = [
     "BatchHandler",
     "ConnectionOptions",
@@ -85,13 +75,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _DEPRECATED:
-        where, replacement = _DEPRECATED[name]
-        warn_deprecated(f"txnsq.{name}", replacement)
-        return getattr(import_module(where), name)  # not cached: each use warns
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'txnsq' has no attribute {name!r}")
+        from txnsq._api.compat import module_attribute
+
+        return module_attribute(__name__, name)  # an old name, or AttributeError
     value = getattr(import_module(module), name)
     globals()[name] = value
     return value

@@ -10,7 +10,7 @@ usable connection in time; a producer's :class:`ProducerStopped` and
 compression or AUTH negotiation failed; :class:`WrongPeerError`, both a protocol and a
 handshake error, when the address is not nsqd's TCP port: an HTTP port, nsqlookupd's TCP
 port, something that is not nsqd). A connection that goes quiet is closed with
-:class:`ConnectionSilent` (no frame received within its silence bound) or
+:class:`ConnectionSilent` (no frame received within its ``silence_timeout``) or
 :class:`CommandTimeout` (commands waited too long for their answer); both are
 :class:`ConnectionClosed` and ``TimeoutError``.
 
@@ -433,11 +433,12 @@ class ConnectionClosed(NSQError):
 
 
 class ConnectionSilent(ConnectionClosed, TimeoutError):
-    """The connection received no complete frame (not even a heartbeat) for its silence
-    bound (``silence_timeout``: about two heartbeat intervals): it is presumed dead
-    (half-open: a dead NAT entry, a pulled cable, a frozen host), closed, and reconnected
-    like any lost connection. Commands still waiting on it fail with this error; nsqd may
-    or may not have acted on them.
+    """No frame (not even a heartbeat) completed on the connection within its
+    ``silence_timeout`` (:class:`~txnsq.options.ConnectionOptions`; by default a little
+    more than two heartbeat intervals, :doc:`/explanation/failure-detection` says why):
+    it is presumed dead (half-open: a dead NAT entry, a pulled cable, a frozen host),
+    closed, and reconnected like any lost connection. Commands still waiting on it fail
+    with this error; nsqd may or may not have acted on them.
     """
 
 

@@ -366,7 +366,7 @@ class _AdminClient:
                 f"{method} {url}: no connection within {self._config.timeout:g} s", failure
             )
         named = lookupd_wrong_port(failure, self.base_url, self._meant)
-        if named is not failure:  # an NSQ TCP port where an HTTP address goes (issue 24)
+        if named is not failure:  # an NSQ TCP port where an HTTP address goes
             return named
         if isinstance(error, _TRANSPORT_FAILURES):
             raise HTTPConnectionError(f"{method} {url}: {_describe(failure)}", failure)

@@ -85,16 +85,9 @@ _EXPECTED_FAILURES: Final = (
 
 
 def __getattr__(name: str) -> Any:
-    if name == "LookupdHTTPError":
-        from txnsq._api.deprecate import warn_deprecated
-        from txnsq.errors import NSQHTTPError
+    from txnsq._api.compat import module_attribute
 
-        warn_deprecated(
-            "txnsq.lookupd.LookupdHTTPError",
-            "txnsq.errors.NSQHTTPError (its status is the old code)",
-        )
-        return NSQHTTPError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return module_attribute(__name__, name)  # an old name, or AttributeError
 
 
 @dataclass(slots=True)

@@ -314,8 +314,8 @@ def answer_from_threads(message: Message, call_from_thread: Callable[..., object
     :meth:`~Message.touch` called later on another thread record the answer at once
     (a second answer raises :class:`MessageAlreadyAnswered` there) and leave the
     sending to ``call_from_thread`` (the reactor's ``callFromThread``); on the reactor
-    thread they work as before. An error sending the answer (the connection is gone)
-    is then the reactor's to log, not raised to the caller.
+    thread they send it at once, as without this call. An error sending the answer (the
+    connection is gone) is then the reactor's to log, not raised to the caller.
     """
     if not isinstance(message._owner, _ThreadSafeOwner):
         message._owner = _ThreadSafeOwner(message._owner, call_from_thread)

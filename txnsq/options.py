@@ -22,21 +22,18 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, Final, TypeVar
 
-from txnsq._api.deprecate import (
-    outside_stacklevel,
-    suggest_names,
-    unexpected_keyword,
-    warn_deprecated,
-)
+from txnsq._api import compat
+from txnsq._api.compat import ConnectionOptionsCompat, accepts_old_keywords
+from txnsq._api.deprecate import suggest_names, unexpected_keyword
 from txnsq._api.fielddocs import document_fields
+from txnsq._wire import liveness
 from txnsq._wire.address import AddressMap, check_address_map
 from txnsq._wire.batching import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_COUNT
 from txnsq._wire.deadletter import DeadLetter
 from txnsq._wire.identify import DEFAULT_USER_AGENT, IdentifyOptions
-from txnsq._wire.liveness import DEFAULT_HEARTBEATS_MISSED, DEFAULT_READ_TIMEOUT
-from txnsq._wire.liveness import read_timeout as silence_bound
+from txnsq._wire.liveness import DEFAULT_HEARTBEATS_MISSED
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq._wire.retry import DEFAULT_RETRY, RetryPolicy
 from txnsq.tls_options import TLSOptions
@@ -65,8 +62,9 @@ def _seconds_or_none_ms(value: float | None, what: str) -> int | None:
 
 @document_fields
 @suggest_names
+@accepts_old_keywords(*compat.CONNECTION_OPTIONS_OLD)
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ConnectionOptions:
+class ConnectionOptions(ConnectionOptionsCompat):
     """What every connection to nsqd needs, for every client.
 
     All times are seconds. ``None`` leaves a value to nsqd where nsqd has a default.
@@ -95,7 +93,7 @@ class ConnectionOptions:
     user_agent: str = DEFAULT_USER_AGENT
     #: Seconds between the heartbeats nsqd sends (at least 1; nsqd allows at most its
     #: ``--max-heartbeat-interval``, 60 s by default). ``None`` turns heartbeats off:
-    #: nsqd then never drops an idle connection, and ``read_timeout`` bounds silence.
+    #: nsqd then never drops an idle connection, and writes nothing to an idle one.
     heartbeat_interval: float | None = 30.0
     #: Seconds nsqd waits for a message to be finished, requeued or touched before it
     #: delivers it again (at least 1; nsqd allows at most its ``--max-msg-timeout``,
@@ -126,20 +124,21 @@ class ConnectionOptions:
     #: Seconds a sent command (PUB, MPUB, DPUB, SUB, ...) may wait for nsqd's answer;
     #: past it the connection, which can no longer be trusted to answer in order, is
     #: closed and its commands fail with :class:`~txnsq.errors.CommandTimeout`.
-    #: ``None``: only the silence bound (``heartbeats_missed``) applies.
+    #: ``None``: only the silence bound (``silence_timeout``) applies.
     command_timeout: float | None = 30.0
-    #: A connection that has received nothing (no answer, no message, no heartbeat) for
-    #: this many heartbeat intervals plus 0.5 s is dead: it is closed and reconnected.
+    #: Seconds in which a frame from nsqd must complete (an answer, a message, a
+    #: heartbeat), else the connection is presumed dead and closed (and reconnected):
+    #: see :mod:`txnsq._wire.liveness`. ``None``: ``heartbeats_missed`` heartbeat
+    #: intervals plus 0.5 s, or 60 s with heartbeats off. With heartbeats on it must be
+    #: more than ``heartbeat_interval``.
+    silence_timeout: float | None = None
+    #: With ``silence_timeout=None``: how many heartbeat intervals of silence are
+    #: tolerated (at least 1).
     heartbeats_missed: float = DEFAULT_HEARTBEATS_MISSED
-    #: The same bound in seconds when heartbeats are off (``heartbeat_interval=None``).
-    read_timeout: float = DEFAULT_READ_TIMEOUT
     #: How long to wait before reconnecting after the ``n``-th consecutive failure
     #: (failed handshakes count too): 1 s, doubling up to 60 s, each delay shortened by
     #: up to 20% at random, by default.
     reconnect_policy: RetryPolicy = DEFAULT_RETRY
-
-    #: Deprecated fields, accepted with a warning and not suggested for misspellings.
-    _deprecated_fields: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         self._check_connection()
@@ -176,8 +175,9 @@ class ConnectionOptions:
         for name in ("connect_timeout", "handshake_timeout"):
             check_number(getattr(self, name), name, positive=True)
         check_number(self.command_timeout, "command_timeout", positive=True, allow_none=True)
-        check_number(self.heartbeats_missed, "heartbeats_missed", minimum=1)
-        check_number(self.read_timeout, "read_timeout", positive=True)
+        liveness.silence_timeout(
+            self.heartbeat_interval, self.heartbeats_missed, self.silence_timeout
+        )
         if not isinstance(self.reconnect_policy, RetryPolicy):
             raise TypeError(
                 "reconnect_policy must be a RetryPolicy, not "
@@ -185,18 +185,6 @@ class ConnectionOptions:
             )
 
     # -- derived values ------------------------------------------------------------
-
-    @property
-    def silence_timeout(self) -> float:
-        """Seconds of silence after which a connection with these options is dead:
-        ``heartbeats_missed`` heartbeat intervals plus 0.5 s, or ``read_timeout``
-        without heartbeats."""
-        interval = self.heartbeat_interval
-        return silence_bound(
-            None if interval is None else seconds_to_ms(interval, "heartbeat_interval"),
-            heartbeats_missed=self.heartbeats_missed,
-            without_heartbeats=self.read_timeout,
-        )
 
     def identify_options(self, **wire: Any) -> IdentifyOptions:
         """What a connection with these options asks for in IDENTIFY (milliseconds, as
@@ -245,6 +233,7 @@ class ConnectionOptions:
         :raises TypeError: for ``options`` of another type, or a setting this type does
             not have (naming the nearest one).
         """
+        compat.fold_options(cls, cls.__name__, settings, options)
         if options is None:
             return cls(**settings)
         if isinstance(options, cls):
@@ -257,29 +246,6 @@ class ConnectionOptions:
             f"options must be a {cls.__name__} or a ConnectionOptions, "
             f"not {type(options).__name__}"
         )
-
-    # -- deprecated spellings --------------------------------------------------------
-
-    def _take_identify(self, identify: IdentifyOptions | None, where: str) -> None:
-        """Fold deprecated ``identify=IdentifyOptions(...)`` into the seconds fields
-        (called by a subclass's ``_take_deprecated``, from ``__post_init__``)."""
-        if identify is None:
-            return
-        warn_deprecated(
-            f"{where}(identify=IdentifyOptions(...))",
-            f"{where}'s own fields (heartbeat_interval, msg_timeout, compression, ... "
-            "in seconds)",
-            stacklevel=outside_stacklevel(),
-        )
-        if not isinstance(identify, IdentifyOptions):
-            raise TypeError(f"identify must be an IdentifyOptions, not {type(identify).__name__}")
-        defaults = _CONNECTION_DEFAULTS
-        for name, value in identify_to_settings(identify).items():
-            if name == "tls":
-                if value and self.tls is None:
-                    object.__setattr__(self, "tls", TLSOptions())
-            elif getattr(self, name) == defaults[name]:  # a field given explicitly wins
-                object.__setattr__(self, name, value)
 
 
 _CONNECTION_FIELDS: Final = tuple(f.name for f in fields(ConnectionOptions))
@@ -300,89 +266,22 @@ def client_options(
         'max_in_flight'?``); for ``options`` of another type.
     """
     known = cls.__dataclass_fields__
+    call = getattr(client, "__name__", str(client))
+    old = compat.old_keywords(cls)
     for name in settings:
-        if name not in known:
+        if name not in known and name not in old:
             parameters = [
                 p.name for p in inspect.signature(client).parameters.values()
                 if p.kind is not p.VAR_KEYWORD
             ]
-            hidden = cls._deprecated_fields
-            valid = parameters + [f for f in known if f not in hidden]
-            raise unexpected_keyword(getattr(client, "__name__", str(client)), name, valid)
+            raise unexpected_keyword(call, name, parameters + list(known))
+    compat.fold_options(cls, call, settings, options)
     return cls.from_options(options, **settings)
-
-
-def deprecated_fields(cls: type[ConnectionOptions]) -> frozenset[str]:
-    """The fields of options type ``cls`` that are deprecated spellings: accepted with a
-    warning, never suggested for a misspelt keyword."""
-    return frozenset(cls._deprecated_fields)
-
-
-def fold_identify(
-    settings: dict[str, Any], call: str, *, tls: TLSOptions | None = None
-) -> None:
-    """Replace a deprecated ``identify=IdentifyOptions(...)`` in ``settings`` (a client's
-    keyword arguments, changed in place) by the seconds settings it stands for, with the
-    one DeprecationWarning (pointing at the user's line). Settings given beside it win.
-
-    :param call: the call the user made, for the warning (``"Producer"``).
-    :param tls: TLS options given another way (an options object); TLS asked for in
-        IDENTIFY (``tls_v1``) takes the default :class:`~txnsq.tls_options.TLSOptions`
-        only when there are none.
-    :raises TypeError: for an ``identify`` that is not an ``IdentifyOptions``.
-    """
-    if "identify" not in settings:
-        return
-    identify = settings.pop("identify")
-    warn_deprecated(
-        f"{call}(identify=IdentifyOptions(...))",
-        f"{call}'s own settings (heartbeat_interval, msg_timeout, compression, ... "
-        "in seconds)",
-        stacklevel=outside_stacklevel(),
-    )
-    if identify is None:
-        return
-    if not isinstance(identify, IdentifyOptions):
-        raise TypeError(f"identify must be an IdentifyOptions, not {type(identify).__name__}")
-    folded = identify_to_settings(identify)
-    if folded.pop("tls") and (settings.get("tls") or tls) is None:
-        folded["tls"] = TLSOptions()  # TLS asked for in IDENTIFY: the defaults
-    for name, value in folded.items():
-        settings.setdefault(name, value)
-
-
-def identify_to_settings(identify: IdentifyOptions) -> dict[str, Any]:
-    """The :class:`ConnectionOptions` fields an old ``IdentifyOptions`` stands for
-    (``tls``: whether it asked for TLS)."""
-
-    def seconds(ms: int | None) -> float | None:
-        if ms is None or ms == -1:
-            return ms
-        return ms / 1000.0
-
-    interval = identify.heartbeat_interval_ms
-    return {
-        "client_id": identify.client_id,
-        "hostname": identify.hostname,
-        "user_agent": identify.user_agent,
-        # -1 turned heartbeats off; None left them to nsqd, whose default is 30 s.
-        "heartbeat_interval": (
-            None if interval == -1 else 30.0 if interval is None else interval / 1000.0
-        ),
-        "output_buffer_size": identify.output_buffer_size,
-        "output_buffer_timeout": seconds(identify.output_buffer_timeout_ms),
-        "sample_rate": identify.sample_rate,
-        "msg_timeout": seconds(identify.msg_timeout_ms),
-        "compression": "snappy" if identify.snappy else "deflate" if identify.deflate else None,
-        "deflate_level": identify.deflate_level,
-        "topology_zone": identify.topology_zone,
-        "topology_region": identify.topology_region,
-        "tls": identify.tls_v1,
-    }
 
 
 @document_fields
 @suggest_names
+@accepts_old_keywords()
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProducerOptions(ConnectionOptions):
     """A :class:`~txnsq.producer.Producer`'s settings: every
@@ -444,6 +343,7 @@ class ProducerOptions(ConnectionOptions):
 
 @document_fields
 @suggest_names
+@accepts_old_keywords(*compat.CONSUMER_OPTIONS_OLD)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerOptions(ConnectionOptions):
     """A :class:`~txnsq.consumer.Consumer`'s settings: every
@@ -528,26 +428,7 @@ class ConsumerOptions(ConnectionOptions):
     #: handler's batches need time to form.
     batch_linger: float = 1.0
 
-    # Deprecated in 0.2.0 (accepted with a DeprecationWarning, folded into the fields
-    # above, then cleared).
-    #: deprecated since 0.2.0: the seconds fields (``heartbeat_interval``, ...)
-    identify: IdentifyOptions | None = field(default=None, repr=False, compare=False)
-    #: deprecated since 0.2.0: ``reconnect_policy``
-    retry: RetryPolicy | None = field(default=None, repr=False, compare=False)
-    #: deprecated since 0.2.0: ``reconnect_policy=RetryPolicy(initial=...)``
-    reconnect_delay: float | None = field(default=None, repr=False, compare=False)
-    #: deprecated since 0.2.0: ``reconnect_policy=RetryPolicy(max_delay=...)``
-    max_reconnect_delay: float | None = field(default=None, repr=False, compare=False)
-
-    _deprecated_fields: ClassVar[tuple[str, ...]] = (
-        "identify",
-        "retry",
-        "reconnect_delay",
-        "max_reconnect_delay",
-    )
-
     def __post_init__(self) -> None:
-        self._take_deprecated()
         self._check_connection()
         check_number(self.max_in_flight, "max_in_flight", integer=True, minimum=0)
         check_number(
@@ -590,41 +471,6 @@ class ConsumerOptions(ConnectionOptions):
             raise TypeError(
                 f"dead_letter must be a DeadLetter or None, not {type(self.dead_letter).__name__}"
             )
-
-    def _take_deprecated(self) -> None:
-        self._take_identify(self.identify, "ConsumerOptions")
-        object.__setattr__(self, "identify", None)
-        if self.retry is not None:
-            warn_deprecated(
-                "ConsumerOptions(retry=...)", "ConsumerOptions(reconnect_policy=...)",
-                stacklevel=outside_stacklevel(),
-            )
-            if not isinstance(self.retry, RetryPolicy):
-                raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
-            if self.reconnect_delay is not None or self.max_reconnect_delay is not None:
-                raise ValueError("give retry or reconnect_delay/max_reconnect_delay, not both")
-            object.__setattr__(self, "reconnect_policy", self.retry)
-            object.__setattr__(self, "retry", None)
-        if self.reconnect_delay is not None or self.max_reconnect_delay is not None:
-            warn_deprecated(
-                "ConsumerOptions(reconnect_delay=..., max_reconnect_delay=...)",
-                "ConsumerOptions(reconnect_policy=RetryPolicy(initial=..., max_delay=...))",
-                stacklevel=outside_stacklevel(),
-            )
-            initial = self.reconnect_delay
-            max_delay = self.max_reconnect_delay
-            check_number(initial, "reconnect_delay", positive=True, allow_none=True)
-            check_number(max_delay, "max_reconnect_delay", positive=True, allow_none=True)
-            policy = self.reconnect_policy
-            initial = policy.initial if initial is None else initial
-            max_delay = policy.max_delay if max_delay is None else max_delay
-            if max_delay < initial:
-                raise ValueError("max_reconnect_delay must not be below reconnect_delay")
-            object.__setattr__(
-                self, "reconnect_policy", replace(policy, initial=initial, max_delay=max_delay)
-            )
-            object.__setattr__(self, "reconnect_delay", None)
-            object.__setattr__(self, "max_reconnect_delay", None)
 
 
 def _code_setting(name: str, value: object) -> str:

@@ -22,8 +22,8 @@ one call (a consumer's hot path). Errors that answer no command go to ``on_error
 Writes made while a read is being processed (FIN, RDY from a handler) are joined into
 one transport write at the end of that read; others at the end of the reactor turn.
 
-A connection that fails silently (half-open: a dead NAT entry, a pulled cable, a frozen
-host) is found by a timer that asks the core every
+A connection gone silent (the rule, and why it means dead: :mod:`txnsq._wire.liveness`)
+is found by a timer that asks the core every
 :attr:`~txnsq._wire.connection.ConnectionCore.check_interval`; it is then dropped with
 a log line and its commands fail with :class:`~txnsq.errors.ConnectionSilent` or
 :class:`~txnsq.errors.CommandTimeout`. The handshake has its own bound,
@@ -36,9 +36,7 @@ from __future__ import annotations
 import enum
 import inspect
 import socket
-import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any, Final
 
 from twisted.internet import defer
@@ -53,10 +51,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from txnsq._api.deprecate import unexpected_keyword, warn_deprecated
+from txnsq._api import compat
 from txnsq._twisted.endpoints import peer_address, peer_label
 from txnsq._twisted.handshake import HandshakeDriver
-from txnsq._wire import commands
+from txnsq._wire import commands, liveness
 from txnsq._wire.connection import (
     Answered,
     ConnectionCore,
@@ -70,8 +68,7 @@ from txnsq._wire.handshake import (
     Handshake,
     Ready,
 )
-from txnsq._wire.identify import Features, IdentifyOptions
-from txnsq._wire.liveness import read_timeout as _read_timeout
+from txnsq._wire.identify import Features
 from txnsq._wire.numbers import seconds_to_ms
 from txnsq._wire.ratelimit import OncePerInterval
 from txnsq.errors import (
@@ -118,62 +115,6 @@ def _default_hostname() -> str:
     return socket.gethostname()
 
 
-#: NSQProtocol's keywords before txnsq 0.2.0, and the ConnectionOptions field each became.
-_LEGACY_KEYWORDS: Final = {
-    "identify": "heartbeat_interval, msg_timeout, compression, ...",
-    "tls": "tls",
-    "auth_secret": "auth_secret",
-    "handshake_timeout": "handshake_timeout",
-    "heartbeats_missed": "heartbeats_missed",
-    "read_timeout": "read_timeout",
-    "answer_timeout": "command_timeout",
-}
-
-
-def _legacy_options(
-    identify: object, keywords: dict[str, Any]
-) -> tuple[ConnectionOptions, IdentifyOptions, float]:
-    """NSQProtocol's deprecated keywords (and a first argument that is an
-    :class:`~txnsq._wire.identify.IdentifyOptions`), each warned about: the options they
-    stand for, the IDENTIFY sent as given, and the silence bound. Options given with
-    them are the base the keywords replace fields of."""
-    base: ConnectionOptions | None = None
-    if isinstance(identify, ConnectionOptions):
-        base, identify = identify, None
-    for name in keywords:
-        if name not in _LEGACY_KEYWORDS:
-            valid = [p for p in inspect.signature(NSQProtocol).parameters if p != "deprecated"]
-            raise unexpected_keyword("NSQProtocol", name, valid)
-    if "identify" in keywords:
-        if identify is not None or base is not None:
-            raise TypeError("NSQProtocol() got multiple values for argument 'options'")
-        identify = keywords.pop("identify")
-    if identify is not None:
-        warn_deprecated(
-            "NSQProtocol(IdentifyOptions(...))",
-            "NSQProtocol(ConnectionOptions(...)) with its seconds fields",
-            stacklevel=4,
-        )
-        if not isinstance(identify, IdentifyOptions):
-            raise TypeError(f"identify must be an IdentifyOptions, not {type(identify).__name__}")
-    # No command bound of its own, as before (unless options were given).
-    settings: dict[str, Any] = {"command_timeout": None} if base is None else {}
-    for name, value in keywords.items():
-        new = _LEGACY_KEYWORDS[name]
-        warn_deprecated(f"NSQProtocol({name}=...)", f"NSQProtocol(ConnectionOptions({new}=...))",
-                        stacklevel=4)
-        settings[new] = value
-    options = ConnectionOptions(**settings) if base is None else replace(base, **settings)
-    if identify is None:
-        identify = IdentifyOptions() if base is None else options.identify_options()
-    silence = _read_timeout(
-        identify.heartbeat_interval_ms,
-        heartbeats_missed=options.heartbeats_missed,
-        without_heartbeats=options.read_timeout,
-    )
-    return options, identify, silence
-
-
 def connection_protocol(
     options: ConnectionOptions, tls_hostname: str | None, clock: IReactorTime
 ) -> NSQProtocol:
@@ -184,7 +125,7 @@ def connection_protocol(
 
 
 @implementer(IHandshakeListener)
-class NSQProtocol(Protocol):
+class NSQProtocol(compat.ProtocolCompat, Protocol):
     """A connection to one nsqd.
 
     :param options: the connection's settings (a
@@ -199,7 +140,7 @@ class NSQProtocol(Protocol):
         :class:`~txnsq.errors.ConnectionSilent`) and ``command_timeout`` (commands
         waiting that long with no answer at all: the connection is dropped and they fail
         with :class:`~txnsq.errors.CommandTimeout`). ``None``: ``ConnectionOptions()``.
-        The keywords of txnsq 0.1 (an ``IdentifyOptions`` first, ``tls``,
+        The arguments of txnsq 0.1 (an ``IdentifyOptions`` first, ``tls``,
         ``auth_secret``, ``handshake_timeout``, ``heartbeats_missed``, ``read_timeout``,
         ``answer_timeout``) still work, with a :class:`DeprecationWarning`, until 0.4.0.
     :param tls_hostname: the name the certificate must match when ``options.tls`` has
@@ -255,18 +196,16 @@ class NSQProtocol(Protocol):
             clock = reactor
         assert clock is not None
         self._clock = clock
-        if isinstance(options, IdentifyOptions) or deprecated:
-            options, identify, silence = _legacy_options(options, deprecated)
-        else:
-            if options is None:
-                options = ConnectionOptions()
-            elif not isinstance(options, ConnectionOptions):
-                raise TypeError(
-                    f"options must be a ConnectionOptions, not {type(options).__name__}"
-                )
-            identify, silence = options.identify_options(), options.silence_timeout
+        if deprecated or not isinstance(options, ConnectionOptions | None):
+            valid = [p for p in inspect.signature(NSQProtocol).parameters if p != "deprecated"]
+            base, settings = compat.fold_protocol_arguments(options, deprecated, valid)
+            if base is not None and not isinstance(base, ConnectionOptions):
+                raise TypeError(f"options must be a ConnectionOptions, not {type(base).__name__}")
+            options = ConnectionOptions.from_options(base, **settings)
+        elif options is None:
+            options = ConnectionOptions()
         self._handshake = Handshake(
-            identify,
+            options.identify_options(),
             hostname=_default_hostname(),
             tls=options.tls is not None,
             auth_secret=options.auth_secret,
@@ -277,7 +216,9 @@ class NSQProtocol(Protocol):
         self._tls = options.tls
         self._tls_hostname = tls_hostname
         self._handshake_timeout = options.handshake_timeout
-        self._silence_timeout = silence
+        self._silence_timeout = liveness.silence_timeout(
+            options.heartbeat_interval, options.heartbeats_missed, options.silence_timeout
+        )
         self._command_timeout = options.command_timeout
         self._max_frame_size = max_frame_size
         self.on_message = on_message
@@ -325,20 +266,6 @@ class NSQProtocol(Protocol):
         return self._command_timeout
 
     @property
-    def read_timeout(self) -> float:
-        """Deprecated: :attr:`silence_timeout`."""
-        warn_deprecated("NSQProtocol.read_timeout", "NSQProtocol.silence_timeout",
-                        since="0.3.0")
-        return self._silence_timeout
-
-    @property
-    def answer_timeout(self) -> float | None:
-        """Deprecated: :attr:`command_timeout`."""
-        warn_deprecated("NSQProtocol.answer_timeout", "NSQProtocol.command_timeout",
-                        since="0.3.0")
-        return self._command_timeout
-
-    @property
     def state(self) -> ProtocolState:
         """Where the connection is (see :class:`ProtocolState`)."""
         return self._state
@@ -378,15 +305,6 @@ class NSQProtocol(Protocol):
         d: defer.Deferred[Features] = defer.Deferred()
         self._ready_waiters.append(d)
         return d
-
-    def whenReady(self) -> defer.Deferred[Features]:
-        """Deprecated alias of :meth:`when_ready`."""
-        warnings.warn(
-            "NSQProtocol.whenReady() is deprecated; use when_ready()",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.when_ready()
 
     def set_message_owner(self, owner: MessageOwner) -> None:
         """Route answers to messages received from now on to ``owner`` (a consumer's record
@@ -461,19 +379,14 @@ class NSQProtocol(Protocol):
         float, sent in whole milliseconds, half a millisecond rounded up; ``None``: at
         once).
 
-        ``delay_ms`` (milliseconds) is deprecated since txnsq 0.2.0: give ``delay``.
+        ``delay_ms`` (milliseconds, the second positional argument) is deprecated since
+        txnsq 0.2.0 and goes in 0.4.0: give ``delay``.
 
         :raises TypeError, ValueError: for an invalid id or delay (nothing is sent).
         :raises NotReady: if the connection is not ready.
         """
         if delay_ms is not None:
-            warn_deprecated(
-                "NSQProtocol.requeue(message_id, delay_ms)",
-                "NSQProtocol.requeue(message_id, delay=seconds)",
-            )
-            if delay is not None:
-                raise TypeError("give delay (seconds) or delay_ms, not both")
-            ms = delay_ms
+            ms = compat.old_requeue_delay(delay_ms, delay)
         else:
             ms = 0 if delay is None else seconds_to_ms(delay, "delay")
         self._open_core().requeue(message_id, ms)
@@ -762,6 +675,11 @@ class NSQProtocol(Protocol):
         if timer is not None and timer.active():
             timer.cancel()
         if not first:
+            if self._closing_reason is None:
+                # Closed on purpose, then found broken in the same read (a callback of an
+                # answer closed it before the error after that answer was handled): the
+                # error is why the commands still waiting fail.
+                self._closing_reason = reason
             return
         self._closing_reason = reason
         if self._core is not None:

@@ -144,9 +144,6 @@ class TapUsage(_GeneratedDirective):
         return [block]
 
 
-_DEPRECATED_SINCE = re.compile(r"^deprecated since [\d.]+:\s*", re.IGNORECASE)
-
-
 def _field_docs(cls: type) -> dict[str, tuple[type, str]]:
     """``{field: (the class that declares it, its #: comment)}`` over ``cls``'s MRO (a
     subclass's comment wins), each class read from its own module's source."""
@@ -164,13 +161,14 @@ def _field_docs(cls: type) -> dict[str, tuple[type, str]]:
 
 class Fields(_GeneratedDirective):
     """The fields of an options dataclass: name, default, and what the field means.
-    Deprecated fields are listed after the table, not in it."""
+    The old keywords it still accepts (:func:`txnsq._api.compat.old_keywords_of`) are
+    listed after the table, with what to use instead."""
 
     required_arguments = 1
     option_spec = {"optional": directives.flag, "own": directives.flag}
 
     def run(self) -> list[nodes.Node]:
-        from txnsq.options import ConnectionOptions, deprecated_fields
+        from txnsq._api.compat import old_keywords_of
 
         path = self.arguments[0]
         module_name, _, class_name = path.rpartition(".")
@@ -181,10 +179,7 @@ class Fields(_GeneratedDirective):
                 return []
             raise
         docs = _field_docs(cls)
-        deprecated = (
-            deprecated_fields(cls) if issubclass(cls, ConnectionOptions) else frozenset()
-        )
-        rows, old = [], []
+        rows = []
         for field in dataclasses.fields(cls):
             if field.name.startswith("_"):
                 continue
@@ -192,10 +187,6 @@ class Fields(_GeneratedDirective):
             if "own" in self.options and owner is not cls:
                 continue  # an inherited field, listed with its own class
             entry = f":attr:`~{owner.__module__}.{owner.__qualname__}.{field.name}`"
-            if field.name in deprecated:
-                instead = _DEPRECATED_SINCE.sub("", doc)
-                old.append(f"{entry} (use {_qualify_roles(instead, owner)})" if doc else entry)
-                continue
             if not doc:
                 raise self.error(f"{path}.{field.name} has no #: comment")
             default = _default_of(field)
@@ -205,13 +196,15 @@ class Fields(_GeneratedDirective):
                 _qualify_roles(doc, owner),
             ])
         lines = _table(["field", "default", "meaning"], rows, "25 20 55", SETTINGS_TABLE)
-        if old:
-            where = "" if all("(use" in entry for entry in old) else (
-                f" (:class:`~{cls.__module__}.{cls.__qualname__}` says what replaces each)"
+        olds: dict[str, list[str]] = {}
+        for old in old_keywords_of(cls, own="own" in self.options):
+            olds.setdefault(old.since, []).extend(
+                f"``{name}`` (use {instead})" for name, instead in old.instead.items()
             )
-            lines += ["", ".. deprecated:: 0.2.0", "",
-                      "   Still accepted, with a :exc:`DeprecationWarning`, until 0.4.0"
-                      f"{where}: " + "; ".join(old) + "."]
+        for since, entries in sorted(olds.items()):
+            lines += ["", f".. deprecated:: {since}", "",
+                      "   Still accepted as keywords, with a :exc:`DeprecationWarning`, until "
+                      "0.4.0 (a field given too wins): " + "; ".join(entries) + "."]
         return self.render(lines)
 
 

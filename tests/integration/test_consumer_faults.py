@@ -32,6 +32,7 @@ from tests.support.logs import LogCapture
 from tests.support.processes import NSQD, NSQLookupd, ProcessGroup, bin_dir_of, start_nsqd
 from tests.support.proxy import start_proxy
 from txnsq._wire.identify import IdentifyOptions
+from txnsq._wire.retry import RetryPolicy
 from txnsq.consumer import Consumer
 from txnsq.errors import BadMessageError, ConnectionClosed, HandshakeError
 from txnsq.message import Message
@@ -322,8 +323,7 @@ class LookupdTests(FaultTestCase):
             lookupd_http_addresses=[lookupd.http_address],
             lookupd_poll_interval=0.2,
             lookupd_request_timeout=1.0,
-            reconnect_delay=0.05,
-            max_reconnect_delay=0.2,
+            reconnect_policy=RetryPolicy(initial=0.05, max_delay=0.2),
             max_in_flight=50,
             reactor=reactor,
         )

@@ -104,7 +104,7 @@ class NSQDIntegrationTests(RealProcessTestCase):
         channel = await self.channel_stats()
         if channel is None or channel.client_count != 1:
             return None
-        return channel if channel.clients and channel.clients[0].ready_count > 0 else None
+        return channel if channel.clients and channel.clients[0].rdy_count > 0 else None
 
     async def test_ping_and_info(self) -> None:
         self.assertIsNone(await self.http.ping())
@@ -161,7 +161,7 @@ class NSQDIntegrationTests(RealProcessTestCase):
         [client] = channel.clients
         self.assertTrue(client.user_agent.startswith("txnsq/"), client.user_agent)
         self.assertEqual(client.state, 3)
-        self.assertGreater(client.ready_count, 0)
+        self.assertGreater(client.rdy_count, 0)
         everything = await self.http.stats()
         self.assertEqual({t.name for t in everything.topics}, {self.topic, other})
         one = await self.http.stats(self.topic)

@@ -57,9 +57,16 @@ DETECT_BOUND = READ_TIMEOUT * 1.25 + 0.75  # the check interval, and a loaded ma
 QUICK = IdentifyOptions(heartbeat_interval_ms=HEARTBEAT_MS, msg_timeout_ms=2000)
 
 
-def closing_events(logs: LogCapture, text: str) -> list[LogEvent]:
-    """txnsq's log events whose text contains ``text``, in order."""
-    return [e for e in logs.events if is_ours(e) and text in (formatEvent(e) or "")]
+#: What the connection logs when it closes a silent connection.
+SILENCE_CLOSED = ("Closing connection to nsqd", "no frame from nsqd")
+
+
+def closing_events(logs: LogCapture, *words: str) -> list[LogEvent]:
+    """txnsq's log events whose text contains every one of ``words``, in order."""
+    return [
+        e for e in logs.events
+        if is_ours(e) and all(w in (formatEvent(e) or "") for w in words)
+    ]
 
 
 class _Silent(Protocol):
@@ -156,9 +163,9 @@ class HalfOpenTestCase(FaultTestCase):
         )
         await self.eventually(lambda: stall["at"] is not None, timeout=20, what="the stall")
         await self.eventually(
-            lambda: closing_events(logs, "no frame from nsqd"), timeout=10, what="detection"
+            lambda: closing_events(logs, *SILENCE_CLOSED), timeout=10, what="detection"
         )
-        [closing] = closing_events(logs, "no frame from nsqd")
+        [closing] = closing_events(logs, *SILENCE_CLOSED)
         detect = closing["log_time"] - stall["at"]
         await self.eventually(lambda: len(consumed) == total, timeout=30, what="every message")
         counts = await self.drained(nsqd)
@@ -245,9 +252,9 @@ class ConsumerHalfOpenTests(HalfOpenTestCase):
         )
         await self.eventually(lambda: state["at"] is not None, timeout=20, what="the stall")
         await self.eventually(
-            lambda: closing_events(logs, "no frame from nsqd"), timeout=10, what="detection"
+            lambda: closing_events(logs, *SILENCE_CLOSED), timeout=10, what="detection"
         )
-        [closing] = closing_events(logs, "no frame from nsqd")
+        [closing] = closing_events(logs, *SILENCE_CLOSED)
         detected = closing["log_time"]
 
         def rdy() -> list[int]:

@@ -11,7 +11,8 @@ What is public: every module of the ``txnsq`` package whose dotted path has no p
 starting with an underscore, and in each, the names its ``__all__`` lists (or, without
 ``__all__``, the names it defines that do not start with an underscore); for a class,
 its bases and its public methods, properties and attributes (dataclass fields with their
-types and defaults); for a function or method, its whole signature.
+types and defaults; the old names inherited from :mod:`txnsq._api.compat` too); for a
+function or method, its whole signature.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _signature(function: griffe.Function) -> str:
                 parts.append("*")
                 seen_star = True
             text = p.name
-        if p.annotation is not None:
+        if p.annotation is not None and p.name != "self":  # a mixin's protocol, for mypy
             text += f": {p.annotation}"
         if p.default is not None:
             text += f" = {p.default}"
@@ -65,15 +66,25 @@ def _is_public(name: str) -> bool:
     return not name.startswith("_") or name in _PUBLIC_DUNDERS
 
 
+#: Where the classes holding old names are (see :mod:`txnsq._api.compat`).
+_COMPAT = "txnsq._api.compat."
+
+
 def _describe(obj: griffe.Object | griffe.Alias, path: str) -> Iterator[str]:
     target = obj.final_target if isinstance(obj, griffe.Alias) else obj
     if isinstance(target, griffe.Class):
         bases = ", ".join(str(b) for b in target.bases)
         yield f"class {path}({bases})"
-        for name in sorted(target.members):
+        members = dict(target.members)
+        # The old names a class keeps until their removal live in txnsq._api.compat, in
+        # a class it inherits from: part of its surface all the same.
+        for name, member in target.inherited_members.items():
+            if name not in members and member.target_path.startswith(_COMPAT):
+                members[name] = member
+        for name in sorted(members):
             if not _is_public(name):
                 continue
-            yield from _member(target.members[name], f"{path}.{name}")
+            yield from _member(members[name], f"{path}.{name}")
     elif isinstance(target, griffe.Function):
         yield f"def {path}{_signature(target)}"
     elif isinstance(target, griffe.Attribute):

@@ -18,6 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from txnsq._wire.frames import MessageFrame
 from txnsq._wire.identify import Features
+from txnsq._wire.liveness import silence_timeout
 from txnsq._wire.lookup import lookup_url
 from txnsq.blocking import Subscriber, SubscriberOptions
 from txnsq.blocking._subscriber import ConnectionState
@@ -88,7 +89,10 @@ class FakeConnection:
         # bound from the subscriber's heartbeat interval.
         self.progress = 0
         self.heartbeats = 0  # sent by nsqd and not read yet
-        self.silence_timeout = driver.options.silence_timeout
+        options = driver.options
+        self.silence_timeout = silence_timeout(
+            options.heartbeat_interval, options.heartbeats_missed, options.silence_timeout
+        )
 
     # -- what the Subscriber calls
 

@@ -15,11 +15,12 @@ from twisted.internet.interfaces import IProtocol, IReactorTime
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
+from txnsq._api.compat import identify_to_settings
 from txnsq._wire.batching import framed_ends, mpub_cut
 from txnsq._wire.commands import MAGIC_V2
 from txnsq._wire.frames import encode_response
 from txnsq._wire.identify import IdentifyOptions
-from txnsq.options import ConnectionOptions, identify_to_settings
+from txnsq.options import ConnectionOptions
 from txnsq.tls_options import TLSOptions
 
 #: What nsqd 1.3.0 answers IDENTIFY with (feature negotiation on, nothing enabled).
@@ -49,9 +50,10 @@ SNAPPY_STREAM_ID = bytes.fromhex("ff060000734e61507059")
 BODY_COMMANDS = frozenset((b"IDENTIFY", b"AUTH", b"PUB", b"DPUB", b"MPUB"))
 
 
-#: NSQProtocol's keywords before txnsq 0.2.0 that :func:`connection_options` takes.
+#: The ConnectionOptions fields :func:`connection_options` takes beside an IdentifyOptions
+#: (``answer_timeout``: ``command_timeout``, as NSQProtocol's keyword of txnsq 0.1).
 LEGACY_KEYWORDS = (
-    "tls", "auth_secret", "handshake_timeout", "heartbeats_missed", "read_timeout",
+    "tls", "auth_secret", "handshake_timeout", "heartbeats_missed", "silence_timeout",
     "answer_timeout",
 )
 

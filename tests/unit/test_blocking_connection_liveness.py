@@ -90,14 +90,22 @@ class ConnectionLivenessTests(SynchronousTestCase):
         self.assertEqual(Connection("h").silence_timeout, 60.5)  # 2 x 30 s + slack
         conn = Connection("h", heartbeat_interval=1.0, heartbeats_missed=3)
         self.assertEqual(conn.silence_timeout, 3.5)
-        off = Connection("h", heartbeat_interval=None, read_timeout=7)
+        off = Connection("h", heartbeat_interval=None, silence_timeout=7)
         self.assertEqual(off.silence_timeout, 7.0)
-        for bad in ({"heartbeats_missed": 0.5}, {"read_timeout": 0}, {"read_timeout": -1}):
+        self.assertEqual(Connection("h", silence_timeout=45).silence_timeout, 45.0)
+        for bad in (
+            {"heartbeats_missed": 0.5},
+            {"silence_timeout": 0},
+            {"silence_timeout": -1},
+            {"silence_timeout": 30},  # not above the heartbeat interval
+        ):
             self.assertRaises(ValueError, Connection, "h", **bad)
-        self.assertRaises(TypeError, Connection, "h", read_timeout="5")
+        self.assertRaises(TypeError, Connection, "h", silence_timeout="5")
 
     def test_silent_peer_is_dead_within_the_bound(self) -> None:
-        conn, _ = connected(self, heartbeat_interval=None, read_timeout=0.4, command_timeout=None)
+        conn, _ = connected(
+            self, heartbeat_interval=None, silence_timeout=0.4, command_timeout=None
+        )
         started = time.monotonic()
         with self.assertRaises(ConnectionSilent) as caught:
             conn.receive()  # no time limit of its own
@@ -110,9 +118,9 @@ class ConnectionLivenessTests(SynchronousTestCase):
         self.assertRaises(ConnectionClosed, conn.publish, "t", b"x")
 
     def test_heartbeats_keep_it_alive(self) -> None:
-        """Anything received, a heartbeat included, restarts the silence (a short read
-        timeout stands in for two heartbeat intervals)."""
-        conn, peer = connected(self, heartbeat_interval=None, read_timeout=0.4)
+        """Anything received, a heartbeat included, restarts the silence (a short
+        silence_timeout stands in for two heartbeat intervals)."""
+        conn, peer = connected(self, heartbeat_interval=None, silence_timeout=0.4)
         stop = threading.Event()
         thread = peer.heartbeats(0.1, stop)
         self.addCleanup(stop.set)
@@ -128,7 +136,7 @@ class ConnectionLivenessTests(SynchronousTestCase):
 
     def test_pending_publishes_fail_with_the_named_error(self) -> None:
         conn, peer = connected(
-            self, heartbeat_interval=None, read_timeout=0.3, command_timeout=None
+            self, heartbeat_interval=None, silence_timeout=0.3, command_timeout=None
         )
         conn.start_multi_publish("t", [b"a", b"b"])
         conn.start_multi_publish("t", [b"c"])
@@ -139,15 +147,15 @@ class ConnectionLivenessTests(SynchronousTestCase):
 
     def test_an_answer_wait_is_bounded_by_silence_too(self) -> None:
         """``command_timeout`` bounds each wait; silence ends a longer one sooner."""
-        conn, _ = connected(self, heartbeat_interval=None, read_timeout=0.3, command_timeout=30)
+        conn, _ = connected(self, heartbeat_interval=None, silence_timeout=0.3, command_timeout=30)
         started = time.monotonic()
         self.assertRaises(ConnectionSilent, conn.publish, "t", b"x")
         self.assertLess(time.monotonic() - started, 1.0)
 
     def test_idle_time_is_not_silence_without_heartbeats(self) -> None:
         """With heartbeats off nothing is expected between calls: a connection left
-        idle past the read timeout still works (the Spark writer's pooled ones)."""
-        conn, peer = connected(self, heartbeat_interval=None, read_timeout=0.3)
+        idle past silence_timeout still works (the Spark writer's pooled ones)."""
+        conn, peer = connected(self, heartbeat_interval=None, silence_timeout=0.3)
         time.sleep(0.5)
         self.assertTrue(conn.poll())
         peer.send(OK)
@@ -319,8 +327,8 @@ class SubscriberLivenessTests(SynchronousTestCase):
         self.assertEqual(d.subscriber.errors, 0)
         self.assertEqual(len(d.conns()), 2)
 
-    def test_heartbeats_off_uses_the_read_timeout(self) -> None:
-        d = self.driver(heartbeat_interval=None, read_timeout=5.0)
+    def test_heartbeats_off_uses_silence_timeout(self) -> None:
+        d = self.driver(heartbeat_interval=None, silence_timeout=5.0)
         d.step()
         d.nsqds[N2].silent = True
         one, two = d.live()
@@ -349,12 +357,13 @@ class SubscriberLivenessTests(SynchronousTestCase):
 
     def test_options(self) -> None:
         base: dict[str, Any] = {"topic": "t", "channel": "c", "nsqd_tcp_addresses": [N1]}
-        o = SubscriberOptions(**base, heartbeats_missed=3, read_timeout=20)
-        self.assertEqual((o.heartbeats_missed, o.read_timeout), (3, 20))
+        o = SubscriberOptions(**base, heartbeats_missed=3, silence_timeout=75)
+        self.assertEqual((o.heartbeats_missed, o.silence_timeout), (3, 75))
         for error, change in [
             (ValueError, {"heartbeats_missed": 0.5}),
-            (ValueError, {"read_timeout": 0}),
-            (TypeError, {"read_timeout": "1"}),
+            (ValueError, {"silence_timeout": 0}),
+            (ValueError, {"silence_timeout": 20}),
+            (TypeError, {"silence_timeout": "1"}),
             (TypeError, {"address_map": 5}),
             (TypeError, {"address_map": {"nsqd-0": 4150}}),
             (ValueError, {"address_map": {"nsqd-0": "h:0"}}),
@@ -419,7 +428,7 @@ class SparkReadOptionsTests(SynchronousTestCase):
                 "channel": "c",
                 "addressMap": "nsqd-0.nsqd:4150=127.0.0.1:24150, nsqd-1=10.0.0.6",
                 "heartbeatInterval": "5s",
-                "readTimeout": "20",
+                "silenceTimeout": "20",
             }
         )
         sub = opts.subscriber_options()
@@ -428,7 +437,7 @@ class SparkReadOptionsTests(SynchronousTestCase):
         )
         self.assertEqual(sub.heartbeat_interval, 5.0)
         self.assertEqual(sub.identify_options().heartbeat_interval_ms, 5000)
-        self.assertEqual(sub.read_timeout, 20.0)
+        self.assertEqual(sub.silence_timeout, 20.0)
         base = {"nsqdTcpAddresses": "h:4150", "topic": "t", "channel": "c"}
         off = parse_read_options(base)
         self.assertIsNone(off.subscriber_options().address_map)
@@ -449,7 +458,8 @@ class SparkReadOptionsTests(SynchronousTestCase):
             {"addressMap": "a:1=::1:4150"},
             {"heartbeatInterval": "500ms"},
             {"heartbeatInterval": "-2"},
-            {"readTimeout": "0"},
+            {"silenceTimeout": "0"},
+            {"silenceTimeout": "30s"},  # not above the default heartbeat interval
         ):
             with self.assertRaises(OptionError, msg=str(change)) as caught:
                 parse_read_options({**base, **change})
@@ -470,3 +480,52 @@ class DeprecatedNameTests(SynchronousTestCase):
         self.assertEqual(warning.filename, __file__)
         self.assertIn("since txnsq 0.3.0", str(warning.message))
         self.assertIn("Connection.silence_timeout", str(warning.message))
+
+    def test_read_timeout_is_silence_timeout_with_heartbeats_off(self) -> None:
+        """``read_timeout`` (deprecated since 0.3.0) was the bound with heartbeats off,
+        which silence_timeout is now; with heartbeats on it was never used."""
+        cases = (
+            ({"heartbeat_interval": None, "read_timeout": 7}, 7.0, 7.0),
+            ({"read_timeout": 7}, 60.5, 60.0),
+        )
+        for settings, bound, read_back in cases:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                conn = Connection("h", **settings)
+                self.assertEqual(conn.read_timeout, read_back)
+            self.assertEqual(conn.silence_timeout, bound)
+            made, read = caught
+            self.assertEqual(
+                str(made.message),
+                "Connection(read_timeout=...) is deprecated since txnsq 0.3.0 and will be "
+                "removed in 0.4.0; use Connection(silence_timeout=...) instead",
+            )
+            self.assertIn("Connection.read_timeout is deprecated since", str(read.message))
+            self.assertEqual({made.filename, read.filename}, {__file__})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.assertRaises(ValueError, Connection, "h", read_timeout=0)
+
+    def test_spark_read_timeout(self) -> None:
+        from txnsq.spark.options import OptionError, parse_read_options
+
+        base = {"nsqdTcpAddresses": "h:4150", "topic": "t", "channel": "c"}
+        for heartbeat, bound in (("off", 20.0), ("5s", None)):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                read = parse_read_options(
+                    {**base, "heartbeatInterval": heartbeat, "readTimeout": "20"}
+                )
+            self.assertEqual(read.connection.options.silence_timeout, bound)
+            [warning] = caught
+            self.assertEqual(
+                str(warning.message),
+                "option 'readTimeout' is deprecated since txnsq 0.3.0 and will be removed "
+                "in 0.4.0; use option 'silenceTimeout' (seconds, or with a unit: '500ms', "
+                "'30s') instead",
+            )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            with self.assertRaises(OptionError) as caught_error:
+                parse_read_options({**base, "readTimeout": "0"})
+        self.assertIn("option 'readTimeout'", str(caught_error.exception))

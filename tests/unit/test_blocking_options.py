@@ -39,7 +39,7 @@ class SettingsTests(SynchronousTestCase):
             (conn.connect_timeout, conn.handshake_timeout, conn.command_timeout),
             (10.0, 10.0, 30.0),
         )
-        self.assertEqual(conn.silence_timeout, ConnectionOptions().silence_timeout)
+        self.assertEqual(conn.silence_timeout, 60.5)  # 2 heartbeat intervals plus 0.5 s
         self.assertIsNone(conn.tls_options)
 
     def test_keywords_and_options(self) -> None:
@@ -48,7 +48,7 @@ class SettingsTests(SynchronousTestCase):
         base = ConnectionOptions(
             compression="snappy", msg_timeout=5.0, heartbeat_interval=None, tls=tls
         )
-        conn = Connection("h:1", options=base, command_timeout=None, read_timeout=7.0)
+        conn = Connection("h:1", options=base, command_timeout=None, silence_timeout=7.0)
         self.assertEqual(
             conn.options,
             ConnectionOptions(
@@ -57,7 +57,7 @@ class SettingsTests(SynchronousTestCase):
                 heartbeat_interval=None,
                 tls=tls,
                 command_timeout=None,
-                read_timeout=7.0,
+                silence_timeout=7.0,
             ),
         )
         identify = conn.identify_options

@@ -57,9 +57,7 @@ class OptionsTests(SynchronousTestCase):
         sub = SubscriberOptions(topic="t", channel="c", nsqd_tcp_addresses=[N1])
         consumer = ConsumerOptions()
         shared = {f.name for f in fields(SubscriberOptions) if f.name in
-                  {g.name for g in fields(ConsumerOptions)}} - set(
-            SubscriberOptions._deprecated_fields + ConsumerOptions._deprecated_fields
-        )
+                  {g.name for g in fields(ConsumerOptions)}}
         self.assertLessEqual(
             {
                 "lookupd_poll_interval",
@@ -196,7 +194,7 @@ class OptionsTests(SynchronousTestCase):
 
 class DeprecatedOptionsTests(SynchronousTestCase):
     """The 0.1 names of SubscriberOptions still work, with a DeprecationWarning naming
-    0.2.0, 0.4.0 and the replacement."""
+    0.2.0, 0.4.0 and the replacement; they are no fields (nothing reads them back)."""
 
     base: dict[str, Any] = {"topic": "t", "channel": "c"}
 
@@ -218,14 +216,17 @@ class DeprecatedOptionsTests(SynchronousTestCase):
     def test_nsqd_and_lookupd(self) -> None:
         o, (text,) = self.built(nsqd=["h"])
         self.assert_says(text, "nsqd=...", "SubscriberOptions(nsqd_tcp_addresses=...)")
-        self.assertEqual((o.nsqd_tcp_addresses, o.nsqd), (("h:4150",), None))
+        self.assertEqual(o.nsqd_tcp_addresses, ("h:4150",))
+        self.assertFalse(hasattr(o, "nsqd"))
         o, (text,) = self.built(lookupd=[L1])
         self.assert_says(text, "lookupd=...", "SubscriberOptions(lookupd_http_addresses=...)")
-        self.assertEqual((o.lookupd_http_addresses, o.lookupd), ((L1,), None))
+        self.assertEqual(o.lookupd_http_addresses, (L1,))
         self.assertEqual(o, SubscriberOptions(**self.base, lookupd_http_addresses=[L1]))
         self.assertRaises(TypeError, self.built, nsqd=N1)
-        with self.assertRaises(ValueError):
-            self.built(nsqd=[N1], nsqd_tcp_addresses=[N2])
+        # Given both ways, the new name wins (the old one still warns).
+        o, (text,) = self.built(nsqd=[N1], nsqd_tcp_addresses=[N2])
+        self.assertEqual(o.nsqd_tcp_addresses, (N2,))
+        self.assert_says(text, "nsqd=...", "SubscriberOptions(nsqd_tcp_addresses=...)")
 
     def test_identify(self) -> None:
         identify = IdentifyOptions(
@@ -234,11 +235,11 @@ class DeprecatedOptionsTests(SynchronousTestCase):
         o, (text,) = self.built(nsqd_tcp_addresses=[N1], identify=identify)
         self.assertTrue(text.startswith("SubscriberOptions(identify=IdentifyOptions(...)) is "
                                         "deprecated since txnsq 0.2.0"), text)
-        self.assertIn("0.4.0; use SubscriberOptions's own fields", text)
+        self.assertIn("0.4.0; use SubscriberOptions's own settings", text)
         self.assertEqual(
-            (o.msg_timeout, o.heartbeat_interval, o.compression, o.identify),
-            (5.0, None, "deflate", None),
+            (o.msg_timeout, o.heartbeat_interval, o.compression), (5.0, None, "deflate")
         )
+        self.assertFalse(hasattr(o, "identify"))
         self.assertIsNotNone(o.tls)
         self.assertEqual(o.identify_options().msg_timeout_ms, 5000)
         self.assertRaises(TypeError, self.built, nsqd_tcp_addresses=[N1], identify={})
@@ -247,7 +248,7 @@ class DeprecatedOptionsTests(SynchronousTestCase):
         policy = RetryPolicy(initial=0.5)
         o, (text,) = self.built(nsqd_tcp_addresses=[N1], retry=policy)
         self.assert_says(text, "retry=...", "SubscriberOptions(reconnect_policy=...)")
-        self.assertEqual((o.reconnect_policy, o.retry), (policy, None))
+        self.assertEqual(o.reconnect_policy, policy)
         self.assertRaises(TypeError, self.built, nsqd_tcp_addresses=[N1], retry=1.0)
 
     def test_timeout_sets_every_wait(self) -> None:
@@ -264,10 +265,12 @@ class DeprecatedOptionsTests(SynchronousTestCase):
                 o.handshake_timeout,
                 o.command_timeout,
                 o.lookupd_request_timeout,
-                o.timeout,
             ),
-            (3.0, 3.0, 3.0, 3.0, None),
+            (3.0, 3.0, 3.0, 3.0),
         )
+        # Each wait given its own bound keeps it.
+        o, _ = self.built(nsqd_tcp_addresses=[N1], timeout=3.0, command_timeout=None)
+        self.assertEqual((o.connect_timeout, o.command_timeout), (3.0, None))
         self.assertRaises(ValueError, self.built, nsqd_tcp_addresses=[N1], timeout=0)
         self.assertRaises(TypeError, self.built, nsqd_tcp_addresses=[N1], timeout="10")
 

@@ -41,7 +41,7 @@ from txnsq.protocol import ProtocolState
 #: waits for it; long enough that a loaded machine's slow thread is not silence).
 SETTINGS: dict[str, Any] = dict(
     client_id="agreement", hostname="agreement.example", heartbeat_interval=None,
-    read_timeout=2.0, command_timeout=None,
+    silence_timeout=2.0, command_timeout=None,
 )
 _DURATION = re.compile(r"(?<=completed in )\d+\.\d+ s\b")
 

@@ -317,7 +317,7 @@ class DeprecationTests(SynchronousTestCase):
     def test_consumer_identify(self) -> None:
         c = self.assertDeprecated(
             lambda: self.consumer(identify=IdentifyOptions(msg_timeout_ms=5000, deflate=True)),
-            "ConsumerOptions(identify=IdentifyOptions(...))", "msg_timeout",
+            "Consumer(identify=IdentifyOptions(...))", "msg_timeout",
         )
         self.assertEqual((c.options.msg_timeout, c.options.compression), (5.0, "deflate"))
         # A field given beside it wins over the IdentifyOptions, as for the Producer.
@@ -364,7 +364,7 @@ class DeprecationTests(SynchronousTestCase):
              lambda p: p._handshake_timeout, 3.0),
             ({"heartbeats_missed": 3}, "heartbeats_missed", lambda p: p.silence_timeout, 90.5),
             ({"read_timeout": 8.0, "identify": IdentifyOptions(heartbeat_interval_ms=-1)},
-             "read_timeout", lambda p: p.silence_timeout, 8.0),
+             "silence_timeout", lambda p: p.silence_timeout, 8.0),
             ({"answer_timeout": 4.0}, "command_timeout", lambda p: p.command_timeout, 4.0),
         ]
         for settings, replacement, read, expected in cases:
@@ -395,7 +395,7 @@ class DeprecationTests(SynchronousTestCase):
             protocol = NSQProtocol(clock=Clock())
             options = NSQProtocol(ConnectionOptions(command_timeout=None), clock=Clock())
         self.assertEqual(protocol.command_timeout, 30.0)
-        self.assertIsNone(options.answer_timeout)
+        self.assertIsNone(options.command_timeout)
 
     def test_requeue_delay_ms(self) -> None:
         server = ready_server(self)
@@ -405,9 +405,12 @@ class DeprecationTests(SynchronousTestCase):
         )
         server.flush()
         self.assertEqual(server.lines(), [b"REQ " + msg_id(1) + b" 100"])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            self.assertRaises(TypeError, server.protocol.requeue, msg_id(1), 100, delay=0.1)
+        # Given both ways, the delay in seconds wins (the old one still warns).
+        self.assertDeprecated(
+            lambda: server.protocol.requeue(msg_id(2), 100, delay=0.25), "delay=seconds"
+        )
+        server.flush()
+        self.assertEqual(server.lines(), [b"REQ " + msg_id(2) + b" 250"])
 
     # -- txnsq.IdentifyOptions
 

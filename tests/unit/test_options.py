@@ -43,8 +43,12 @@ INVALID: list[tuple[type, dict[str, Any], type, str]] = [
      "command_timeout must be a number > 0, not -1"),
     (ConnectionOptions, {"heartbeats_missed": 0.5}, ValueError,
      "heartbeats_missed must be a number >= 1, not 0.5"),
-    (ConnectionOptions, {"read_timeout": float("nan")}, ValueError,
-     "read_timeout must be a finite number, not nan"),
+    (ConnectionOptions, {"silence_timeout": float("nan")}, ValueError,
+     "silence_timeout must be a finite number, not nan"),
+    (ConnectionOptions, {"silence_timeout": 10}, ValueError,
+     "silence_timeout=10 is not more than heartbeat_interval=30: every idle connection "
+     "would be closed between two heartbeats; give more than 30 s, or none for the default "
+     "(2 heartbeat intervals plus 0.5 s)"),
     (ConnectionOptions, {"reconnect_policy": print}, TypeError,
      "reconnect_policy must be a RetryPolicy, not builtin_function_or_method"),
     (ProducerOptions, {"ready_timeout": 0}, ValueError,

@@ -35,7 +35,7 @@ from tests.support.wire import FakeTransport, connection_options, identify_answe
 from txnsq._twistd import options as twistd_options
 from txnsq._wire.frames import encode_error
 from txnsq._wire.identify import IdentifyOptions
-from txnsq._wire.liveness import read_timeout
+from txnsq._wire.liveness import silence_timeout
 from txnsq._wire.retry import RetryPolicy
 from txnsq.consumer import ConsumerOptions
 from txnsq.errors import CommandTimeout, ConnectionClosed, ConnectionSilent
@@ -143,9 +143,9 @@ class SilenceTests(SynchronousTestCase):
         self.assertFalse(server.transport.disconnecting)
         dropped_at(server, 5.5 + 5.5 / 2)
 
-    def test_heartbeats_off_read_timeout(self) -> None:
-        """With heartbeats disabled the read timeout bounds the silence instead."""
-        server = ready(self, NO_HEARTBEATS, read_timeout=8.0)
+    def test_heartbeats_off_silence_timeout(self) -> None:
+        """With heartbeats disabled, silence_timeout bounds the silence."""
+        server = ready(self, NO_HEARTBEATS, silence_timeout=8.0)
         self.assertEqual(server.protocol.silence_timeout, 8.0)
         server.clock.advance(7.9)
         self.assertFalse(server.transport.disconnecting)
@@ -286,7 +286,8 @@ class AnswerTimeoutTests(SynchronousTestCase):
             {"answer_timeout": 0},
             {"answer_timeout": -1.0},
             {"heartbeats_missed": 0.5},
-            {"read_timeout": 0},
+            {"silence_timeout": 0},
+            {"silence_timeout": 1.0},  # not above the interval (1 s)
         ):
             self.assertRaises(ValueError, connection_options, ONE_SECOND, **kwargs)
         self.assertRaises(TypeError, connection_options, ONE_SECOND, answer_timeout="1")
@@ -404,7 +405,7 @@ class ProducerPublishTimeoutTests(ProducerTestCase):
         self.assertRaises(ValueError, self.make, command_timeout=0)
         self.assertRaises(TypeError, self.make, command_timeout="30")
         self.assertRaises(ValueError, self.make, heartbeats_missed=0)
-        self.assertRaises(ValueError, self.make, read_timeout=-1)
+        self.assertRaises(ValueError, self.make, silence_timeout=-1)
 
 
 # ---------------------------------------------------------------- the Consumer
@@ -442,14 +443,13 @@ class ConsumerSilentConnectionTests(SynchronousTestCase):
         self.assertEqual(h.consumer.stats()["nsqd"]["10.0.0.1:4150"]["connects"], 2)
 
     def test_options(self) -> None:
-        opts = ConsumerOptions(heartbeats_missed=3, read_timeout=5.0)
-        self.assertEqual((opts.heartbeats_missed, opts.read_timeout), (3, 5.0))
-        self.assertEqual(
-            read_timeout(opts.identify_options().heartbeat_interval_ms, heartbeats_missed=3), 90.5
-        )
+        opts = ConsumerOptions(heartbeats_missed=3, silence_timeout=75.0)
+        self.assertEqual((opts.heartbeats_missed, opts.silence_timeout), (3, 75.0))
+        self.assertEqual(silence_timeout(opts.heartbeat_interval, heartbeats_missed=3), 90.5)
         self.assertRaises(ValueError, ConsumerOptions, heartbeats_missed=0.9)
-        self.assertRaises(ValueError, ConsumerOptions, read_timeout=0)
-        self.assertRaises(TypeError, ConsumerOptions, read_timeout="60")
+        self.assertRaises(ValueError, ConsumerOptions, silence_timeout=0)
+        self.assertRaises(ValueError, ConsumerOptions, silence_timeout=30)
+        self.assertRaises(TypeError, ConsumerOptions, silence_timeout="60")
 
 
 class AddressMapTests(SynchronousTestCase):

@@ -225,7 +225,7 @@ class ConnectionOptionsTests(SynchronousTestCase):
                 "commandTimeout": "1m",
                 "msgTimeout": "90s",
                 "heartbeatInterval": "10",
-                "readTimeout": "45s",
+                "silenceTimeout": "45s",
                 "lookupdPollInterval": "30s",
                 "lookupdPollJitter": "0.1",
                 "lookupdRequestTimeout": "2.5",
@@ -244,7 +244,7 @@ class ConnectionOptionsTests(SynchronousTestCase):
                 command_timeout=60.0,
                 msg_timeout=90.0,
                 heartbeat_interval=10,
-                read_timeout=45.0,
+                silence_timeout=45.0,
             ),
         )
         self.assertNotIn("s3cret", repr(opts))
@@ -283,7 +283,7 @@ class ConnectionOptionsTests(SynchronousTestCase):
             {"lookupdPollJitter": "2"},
             {"lookupdRequestTimeout": "0"},
             {"availableNowIdle": "0"},
-            {"readTimeout": "-5"},
+            {"silenceTimeout": "-5"},
         ):
             with self.assertRaises(OptionError, msg=str(change)) as caught:
                 parse_read_options({**self.READ, **change})
@@ -319,7 +319,13 @@ class DeprecatedOptionsTests(SynchronousTestCase):
 
         write, texts = warned(lambda: parse_write_options({"nsqd": "h:1", "topic": "t"}))
         self.assertEqual(write.connection.nsqd_tcp_addresses, ("h:1",))
-        self.assertEqual(write.connection.nsqd, ("h:1",))
+        addresses, (text,) = warned(lambda: write.connection.nsqd)
+        self.assertEqual(addresses, ("h:1",))
+        self.assertEqual(
+            text,
+            "ConnectionSettings.nsqd is deprecated since txnsq 0.3.0 and will be removed in "
+            "0.4.0; use ConnectionSettings.nsqd_tcp_addresses instead",
+        )
         self.assertEqual(texts, [deprecation("nsqd", "option 'nsqdTcpAddresses'")])
         read, texts = warned(
             lambda: parse_read_options(
@@ -327,10 +333,16 @@ class DeprecatedOptionsTests(SynchronousTestCase):
             )
         )
         self.assertEqual(read.lookupd_http_addresses, ("http://l:4161",))
+        addresses, (text,) = warned(lambda: read.lookupd)
+        self.assertEqual(addresses, ("http://l:4161",))
+        self.assertIn("ReadOptions.lookupd is deprecated since txnsq 0.3.0", text)
         self.assertEqual(texts, [deprecation("lookupd", "option 'lookupdHttpAddresses'")])
-        with self.assertRaises(OptionError) as caught:
-            warned(lambda: parse_write_options({"nsqd": "h:1", "nsqdTcpAddresses": "h:2"}))
-        self.assertIn("'nsqdTcpAddresses' or its deprecated spelling 'nsqd'", str(caught.exception))
+        # Given both ways, the new name wins (the old one still warns).
+        write, texts = warned(
+            lambda: parse_write_options({"nsqd": "h:1", "nsqdTcpAddresses": "h:2"})
+        )
+        self.assertEqual(write.connection.nsqd_tcp_addresses, ("h:2",))
+        self.assertEqual(texts, [deprecation("nsqd", "option 'nsqdTcpAddresses'")])
         with self.assertRaises(OptionError) as caught:
             warned(lambda: parse_write_options({"nsqd": "h:0", "topic": "t"}))
         self.assertIn("option 'nsqd'", str(caught.exception))
@@ -409,5 +421,7 @@ class DeprecatedOptionsTests(SynchronousTestCase):
             with self.assertRaises(OptionError, msg=str(change)) as caught:
                 warned(lambda change=change: parse_read_options({**base, **change}))
             self.assertIn(f"option '{next(iter(change))}'", str(caught.exception))
-        with self.assertRaises(OptionError):
-            warned(lambda: parse_read_options({**base, "msgTimeoutMs": "5000", "msgTimeout": "5"}))
+        read, _ = warned(
+            lambda: parse_read_options({**base, "msgTimeoutMs": "5000", "msgTimeout": "7"})
+        )
+        self.assertEqual(read.connection.options.msg_timeout, 7.0)

@@ -115,7 +115,7 @@ class DefaultsTests(SynchronousTestCase):
             "tls-ca", "tls-cert", "tls-key", "tls-hostname", "tls-insecure", "snappy",
             "deflate", "deflate-level", "auth-secret", "auth-secret-file", "client-id",
             "user-agent", "msg-timeout", "auto-touch", "stop-timeout", "stats-interval",
-            "max-messages-per-second",
+            "max-messages-per-second", "silence-timeout",
         ):
             self.assertIn(f"--{name}", text)
         self.assertIn("[default: 5]", text)  # max-attempts, from ConsumerOptions
@@ -154,9 +154,10 @@ class OptionTests(SynchronousTestCase):
             "--max-requeue-delay", "60", "--backoff-multiplier", "0.5",
             "--max-backoff-duration", "10", "--lookupd-poll-interval", "15",
             "--stop-timeout", "3", "--stats-interval", "10", "--msg-timeout", "45",
-            "--max-messages-per-second", "12.5",
+            "--max-messages-per-second", "12.5", "--silence-timeout", "90",
         )
         co = options["consumer_options"]
+        self.assertEqual(co.silence_timeout, 90)
         self.assertEqual(co.max_in_flight, 200)
         self.assertEqual(co.max_attempts, 0)
         self.assertEqual(co.requeue_delay, 2.5)
@@ -414,6 +415,15 @@ class OptionErrorTests(SynchronousTestCase):
         )
         self.assertUsageError(
             [*BASE, "--msg-timeout", "0.5"], "--msg-timeout must be a number >= 1, not 0.5"
+        )
+        self.assertUsageError(
+            [*BASE, "--silence-timeout", "0"], "--silence-timeout must be a number > 0, not 0"
+        )
+        self.assertUsageError(
+            [*BASE, "--silence-timeout", "20"],
+            "--silence-timeout 20 is not more than the heartbeat interval (30 s): every idle "
+            "connection would be closed between two heartbeats; give more than 30 s, or none "
+            "for the default (2 heartbeat intervals plus 0.5 s)",
         )
         self.assertUsageError(
             [*BASE, "--max-messages-per-second", "0"],

@@ -239,4 +239,3 @@ class VocabularyTests(SynchronousTestCase):
     def test_deferred_publish_needs_a_delay(self) -> None:
         conn = Connection("h:1")
         self.assertRaises(TypeError, conn.deferred_publish, "t", b"x")
-        self.assertRaises(TypeError, conn.deferred_publish, "t", b"x", 1.0, delay_ms=1000)

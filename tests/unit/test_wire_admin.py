@@ -422,7 +422,7 @@ class ParseTests(SynchronousTestCase):
         self.assertEqual(client.user_agent, "nsq_tail/1.3.0 go-nsq/1.1.0")
         self.assertEqual(client.remote_address, "127.0.0.1:59700")
         self.assertEqual(
-            (client.state, client.ready_count, client.message_count, client.finish_count),
+            (client.state, client.rdy_count, client.message_count, client.finish_count),
             (3, 200, 3, 3),
         )
         self.assertEqual(

@@ -14,11 +14,12 @@ Without ``--handler`` every message body is written to standard output, one per 
 like ``nsq_tail``. twistd's own log also goes to standard output with ``-n``; use
 ``twistd --logfile=/dev/stderr -n nsq-consumer ...`` to keep the two apart.
 
-The parts live beside this module, one job each: :mod:`txnsq._twistd.handlers` (what
-``--handler`` and ``--handler-factory`` name, :class:`HandlerContext`, the default
-printer) and :mod:`txnsq._twistd.service` (the service: the consumer and the handler's own
-service, the stats line, the ``/metrics`` endpoint). Their public names are importable
-from here too.
+The parts live beside this module, one job each: :mod:`txnsq._twistd.connection` (the
+flags every connection takes: TLS, AUTH, compression, the timeouts, IDENTIFY's names),
+:mod:`txnsq._twistd.handlers` (what ``--handler`` and ``--handler-factory`` name,
+:class:`HandlerContext`, the default printer) and :mod:`txnsq._twistd.service` (the
+service: the consumer and the handler's own service, the stats line, the ``/metrics``
+endpoint). The public names of the last two are importable from here too.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from twisted.application.service import IService
 from twisted.python import usage
 
 from txnsq._api.deprecate import suggest
+from txnsq._twistd.connection import connection_settings, flag_setting, number
 from txnsq._twistd.handlers import (
     BodyPrinter,
     HandlerContext,
@@ -65,10 +67,8 @@ from txnsq._wire.address import (
 from txnsq._wire.deadletter import DeadLetter
 from txnsq._wire.identify import DEFAULT_USER_AGENT
 from txnsq._wire.lookup import lookup_url
-from txnsq._wire.numbers import parse_number
 from txnsq.consumer import Consumer, ConsumerOptions
 from txnsq.options import check_batch_options
-from txnsq.tls import TLSOptions
 
 __all__ = [
     "STATS_FORMAT",
@@ -102,11 +102,6 @@ _ASYNC_IN_THREADS: Final = (
 _BATCH_FLAGS: Final = ("batch-max-count", "batch-linger")
 
 
-def _flag_setting(name: str, value: object) -> str:
-    """A ConsumerOptions setting as given on the command line (``--max-in-flight 1``)."""
-    return f"--{name.replace('_', '-')} {value}"
-
-
 def _default(name: str) -> str:
     """The ConsumerOptions default of field ``name``, as shown by ``--help``."""
     value = getattr(_DEFAULTS, name)
@@ -116,32 +111,6 @@ def _default(name: str) -> str:
 
 
 # -------------------------------------------------------------------- options
-
-
-def _number(
-    option: str,
-    text: str,
-    *,
-    integer: bool = False,
-    positive: bool = False,
-    minimum: float | None = 0,
-    maximum: float | None = None,
-) -> Any:
-    """Parse ``text`` given to ``--option`` (:func:`~txnsq._wire.numbers.parse_number`).
-
-    :raises usage.UsageError: naming ``--option``.
-    """
-    try:
-        return parse_number(
-            text,
-            f"--{option}",
-            integer=integer,
-            positive=positive,
-            minimum=None if positive else minimum,
-            maximum=maximum,
-        )
-    except ValueError as e:
-        raise usage.UsageError(str(e)) from None
 
 
 def _nsqd_address(text: str) -> str:
@@ -261,6 +230,10 @@ class Options(usage.Options):
         ["msg-timeout", None, None,
          "Seconds nsqd waits for a message's answer before redelivering it (default: "
          "nsqd's --msg-timeout, 60 s)."],
+        ["silence-timeout", None, None,
+         "Seconds in which a frame from nsqd (a message, an answer, a heartbeat) must "
+         "complete, else the connection is presumed dead and replaced (default: two "
+         "heartbeat intervals plus 0.5 s, 60.5 s)."],
         ["stop-timeout", None, _default("stop_timeout"),
          "On stop, how long to wait for in-flight messages before requeueing them."],
         ["stats-interval", None, "0",
@@ -369,9 +342,7 @@ class Options(usage.Options):
                 raise usage.UsageError(f"--lookupd-http-address: {e}") from None
 
         numbers = self._parse_numbers()
-        connection = self._connection_settings(numbers)
-        tls = self._tls_options()
-        auth_secret = self._auth_secret()
+        connection = connection_settings(self)
         self._handler_options(threads=numbers["handler-threads"] > 0)
         batch = self._batch_settings(numbers)
         dead_letter = self._dead_letter()
@@ -389,8 +360,6 @@ class Options(usage.Options):
                 auto_touch=bool(self["auto-touch"]),
                 stop_timeout=numbers["stop-timeout"],
                 handler_threads=numbers["handler-threads"],
-                tls=tls,
-                auth_secret=auth_secret,
                 address_map=self._address_map(),
                 dead_letter=dead_letter,
                 **batch,
@@ -400,7 +369,7 @@ class Options(usage.Options):
             raise usage.UsageError(f"invalid consumer options: {e}") from None
         if self["handler_batch"]:
             try:
-                check_batch_options(self["consumer_options"], _flag_setting)
+                check_batch_options(self["consumer_options"], flag_setting)
             except ValueError as e:
                 raise usage.UsageError(f"--batch-handler: {e}") from None
         self["stats_interval"] = numbers["stats-interval"]
@@ -540,7 +509,7 @@ class Options(usage.Options):
             if interface != "127.0.0.1":
                 raise usage.UsageError("--metrics-interface needs --metrics-port")
             return
-        self["metrics_port"] = _number(
+        self["metrics_port"] = number(
             "metrics-port", port_text, integer=True, maximum=65535
         )
         try:
@@ -557,133 +526,43 @@ class Options(usage.Options):
 
     def _parse_numbers(self) -> dict[str, Any]:
         n: dict[str, Any] = {
-            "max-in-flight": _number("max-in-flight", self["max-in-flight"], integer=True),
-            "handler-threads": _number(
+            "max-in-flight": number("max-in-flight", self["max-in-flight"], integer=True),
+            "handler-threads": number(
                 "handler-threads", self["handler-threads"], integer=True
             ),
-            "max-attempts": _number(
+            "max-attempts": number(
                 "max-attempts", self["max-attempts"], integer=True, maximum=65535
             ),
-            "stats-interval": _number("stats-interval", self["stats-interval"]),
-            "stop-timeout": _number("stop-timeout", self["stop-timeout"]),
-            "lookupd-poll-interval": _number(
+            "stats-interval": number("stats-interval", self["stats-interval"]),
+            "stop-timeout": number("stop-timeout", self["stop-timeout"]),
+            "lookupd-poll-interval": number(
                 "lookupd-poll-interval", self["lookupd-poll-interval"], positive=True
             ),
         }
         for name in ("requeue-delay", "max-requeue-delay", "max-backoff-duration"):
-            n[name] = _number(name, self[name])
-        n["backoff-multiplier"] = _number(
+            n[name] = number(name, self[name])
+        n["backoff-multiplier"] = number(
             "backoff-multiplier", self["backoff-multiplier"],
             positive=n["max-backoff-duration"] > 0,
         )
         if n["max-requeue-delay"] < n["requeue-delay"]:
             raise usage.UsageError("--max-requeue-delay must not be below --requeue-delay")
-        n["msg-timeout"] = (
-            _number("msg-timeout", self["msg-timeout"], minimum=1)
-            if self["msg-timeout"] is not None
-            else None
-        )
         n["batch-max-count"] = (
-            _number("batch-max-count", self["batch-max-count"], integer=True, minimum=1)
+            number("batch-max-count", self["batch-max-count"], integer=True, minimum=1)
             if self["batch-max-count"] is not None
             else None
         )
         n["batch-linger"] = (
-            _number("batch-linger", self["batch-linger"])
+            number("batch-linger", self["batch-linger"])
             if self["batch-linger"] is not None
             else None
         )
         n["max-messages-per-second"] = (
-            _number("max-messages-per-second", self["max-messages-per-second"], positive=True)
+            number("max-messages-per-second", self["max-messages-per-second"], positive=True)
             if self["max-messages-per-second"] is not None
             else None
         )
-        n["deflate-level"] = (
-            _number("deflate-level", self["deflate-level"], integer=True, minimum=1, maximum=9)
-            if self["deflate-level"] is not None
-            else None
-        )
         return n
-
-    def _connection_settings(self, numbers: dict[str, Any]) -> dict[str, Any]:
-        """The :class:`~txnsq.options.ConnectionOptions` fields given by the compression,
-        ``--msg-timeout`` (seconds, as ``msg_timeout``), client id and user agent flags."""
-        if self["snappy"] and self["deflate"]:
-            raise usage.UsageError("--snappy and --deflate cannot be used together")
-        if numbers["deflate-level"] is not None and not self["deflate"]:
-            raise usage.UsageError("--deflate-level needs --deflate")
-        kwargs: dict[str, Any] = {
-            "compression": "snappy" if self["snappy"] else "deflate" if self["deflate"] else None,
-        }
-        if numbers["deflate-level"] is not None:
-            kwargs["deflate_level"] = numbers["deflate-level"]
-        if numbers["msg-timeout"] is not None:
-            kwargs["msg_timeout"] = numbers["msg-timeout"]
-        if self["client-id"] is not None:
-            if not self["client-id"]:
-                raise usage.UsageError("--client-id must not be empty")
-            kwargs["client_id"] = self["client-id"]
-        if self["user-agent"] is not None:
-            if not self["user-agent"]:
-                raise usage.UsageError("--user-agent must not be empty")
-            kwargs["user_agent"] = self["user-agent"]
-        return kwargs
-
-    def _tls_options(self) -> TLSOptions | None:
-        given = [
-            f"--{name}"
-            for name in ("tls-ca", "tls-cert", "tls-key", "tls-hostname")
-            if self[name] is not None
-        ]
-        if self["tls-insecure"]:
-            given.append("--tls-insecure")
-        if not self["tls"]:
-            if given:
-                raise usage.UsageError(f"{', '.join(given)} need(s) --tls")
-            return None
-        if self["tls-cert"] is not None and self["tls-key"] is None:
-            raise usage.UsageError("--tls-cert needs --tls-key")
-        if self["tls-key"] is not None and self["tls-cert"] is None:
-            raise usage.UsageError("--tls-key needs --tls-cert")
-        if self["tls-insecure"] and self["tls-ca"] is not None:
-            raise usage.UsageError(
-                "--tls-insecure and --tls-ca contradict each other: insecure mode checks "
-                "no certificate"
-            )
-        try:
-            return TLSOptions(
-                ca_certs=self["tls-ca"],
-                client_cert=self["tls-cert"],
-                client_key=self["tls-key"],
-                hostname=self["tls-hostname"],
-                insecure_skip_verify=bool(self["tls-insecure"]),
-            )
-        except (TypeError, ValueError) as e:
-            raise usage.UsageError(f"TLS options: {e}") from None
-
-    def _auth_secret(self) -> bytes | str | None:
-        secret, path = self["auth-secret"], self["auth-secret-file"]
-        if secret is not None and path is not None:
-            raise usage.UsageError("give --auth-secret or --auth-secret-file, not both")
-        if secret is not None:
-            if not secret:
-                raise usage.UsageError("--auth-secret must not be empty")
-            result: str = secret
-            return result
-        if path is None:
-            return None
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise usage.UsageError(
-                f"--auth-secret-file: cannot read {path!r}: {e.strerror or e}"
-            ) from None
-        data = data.rstrip(b"\r\n")
-        if not data:
-            raise usage.UsageError(f"--auth-secret-file: {path!r} is empty")
-        return data
-
 
 def makeService(
     options: Options,
@@ -784,7 +663,7 @@ def _check_factory_batch(spec: str, batch: bool, options: Options) -> None:
             )
         return
     try:
-        check_batch_options(options["consumer_options"], _flag_setting)
+        check_batch_options(options["consumer_options"], flag_setting)
     except ValueError as e:
         raise HandlerSetupError(f"{where} returned a batch handler: {e}") from None
 

@@ -1,4 +1,4 @@
-"""What the Twisted clients do with an address that is the wrong port (issue 24).
+"""What the Twisted clients do with an address that is the wrong port.
 
 The rule that names a wrong peer is :func:`txnsq._wire.handshake.wrong_peer` (one place,
 used by every driver); this module holds the two client-side pieces around it:
@@ -50,7 +50,7 @@ class WrongPeers:
         """A connection to ``address`` failed its handshake with ``error``. Return whether
         it was a wrong peer (then it has been dealt with: logged at its first failure of
         an outage, and the waiting publishes failed when every address is wrong); for any
-        other error, ``False`` (the client logs it as before)."""
+        other error, ``False`` (the client logs it as any failed handshake)."""
         if not isinstance(error, WrongPeerError):
             self._errors.pop(address, None)
             return False

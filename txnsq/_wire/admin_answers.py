@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from txnsq._api.compat import CLIENT_STATS_RENAMED, ClientStatsCompat, accepts_old_keywords
 from txnsq._wire.address import format_address
 
 __all__ = [
@@ -41,8 +42,9 @@ class LatencyPercentile:
     seconds: float
 
 
+@accepts_old_keywords(*CLIENT_STATS_RENAMED)
 @dataclass(frozen=True, slots=True)
-class ClientStats:
+class ClientStats(ClientStatsCompat):
     """One connection to nsqd, as ``/stats`` reports it: a consumer's (in
     :attr:`ChannelStats.clients`), or a producer's (in :attr:`NSQDStats.producers`, nsqd
     1.3 and later). Counts are since the connection was made."""
@@ -60,8 +62,9 @@ class ClientStats:
     #: nsqd's state of the connection: 0 starting, 1 disconnected, 2 connected (the
     #: handshake done), 3 subscribed, 4 closing.
     state: int
-    #: The connection's RDY: how many more messages nsqd may send it.
-    ready_count: int
+    #: The connection's RDY (nsqd's ``ready_count``): how many more messages nsqd may
+    #: send it.
+    rdy_count: int
     #: Messages sent to it and not finished or requeued yet.
     in_flight_count: int
     #: Messages sent to it.

@@ -153,7 +153,7 @@ def _client_stats(value: Any) -> ClientStats:
         remote_address=c.text("remote_address"),
         user_agent=c.text("user_agent"),
         state=c.integer("state"),
-        ready_count=c.integer("ready_count"),
+        rdy_count=c.integer("ready_count"),
         in_flight_count=c.integer("in_flight_count"),
         message_count=c.integer("message_count"),
         finish_count=c.integer("finish_count"),

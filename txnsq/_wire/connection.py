@@ -85,9 +85,9 @@ __all__ = [
     "Ended",
     "Event",
     "ServerError",
-    "answer_timeout_error",
-    "answer_timeout_words",
     "closed_before_answer",
+    "command_timeout_error",
+    "command_timeout_words",
     "silence_error",
 ]
 
@@ -194,13 +194,13 @@ def closed_before_answer(label: str, reason: object = None) -> ConnectionClosed:
     return ConnectionClosed(f"connection to nsqd {label} closed before it answered", reason)
 
 
-def answer_timeout_error(label: str, timeout: float, waiting: int) -> CommandTimeout:
+def command_timeout_error(label: str, timeout: float, waiting: int) -> CommandTimeout:
     """The error a connection to nsqd ``label`` is closed with when ``waiting`` commands
     got no answer at all for ``timeout`` seconds (``command_timeout``)."""
-    return CommandTimeout(answer_timeout_words(label, timeout, waiting))
+    return CommandTimeout(command_timeout_words(label, timeout, waiting))
 
 
-def answer_timeout_words(label: str, timeout: float, waiting: int) -> str:
+def command_timeout_words(label: str, timeout: float, waiting: int) -> str:
     """What every client says of commands left unanswered for ``timeout`` seconds."""
     return (
         f"nsqd {label} answered nothing for {timeout:g} s while {waiting} command(s) "
@@ -334,7 +334,7 @@ class ConnectionCore(Generic[W, M]):
     @property
     def command_timeout(self) -> float | None:
         """Seconds commands may wait with no answer (``None``: no bound of its own)."""
-        return self._liveness.answer_timeout
+        return self._liveness.command_timeout
 
     @property
     def check_interval(self) -> float:
@@ -567,8 +567,8 @@ class ConnectionCore(Generic[W, M]):
             return None
         if verdict == SILENT:
             return silence_error(self.label, liveness.silent_for(now), liveness.timeout)
-        assert liveness.answer_timeout is not None
-        return answer_timeout_error(self.label, liveness.answer_timeout, len(self._waiting))
+        assert liveness.command_timeout is not None
+        return command_timeout_error(self.label, liveness.command_timeout, len(self._waiting))
 
     def silent_for(self, now: float) -> float:
         """Seconds since a frame last completed (as of the last :meth:`check`)."""

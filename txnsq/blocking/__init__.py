@@ -15,10 +15,10 @@ same :mod:`txnsq._wire` pieces).
 Both take :class:`~txnsq.options.ConnectionOptions` (TLS, AUTH, compression, IDENTIFY,
 timeouts, reconnect policy), the settings every txnsq client shares, by the same names
 and with the same defaults. Every wait is bounded (``connect_timeout``,
-``handshake_timeout``, ``command_timeout``, in seconds), and a connection that receives
-nothing (not even a heartbeat) for about two heartbeat intervals is presumed dead
-(half-open) and closed. Errors are txnsq's own exceptions: a named
-:class:`~txnsq.errors.NSQServerError` subclass for an error frame,
+``handshake_timeout``, ``command_timeout``, in seconds), and a connection on which no
+frame completes within its ``silence_timeout`` is presumed dead and closed. Errors are
+txnsq's own exceptions: a named :class:`~txnsq.errors.NSQServerError` subclass for an
+error frame,
 :class:`~txnsq.errors.HandshakeError` when negotiation fails,
 :class:`~txnsq.errors.ConnectionClosed` (and its subclasses :class:`NSQTimeoutError` and
 :class:`~txnsq.errors.ConnectionSilent`) when the connection is lost, times out or
@@ -53,7 +53,7 @@ This module imports nothing from Twisted.
 
 from typing import Any
 
-from txnsq._api.deprecate import warn_deprecated
+from txnsq._api.compat import module_attribute
 from txnsq.blocking._connection import (
     DEFAULT_PORT,
     Connection,
@@ -87,10 +87,4 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "DEFAULT_TIMEOUT":
-        warn_deprecated(
-            "txnsq.blocking.DEFAULT_TIMEOUT",
-            "ConnectionOptions' connect_timeout, handshake_timeout and command_timeout",
-        )
-        return 10.0
-    raise AttributeError(f"module 'txnsq.blocking' has no attribute {name!r}")
+    return module_attribute(__name__, name)  # an old name, or AttributeError

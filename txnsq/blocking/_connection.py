@@ -6,37 +6,28 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import fields
 from types import TracebackType
 from typing import Any, Final
 
-from txnsq._api.deprecate import unexpected_keyword, warn_deprecated
-from txnsq._wire import batching, commands
+from txnsq._api import compat
+from txnsq._wire import batching, commands, liveness
 from txnsq._wire.address import NSQD_TCP_PORT, UnixSocket, parse_address, parse_nsqd_address
-from txnsq._wire.compression import Compressor, Decompressor
 from txnsq._wire.connection import (
     Answered,
     ConnectionCore,
     Ended,
     ServerError,
-    answer_timeout_words,
     closed_before_answer,
-    silence_error,
+    command_timeout_words,
 )
 from txnsq._wire.frames import DEFAULT_MAX_FRAME_SIZE, MessageFrame
-from txnsq._wire.handshake import Handshake, HandshakeState, Ready, Send, StartCompression, StartTLS
+from txnsq._wire.handshake import Handshake
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.numbers import check_number, seconds_to_ms
-from txnsq.blocking._socket import Waiter, dial, read_available, recv_some, send_some
-from txnsq.blocking._tls import describe_ssl_error
-from txnsq.errors import (
-    ConnectionClosed,
-    ConnectionSilent,
-    HandshakeError,
-    NSQError,
-    NSQServerError,
-)
-from txnsq.options import ConnectionOptions, fold_identify
+from txnsq.blocking._handshake import open_connection
+from txnsq.blocking._socket import NSQTimeoutError, Waiter, read_available, send_some
+from txnsq.errors import ConnectionClosed, NSQError, NSQServerError
+from txnsq.options import ConnectionOptions, client_options
 from txnsq.tls_options import TLSOptions, unix_tls_needs_hostname
 
 __all__ = [
@@ -45,25 +36,12 @@ __all__ = [
     "ConnectionOptions",
     "NSQTimeoutError",
     "TLSOptions",
-    "connection_silent",
     "parse_address",
 ]
 
 #: nsqd's default TCP port.
 DEFAULT_PORT: Final = NSQD_TCP_PORT
 
-_CLOSE_WAIT: Final = b"CLOSE_WAIT"
-_DPUB: Final = "deferred_publish(topic, body, delay_seconds)"
-_OK: Final = b"OK"
-
-
-class NSQTimeoutError(ConnectionClosed, TimeoutError):
-    """A wait on the connection took longer than its timeout (``connect_timeout``,
-    ``handshake_timeout`` or ``command_timeout``).
-
-    The connection is closed when this is raised: whether nsqd executed the last command
-    is unknown (a publish may or may not have been stored).
-    """
 
 
 class _Slot:
@@ -78,7 +56,7 @@ class _Slot:
         self.error: NSQError | None = None
 
 
-class Connection:
+class Connection(compat.BlockingConnectionCompat):
     """A synchronous connection to one nsqd.
 
     Nothing happens on the network until :meth:`connect` (or ``with``), which does the
@@ -100,9 +78,9 @@ class Connection:
         The timeouts, in seconds: ``connect_timeout`` bounds the TCP connect,
         ``handshake_timeout`` the handshake (and :meth:`subscribe`), ``command_timeout``
         every other wait for nsqd (an answer, a write; ``None``: only the silence bound
-        below). Deprecated: ``identify=IdentifyOptions(...)`` (use the fields) and
-        ``timeout=`` (use ``command_timeout``; it also sets ``connect_timeout`` and
-        ``handshake_timeout`` when those are not given).
+        below). Deprecated until 0.4.0: ``identify=IdentifyOptions(...)`` (use the
+        fields) and ``timeout=`` (use ``command_timeout``; it also fills in
+        ``connect_timeout`` and ``handshake_timeout``).
     :param max_body_size: nsqd's ``--max-body-size`` if known: larger MPUBs are refused
         before sending, and :meth:`multi_publish` splits below it.
     :param max_msg_size: nsqd's ``--max-msg-size`` if known: larger bodies are refused
@@ -117,19 +95,13 @@ class Connection:
         value of the wrong type.
     :raises ValueError: for an invalid value (the same message as every client's).
 
-    **Dead peers.** nsqd writes to every connection at least once per heartbeat
-    interval, so silence means a dead peer or a half-open connection (a dropped NAT
-    entry, a frozen host), which TCP alone may not report for hours. Whenever a call
-    waits (:meth:`receive`, an answer, a write, :meth:`poll`) and nothing has been
-    received for :attr:`silence_timeout` seconds (``heartbeats_missed`` heartbeat
-    intervals plus 0.5 s, or ``read_timeout`` with heartbeats off), the connection is
-    closed and the call raises :class:`~txnsq.errors.ConnectionSilent` (a
+    **Dead peers.** Whenever a call waits (:meth:`receive`, an answer, a write,
+    :meth:`poll`) and no frame has completed for :attr:`silence_timeout` seconds (the
+    rule, and why: :mod:`txnsq._wire.liveness`; with heartbeats off, only time spent
+    waiting counts: :class:`~txnsq._wire.liveness.WaitClock`), the connection is closed
+    and the call raises :class:`~txnsq.errors.ConnectionSilent` (a
     :class:`~txnsq.errors.ConnectionClosed`); commands still waiting, pipelined
-    publishes included, fail with it. With heartbeats on, time spent outside any call
-    counts too (nsqd's heartbeats wait in the socket meanwhile, and are read first);
-    with heartbeats off only time spent waiting inside a call counts, so an idle
-    connection is not presumed dead for being idle. TCP keepalive (``SO_KEEPALIVE``)
-    is on as well. The handshake is bounded by ``handshake_timeout`` instead.
+    publishes included, fail with it. The handshake is bounded by ``handshake_timeout``.
     """
 
     def __init__(
@@ -149,7 +121,11 @@ class Connection:
         #: The host and port dialled (``"localhost"`` and 0 for a unix socket).
         self.host, self.port = ("localhost", 0) if isinstance(target, UnixSocket) else target
         self._label = target.label
-        opts = connection_options("Connection", options, settings, _CONNECTION_PARAMETERS)
+        if options is not None and not isinstance(options, ConnectionOptions):
+            raise TypeError(f"options must be a ConnectionOptions, not {type(options).__name__}")
+        base = options.connection_options() if options is not None else None
+        compat.fold_connection_keywords("Connection", settings, base)
+        opts = client_options(ConnectionOptions, Connection, base, settings)
         if self.unix_path is not None and opts.tls is not None and opts.tls.hostname is None:
             raise ValueError(unix_tls_needs_hostname(self._label))
         #: The settings of this connection.
@@ -163,12 +139,12 @@ class Connection:
         )
         for what, limit in (("max_body_size", max_body_size), ("max_msg_size", max_msg_size)):
             check_number(limit, what, integer=True, positive=True, allow_none=True)
-        hb_ms = self._handshake.options.heartbeat_interval_ms
-        #: Seconds of silence after which the connection is presumed dead (from the
-        #: heartbeat interval asked for in IDENTIFY, or ``read_timeout`` without one).
-        self.silence_timeout: float = opts.silence_timeout
+        #: Seconds in which a frame must complete, else the connection is presumed dead
+        #: (:func:`txnsq._wire.liveness.silence_timeout` of the options).
+        self.silence_timeout: float = liveness.silence_timeout(
+            opts.heartbeat_interval, opts.heartbeats_missed, opts.silence_timeout
+        )
         self.heartbeats_missed = opts.heartbeats_missed
-        self.read_timeout = opts.read_timeout
         #: The options IDENTIFY is sent with (defaults filled in; milliseconds).
         self.identify_options: IdentifyOptions = self._handshake.options
         self.tls_options: TLSOptions | None = opts.tls
@@ -192,10 +168,6 @@ class Connection:
         self._sock: socket.socket | None = None
         self._waiter: Waiter | None = None
         self._max_frame_size = max_frame_size
-        # The handshake's codec; once ready, the core has it.
-        self._compressor: Compressor | None = None
-        self._decompressor: Decompressor | None = None
-        self._rest = b""  # what followed the handshake, for the core
         self._core: ConnectionCore[_Slot, MessageFrame] | None = None
         self._out = bytearray()  # bytes not written yet
         self._messages: list[MessageFrame] = []
@@ -204,34 +176,10 @@ class Connection:
         self._error: NSQError | None = None
         # A fatal error no command was waiting for: raised once, by the next call.
         self._unreported: NSQError | None = None
-        self._handshaking = False
         self._closing = False
-        # Liveness (see the class docstring): reads that returned bytes, and, with
-        # heartbeats off, the seconds spent outside any wait, which do not count as
-        # silence (the core judges the silence).
-        self._reads = 0
-        self._gaps_count = hb_ms is not None and hb_ms > 0
-        self._uncounted = 0.0
+        self._reads = 0  # reads that returned bytes
+        self._clock: liveness.WaitClock | None = None  # what the core judges silence on
         self._answer_wait: float | None = None  # the bound of the current wait for answers
-        self._wait_ended = 0.0
-
-    @property
-    def liveness_timeout(self) -> float:
-        """Deprecated: :attr:`silence_timeout`."""
-        warn_deprecated("Connection.liveness_timeout", "Connection.silence_timeout",
-                        since="0.3.0")
-        return self.silence_timeout
-
-    @property
-    def timeout(self) -> float | None:
-        """Deprecated: :attr:`command_timeout`."""
-        warn_deprecated("Connection.timeout", "Connection.command_timeout")
-        return self.command_timeout
-
-    @timeout.setter
-    def timeout(self, value: float | None) -> None:
-        warn_deprecated("Connection.timeout", "Connection.command_timeout")
-        self.command_timeout = value
 
     # -- public state ------------------------------------------------------------------
 
@@ -307,126 +255,40 @@ class Connection:
         if self._sock is not None or self._error is not None:
             raise NSQError("Connection.connect() may only be called once")
         try:
-            sock = dial(self.host, self.port, self.unix_path, self.connect_timeout)
-        except OSError as e:
-            err = (
-                NSQTimeoutError(f"connecting to {self.address} timed out", reason=e)
-                if isinstance(e, TimeoutError)
-                else ConnectionClosed(f"cannot connect to {self.address}", reason=e)
+            opened = open_connection(
+                self._handshake,
+                host=self.host,
+                port=self.port,
+                unix_path=self.unix_path,
+                label=self.address,
+                tls=self.tls_options,
+                connect_timeout=self.connect_timeout,
+                handshake_timeout=self.handshake_timeout,
             )
-            self._error = err
-            raise err from e
-        for level, option in (
-            (socket.IPPROTO_TCP, socket.TCP_NODELAY),
-            (socket.SOL_SOCKET, socket.SO_KEEPALIVE),
-        ):
-            try:
-                sock.setsockopt(level, option, 1)
-            except OSError:  # not a TCP socket (a test's socketpair)
-                pass
-        sock.setblocking(False)
-        self._set_socket(sock)
-        self._handshaking = True
-        try:
-            self._run_handshake(_deadline(self.handshake_timeout))
         except BaseException as e:
             self._fail(e if isinstance(e, NSQError) else ConnectionClosed("handshake failed", e))
             raise
-        finally:
-            self._handshaking = False
-        assert self._features is not None
+        ready = opened.ready
+        self.auth_identity = ready.auth_identity
+        self._features = features = ready.features
+        self._sock, self._waiter = opened.sock, Waiter(opened.sock)
         now = time.monotonic()
-        self._wait_ended = now
+        self._clock = liveness.WaitClock(now, self.options.heartbeat_interval is not None)
         # From here on the core has the connection; the silence counts from now.
         self._core = ConnectionCore(
-            self._features,
+            features,
             label=self.address,
             now=now,
             silence_timeout=self.silence_timeout,
-            compressor=self._compressor,
-            decompressor=self._decompressor,
-            rest=self._rest,
+            compressor=opened.compressor,
+            decompressor=opened.decompressor,
+            rest=ready.rest,
             max_frame_size=self._max_frame_size,
         )
-        self._rest = b""
         # What followed the handshake is read now: an answer in it answers nothing.
         self._receive(b"")
         self._check_usable()
-        return self._features
-
-    def _run_handshake(self, deadline: float | None) -> None:
-        """Carry out what the handshake (:class:`~txnsq._wire.handshake.Handshake`) asks
-        for, reading until it is over; raise its error if it fails."""
-        handshake = self._handshake
-        handshake.peer = self.address  # named by a WrongPeerError
-        actions = handshake.start()
-        while True:
-            for action in actions:
-                if isinstance(action, Send):
-                    self._send_handshake(action.data, deadline)
-                elif isinstance(action, StartTLS):
-                    self._start_tls(deadline)
-                elif isinstance(action, StartCompression):
-                    self._compressor = action.compressor
-                    self._decompressor = action.decompressor
-                elif isinstance(action, Ready):
-                    self.auth_identity = action.auth_identity
-                    self._rest = action.rest
-                    self._features = action.features
-                    return
-                else:
-                    raise action.error
-            actions = handshake.receive_data(self._recv_handshake(deadline))
-
-    def _recv_handshake(self, deadline: float | None) -> bytes:
-        """Wait for bytes from nsqd during the handshake and return them, as read."""
-        while True:
-            self._wait_io(True, False, deadline)
-            data = self._recv()
-            if data is None:
-                continue
-            if not data:
-                # A peer that sent something that is not NSQ first: a WrongPeerError.
-                raise self._handshake.closed_error() or ConnectionClosed(
-                    f"nsqd at {self.address} closed the connection during the handshake"
-                )
-            return data
-
-    def _start_tls(self, deadline: float | None) -> None:
-        tls = self.tls_options or TLSOptions()  # TLS asked for in identify: the defaults
-        assert self._sock is not None
-        try:
-            ctx = tls.ssl_context()
-            sock = ctx.wrap_socket(
-                self._sock,
-                server_hostname=tls.name_to_verify(self.host),
-                do_handshake_on_connect=False,
-            )
-        except (OSError, ValueError) as e:
-            raise HandshakeError(f"cannot start TLS with {self.address}: {e}") from e
-        self._set_socket(sock)
-        while True:
-            try:
-                sock.do_handshake()
-                return
-            except ssl.SSLWantReadError:
-                self._wait_io(True, False, deadline)
-            except ssl.SSLWantWriteError:
-                self._wait_io(False, True, deadline)
-            except (ssl.SSLError, ssl.CertificateError) as e:
-                raise self._tls_failed(e) from e
-            except OSError as e:
-                raise ConnectionClosed(f"TLS handshake with {self.address} failed", e) from e
-
-    def _tls_failed(self, error: BaseException) -> HandshakeError:
-        """The error for a TLS handshake (or nsqd's answer right after it, where a TLS
-        1.3 server's verdict on the client certificate arrives) that failed."""
-        tls = self.tls_options or TLSOptions()
-        sock = self._sock if isinstance(self._sock, ssl.SSLSocket) else None
-        description = describe_ssl_error(
-            error, tls.name_to_verify(self.host), sock, tls.client_cert is not None
-        )
-        return HandshakeError(f"TLS handshake with {self.address} failed: {description}")
+        return features
 
     # -- publishing --------------------------------------------------------------------
 
@@ -450,25 +312,17 @@ class Connection:
         wait for the OK: the same call as :meth:`txnsq.Producer.deferred_publish`.
 
         ``delay`` is in **seconds** (a float; sent to nsqd in whole milliseconds,
-        rounded). The old form ``deferred_publish(topic, delay_ms, body)`` (or
-        ``delay_ms=``) still works, with a :class:`DeprecationWarning`.
+        rounded). The old forms ``deferred_publish(topic, delay_ms, body)`` and
+        ``delay_ms=`` still work, with a :class:`DeprecationWarning`, until 0.4.0.
 
         :raises TypeError: if ``delay`` is not a number (or topic/body as for publish).
         :raises ValueError: if ``delay`` is negative or not finite, or for an invalid
             topic or body (nothing is sent).
         """
-        if delay_ms is not None:
-            if delay is not None:
-                raise TypeError("give delay (seconds) or delay_ms, not both")
-            _deprecated("deferred_publish(topic, delay_ms=..., body=...)", _DPUB)
-            ms = delay_ms
-        elif _is_old_dpub(body, delay):
-            _deprecated("deferred_publish(topic, delay_ms, body)", _DPUB)
-            ms, body = body, delay  # type: ignore[assignment]
-        elif delay is None:
+        body, delay = compat.fold_deferred_publish(body, delay, delay_ms)
+        if delay is None:
             raise TypeError("deferred_publish() needs a delay, in seconds")
-        else:
-            ms = seconds_to_ms(delay, "delay")
+        ms = seconds_to_ms(delay, "delay")
         self._request(commands.dpub(topic, ms, body, self.max_msg_size))
 
     def multi_publish(
@@ -485,9 +339,8 @@ class Connection:
         Otherwise they are split into MPUBs of at most ``batch_size`` messages and at
         most ``max_body_size`` bytes (1 MiB when it is ``None``: see
         :data:`txnsq._wire.batching.DEFAULT_MAX_BATCH_BYTES`), up to ``max_pending`` of
-        them in flight at once:
-        much faster, but not atomic. When an MPUB fails, the ones before it may have
-        been stored: retrying can publish duplicates.
+        them in flight at once: much faster, but not atomic. When an MPUB fails, the
+        ones before it may have been stored: retrying can publish duplicates.
 
         :raises TypeError, ValueError: for an invalid topic, body or size; nothing of
             the offending MPUB is sent (earlier ones may have been).
@@ -648,35 +501,10 @@ class Connection:
         self._raise_pipeline_error()
         slot = _Slot()
         self._usable_core().close_cleanly(slot)
-        self._write_pending(_deadline(self.command_timeout))
+        self._write_now()
         self._wait_slot(slot)
 
     cls = close_cleanly
-
-    # -- deprecated names (the Twisted client's vocabulary is the one above) ----------
-
-    def fin(self, message_id: bytes) -> None:
-        """Deprecated: :meth:`finish`."""
-        _deprecated("fin()", "finish()")
-        self.finish(message_id)
-
-    def req(self, message_id: bytes, delay_ms: int = 0) -> None:
-        """Deprecated: :meth:`requeue`, whose delay is in seconds (this one's is in ms)."""
-        _deprecated("req(message_id, delay_ms)", "requeue(message_id, delay_seconds)")
-        self._usable_core().requeue(message_id, delay_ms)
-        self._write_now()
-
-    def fin_many(self, message_ids: Iterable[bytes]) -> None:
-        """Deprecated: :meth:`finish_many`."""
-        _deprecated("fin_many()", "finish_many()")
-        self.finish_many(message_ids)
-
-    def req_many(self, message_ids: Iterable[bytes], delay_ms: int = 0) -> None:
-        """Deprecated: :meth:`requeue_many`, whose delay is in seconds (this one's is in
-        ms)."""
-        _deprecated("req_many(message_ids, delay_ms)", "requeue_many(message_ids, delay_seconds)")
-        self._usable_core().requeue_many(_as_list(message_ids), delay_ms)
-        self._write_now()
 
     def poll(self) -> bool:
         """Process whatever is readable now (answering heartbeats); return whether the
@@ -733,15 +561,10 @@ class Connection:
     def _timed_out(self) -> NSQTimeoutError:
         """The error of a wait that reached its deadline, saying what was waited for, in
         the words of every client."""
-        if self._handshaking:
-            return NSQTimeoutError(
-                f"handshake with nsqd {self.address} did not complete in "
-                f"{self.handshake_timeout:g} s"
-            )
         core = self._core
         if core is not None and core.waiting and self._answer_wait is not None:
             return NSQTimeoutError(
-                answer_timeout_words(self.address, self._answer_wait, core.waiting)
+                command_timeout_words(self.address, self._answer_wait, core.waiting)
             )
         return NSQTimeoutError(
             f"nsqd {self.address} took nothing written to it for {self.command_timeout} s: "
@@ -852,17 +675,6 @@ class Connection:
 
     # -- internals: socket I/O ---------------------------------------------------------
 
-    def _set_socket(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._waiter = Waiter(sock)
-
-    def _send_handshake(self, data: bytes, deadline: float | None) -> None:
-        """Write a handshake command (through the codec once one is on)."""
-        self._check_usable()
-        compressor = self._compressor
-        self._out += compressor.compress(data) if compressor is not None else data
-        self._flush(deadline)
-
     def _send(self, data: bytes, slot: _Slot | None = None, deadline: float | None = None) -> None:
         """Queue ``data`` in the core (with ``slot`` when nsqd answers it) and write it."""
         core = self._usable_core()
@@ -870,19 +682,16 @@ class Connection:
             core.send(data)
         else:
             core.command(data, slot)
-        self._write_pending(deadline if deadline is not None else _deadline(self.command_timeout))
+        self._write_now(deadline)
 
-    def _write_now(self) -> None:
-        """Write what the core queued, within ``command_timeout``."""
-        self._write_pending(_deadline(self.command_timeout))
-
-    def _write_pending(self, deadline: float | None) -> None:
-        """Write what the core queued (commands, heartbeat answers)."""
+    def _write_now(self, deadline: float | None = None) -> None:
+        """Write what the core queued (commands, heartbeat answers) by ``deadline``
+        (``None``: within ``command_timeout``)."""
         core = self._core
         if core is not None:
             data, _ = core.data_to_send()
             self._out += data
-        self._flush(deadline)
+        self._flush(_deadline(self.command_timeout) if deadline is None else deadline)
 
     def _flush(self, deadline: float | None) -> None:
         """Write the output buffer, reading whatever arrives meanwhile (so that neither
@@ -900,8 +709,7 @@ class Connection:
             if sent:
                 del out[:sent]
                 continue
-            # During the handshake nothing may be read ahead (the stream may change).
-            readable, _ = self._wait_io(not self._handshaking, True, deadline)
+            readable, _ = self._wait_io(True, True, deadline)
             if readable:
                 self._read_available()
 
@@ -912,39 +720,24 @@ class Connection:
         ends with nothing to do checks the liveness rule: a connection silent for
         :attr:`silence_timeout` is closed (:class:`~txnsq.errors.ConnectionSilent`).
         """
-        sock = self._sock
-        assert sock is not None
-        core = self._core
+        sock, waiter, core, clock = self._sock, self._waiter, self._core, self._clock
+        assert sock is not None and waiter is not None and core is not None
+        assert clock is not None
         if read and isinstance(sock, ssl.SSLSocket) and sock.pending():
-            if core is not None:
-                self._wait_ended = time.monotonic()
+            clock.wait_ends(time.monotonic())
             return True, False
-        if core is None:
-            return self._wait(read, write, timeout)
-        # Every counted read follows the wait before it at once: that wait's end dates
-        # it. With heartbeats off, the time since then is not waited, so not counted.
-        previous = self._wait_ended
-        if not self._gaps_count:
-            started = time.monotonic()
-            self._uncounted += started - previous
-            previous = started
+        started = clock.wait_starts(time.monotonic())
         interval = core.check_interval
         if timeout is None or timeout > interval:
             timeout = interval
-        readable, writable = self._wait(read, write, timeout)
-        ended = self._wait_ended = time.monotonic()
+        readable, writable = waiter.wait(read, write, timeout)
+        ended = clock.wait_ends(time.monotonic())
         if not (readable or writable):
             # The first check dates the frames since the last one, the second judges.
-            shift = self._uncounted
-            error = core.check(previous - shift) or core.check(ended - shift)
+            error = core.check(started) or core.check(ended)
             if error is not None:
                 raise self._fail(error)
         return readable, writable
-
-    def _wait(self, read: bool, write: bool, timeout: float | None) -> tuple[bool, bool]:
-        waiter = self._waiter
-        assert waiter is not None
-        return waiter.wait(read, write, timeout)
 
     def _wait_io(self, read: bool, write: bool, deadline: float | None) -> tuple[bool, bool]:
         """Like :meth:`_poll_io` until ``deadline``; past it, close and raise a timeout."""
@@ -956,26 +749,6 @@ class Connection:
                 return readable, writable
             if deadline is not None and time.monotonic() >= deadline:
                 raise self._fail(self._timed_out())
-
-    def _recv(self) -> bytes | None:
-        """One recv (see :func:`~txnsq.blocking._socket.recv_some`), its failure closing
-        the connection with what it means."""
-        sock = self._sock
-        assert sock is not None
-        try:
-            return recv_some(sock)
-        except OSError as e:
-            raise self._fail(self._read_failed(e)) from e
-
-    def _read_failed(self, error: OSError) -> NSQError:
-        if (
-            isinstance(error, ssl.SSLError)
-            and self._handshaking
-            and self._handshake.state is HandshakeState.TLS
-        ):
-            # Waiting for nsqd's OK over TLS: the server refused our certificate.
-            return self._tls_failed(error)
-        return ConnectionClosed(f"cannot read from {self.address}", error)
 
     def _read_once(self, deadline: float | None, timeout_ok: bool = False) -> None:
         """Wait for input until ``deadline``, then read and process what is there.
@@ -1001,93 +774,18 @@ class Connection:
         try:
             data, eof = read_available(sock)
         except OSError as e:
-            raise self._fail(self._read_failed(e)) from e
+            raise self._fail(ConnectionClosed(f"cannot read from {self.address}", e)) from e
         if data:
             self._reads += 1
             self._receive(data)
             if self._error is None:
-                self._write_pending(_deadline(self.command_timeout))  # heartbeat answers
+                self._write_now()  # heartbeat answers
         if eof and self._error is None:
             raise self._fail(ConnectionClosed(f"nsqd at {self.address} closed the connection"))
 
 
-def connection_silent(address: str, silent_for: float, timeout: float) -> ConnectionSilent:
-    """The error a connection to ``address`` is closed with after ``silent_for`` seconds
-    without a complete frame, ``timeout`` being its silence bound (every client's
-    wording: :func:`txnsq._wire.connection.silence_error`)."""
-    return silence_error(address, silent_for, timeout)
-
-
 def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
-
-
-def _deprecated(old: str, new: str) -> None:
-    warn_deprecated(f"Connection.{old}", f"Connection.{new}", stacklevel=4)
-
-
-_FIELDS: Final = tuple(f.name for f in fields(ConnectionOptions))
-#: The keyword parameters of :class:`Connection` besides the options' fields.
-_CONNECTION_PARAMETERS: Final = (
-    "options",
-    "max_body_size",
-    "max_msg_size",
-    "max_frame_size",
-    "on_nonfatal_error",
-)
-
-
-def connection_options(
-    call: str,
-    options: ConnectionOptions | None,
-    settings: dict[str, Any],
-    parameters: Iterable[str] = (),
-) -> ConnectionOptions:
-    """The :class:`~txnsq.options.ConnectionOptions` of a blocking connection made by
-    ``call`` from ``options`` (its connection part, for a client's own options type) and
-    keyword ``settings`` (fields replacing those of ``options``), folding in the
-    deprecated ``identify=`` and ``timeout=`` keywords with a warning.
-
-    :param parameters: ``call``'s other keyword parameters, suggested for a misspelt
-        keyword as well.
-    :raises TypeError: for a keyword that is no field (naming ``call`` and the nearest
-        valid name), or ``options`` of another type.
-    :raises ValueError: for an invalid value.
-    """
-    if options is not None and not isinstance(options, ConnectionOptions):
-        raise TypeError(f"options must be a ConnectionOptions, not {type(options).__name__}")
-    settings = dict(settings)
-    valid = _FIELDS + tuple(parameters)
-    for name in settings:
-        if name not in _FIELDS and name not in ("identify", "timeout"):
-            raise unexpected_keyword(call, name, valid)
-    if settings.get("connect_timeout", 0) is None:
-        del settings["connect_timeout"]  # it used to mean: the same as timeout
-    fold_identify(settings, call, tls=options.tls if options is not None else None)
-    if "timeout" in settings:
-        timeout = settings.pop("timeout")
-        warn_deprecated(
-            f"{call}(timeout=...)",
-            f"{call}(command_timeout=...) (and connect_timeout, handshake_timeout)",
-            stacklevel=4,
-        )
-        settings.setdefault("command_timeout", timeout)
-        if timeout is not None:
-            settings.setdefault("connect_timeout", timeout)
-            settings.setdefault("handshake_timeout", timeout)
-    base = options.connection_options() if options is not None else None
-    return ConnectionOptions.from_options(base, **settings)
-
-
-def _is_old_dpub(body: object, delay: object) -> bool:
-    """Whether ``deferred_publish(topic, body, delay)`` was called the old way,
-    ``(topic, delay_ms, body)``: an int where the body goes and bytes where the delay
-    goes."""
-    return (
-        isinstance(body, int)
-        and not isinstance(body, bool)
-        and isinstance(delay, bytes | bytearray | memoryview)
-    )
 
 
 def _as_list(message_ids: Iterable[bytes]) -> Sequence[bytes]:

@@ -13,10 +13,19 @@ import socket
 import ssl
 from typing import Final
 
-from txnsq.errors import unreachable
+from txnsq.errors import ConnectionClosed, unreachable
 
-__all__ = ["RECV_SIZE", "SEND_CHUNK", "Waiter", "dial", "read_available", "recv_some", "send_some",
-           "unix_connect"]
+__all__ = [
+    "RECV_SIZE",
+    "SEND_CHUNK",
+    "NSQTimeoutError",
+    "Waiter",
+    "dial",
+    "read_available",
+    "recv_some",
+    "send_some",
+    "unix_connect",
+]
 
 #: The most one recv asks for.
 RECV_SIZE: Final = 256 * 1024
@@ -26,6 +35,15 @@ MAX_RECV_ROUNDS: Final = 8
 SEND_CHUNK: Final = 1024 * 1024
 
 _NOT_NOW: Final = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError, InterruptedError)
+
+
+class NSQTimeoutError(ConnectionClosed, TimeoutError):
+    """A wait on the connection took longer than its timeout (``connect_timeout``,
+    ``handshake_timeout`` or ``command_timeout``).
+
+    The connection is closed when this is raised: whether nsqd executed the last command
+    is unknown (a publish may or may not have been stored).
+    """
 
 
 def dial(host: str, port: int, unix_path: str | None, timeout: float | None) -> socket.socket:

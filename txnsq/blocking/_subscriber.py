@@ -47,17 +47,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import fields
 from types import TracebackType
 from typing import Any, Final
 
-from txnsq._api.deprecate import unexpected_keyword, warn_deprecated
+from txnsq._api.compat import SubscriberCompat
+from txnsq._wire.connection import silence_error
 from txnsq._wire.frames import MessageFrame
 from txnsq._wire.liveness import SILENT, Liveness
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq._wire.rdy import RdyController, RdyUpdate
 from txnsq._wire.touch import touch_schedule
-from txnsq.blocking._connection import connection_silent
 from txnsq.blocking._discovery import Discovery
 from txnsq.blocking._subscriber_options import MAX_CONNECTIONS_PER_NSQD, SubscriberOptions
 from txnsq.blocking._subscriber_state import (
@@ -68,7 +67,7 @@ from txnsq.blocking._subscriber_state import (
     SubscriberConnection,
     describe_failure,
 )
-from txnsq.options import ConnectionOptions, check_batch_room, deprecated_fields
+from txnsq.options import ConnectionOptions, check_batch_room, client_options
 
 __all__ = [
     "MAX_CONNECTIONS_PER_NSQD",
@@ -89,12 +88,6 @@ _SHUTDOWN_IO_TIMEOUT_S: Final = 2.0
 _MAX_WAIT_S: Final = 1.0
 
 
-_SUBSCRIBER_FIELDS: Final = frozenset(f.name for f in fields(SubscriberOptions))
-_DEPRECATED_FIELDS: Final = deprecated_fields(SubscriberOptions)
-#: The keyword parameters of :class:`Subscriber` besides the options' fields.
-_SUBSCRIBER_PARAMETERS: Final = ("options", "clock", "connect", "fetch", "rng")
-
-
 class _TouchGroup:
     """Messages delivered by one read: touched together, on one schedule."""
 
@@ -109,7 +102,7 @@ class _TouchGroup:
 # -- the subscriber -----------------------------------------------------------------------
 
 
-class Subscriber:
+class Subscriber(SubscriberCompat):
     """Reads one topic/channel from every nsqd and buffers messages for the caller, who
     takes them and finishes or requeues them: a consumer without a reactor.
 
@@ -179,11 +172,7 @@ class Subscriber:
         rng: random.Random | None = None,
         **settings: Any,
     ) -> None:
-        for name in settings:
-            if name not in _SUBSCRIBER_FIELDS:
-                valid = [f for f in _SUBSCRIBER_FIELDS if f not in _DEPRECATED_FIELDS]
-                raise unexpected_keyword("Subscriber", name, [*valid, *_SUBSCRIBER_PARAMETERS])
-        options = SubscriberOptions.from_options(options, **settings)
+        options = client_options(SubscriberOptions, Subscriber, options, settings)
         #: The settings of this subscriber.
         self.options: SubscriberOptions = options
         self._clock = clock
@@ -288,12 +277,6 @@ class Subscriber:
                 sock.close()
             except OSError:  # pragma: no cover
                 pass
-
-    def shutdown(self, timeout: float = 5.0) -> None:
-        """Deprecated: :meth:`close` (whose ``timeout`` defaults to
-        ``options.stop_timeout``)."""
-        warn_deprecated("Subscriber.shutdown()", "Subscriber.close()")
-        self.close(timeout)
 
     def __enter__(self) -> Subscriber:
         """Start (:meth:`start`) and return this subscriber."""
@@ -717,7 +700,7 @@ class Subscriber:
             return state.alive
         self._lost(
             state,
-            connection_silent(state.address, live.silent_for(now), state.conn.silence_timeout),
+            silence_error(state.address, live.silent_for(now), state.conn.silence_timeout),
         )
         return False
 

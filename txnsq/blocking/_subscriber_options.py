@@ -1,5 +1,5 @@
 """What a blocking :class:`~txnsq.blocking.Subscriber` reads and how:
-:class:`SubscriberOptions`, checked at construction, with its deprecated spellings.
+:class:`SubscriberOptions`, checked at construction.
 
 This module needs neither Twisted nor pyspark.
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Final
+from typing import Final
 
-from txnsq._api.deprecate import suggest_names, warn_deprecated
+from txnsq._api import compat
+from txnsq._api.deprecate import suggest_names
 from txnsq._api.fielddocs import document_fields
 from txnsq._wire.address import AddressMap, check_address_map, parse_nsqd_address
 from txnsq._wire.commands import validate_channel_name, validate_topic_name
-from txnsq._wire.identify import IdentifyOptions
 from txnsq._wire.lookup import (
     DEFAULT_LOOKUPD_POLL_INTERVAL,
     DEFAULT_LOOKUPD_POLL_JITTER,
@@ -24,7 +24,6 @@ from txnsq._wire.lookup import (
 )
 from txnsq._wire.numbers import check_number
 from txnsq._wire.rdy import DEFAULT_RDY_REDISTRIBUTE_INTERVAL
-from txnsq._wire.retry import RetryPolicy
 from txnsq.options import ConnectionOptions
 
 __all__ = ["MAX_CONNECTIONS_PER_NSQD", "SubscriberOptions"]
@@ -35,6 +34,7 @@ MAX_CONNECTIONS_PER_NSQD: Final = 200
 
 @document_fields
 @suggest_names
+@compat.accepts_old_keywords(*compat.SUBSCRIBER_OPTIONS_OLD)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SubscriberOptions(ConnectionOptions):
     """What a :class:`Subscriber` reads and how, validated at construction: every
@@ -44,15 +44,14 @@ class SubscriberOptions(ConnectionOptions):
     and ``lookupd_http_addresses`` is needed.
 
     ``connect_timeout`` bounds each TCP connect, ``handshake_timeout`` the handshake and
-    SUB, ``command_timeout`` any other wait for nsqd; a connection silent for
-    ``heartbeats_missed`` heartbeat intervals (``read_timeout`` with heartbeats off) is
-    presumed dead, closed and replaced (nsqd redelivers its messages after
-    ``msg_timeout``).
+    SUB, ``command_timeout`` any other wait for nsqd; a connection on which no frame
+    completes for ``silence_timeout`` is presumed dead, closed and replaced (nsqd
+    redelivers its messages after ``msg_timeout``).
 
-    Deprecated (accepted with a :class:`DeprecationWarning`, folded into the fields
-    above, then cleared to ``None``): ``nsqd`` (``nsqd_tcp_addresses``), ``lookupd``
-    (``lookupd_http_addresses``), ``identify`` (the seconds fields), ``retry``
-    (``reconnect_policy``), ``timeout`` (sets ``connect_timeout``,
+    Deprecated (accepted with a :class:`DeprecationWarning` until 0.4.0, folded into
+    the fields above: those given too win): ``nsqd`` (``nsqd_tcp_addresses``),
+    ``lookupd`` (``lookupd_http_addresses``), ``identify`` (the seconds fields),
+    ``retry`` (``reconnect_policy``), ``timeout`` (``connect_timeout``,
     ``handshake_timeout``, ``command_timeout`` and ``lookupd_request_timeout``).
 
     :raises TypeError: for a value of the wrong type (one address string where a
@@ -100,24 +99,7 @@ class SubscriberOptions(ConnectionOptions):
     #: requeue what is in flight and close the connections.
     stop_timeout: float = 30.0
 
-    # Deprecated in 0.2.0 (accepted with a DeprecationWarning, folded into the fields
-    # above, then cleared).
-    nsqd: Sequence[str] | None = field(default=None, repr=False, compare=False)
-    lookupd: Sequence[str] | None = field(default=None, repr=False, compare=False)
-    identify: IdentifyOptions | None = field(default=None, repr=False, compare=False)
-    retry: RetryPolicy | None = field(default=None, repr=False, compare=False)
-    timeout: float | None = field(default=None, repr=False, compare=False)
-
-    _deprecated_fields: ClassVar[tuple[str, ...]] = (
-        "nsqd",
-        "lookupd",
-        "identify",
-        "retry",
-        "timeout",
-    )
-
     def __post_init__(self) -> None:
-        self._take_deprecated()
         self._check_connection()
         validate_topic_name(self.topic)
         validate_channel_name(self.channel)
@@ -157,46 +139,6 @@ class SubscriberOptions(ConnectionOptions):
         check_number(self.lookupd_poll_jitter, "lookupd_poll_jitter", minimum=0, maximum=1)
         check_number(self.stop_timeout, "stop_timeout", minimum=0)
         check_address_map(self.address_map)
-
-    def _take_deprecated(self) -> None:
-        for old, new in (("nsqd", "nsqd_tcp_addresses"), ("lookupd", "lookupd_http_addresses")):
-            value = getattr(self, old)
-            if value is None:
-                continue
-            warn_deprecated(
-                f"SubscriberOptions({old}=...)", f"SubscriberOptions({new}=...)", stacklevel=6
-            )
-            if getattr(self, new):
-                raise ValueError(f"give {new} or the deprecated {old}, not both")
-            object.__setattr__(self, new, value)
-            object.__setattr__(self, old, None)
-        self._take_identify(self.identify, "SubscriberOptions")
-        object.__setattr__(self, "identify", None)
-        if self.retry is not None:
-            warn_deprecated(
-                "SubscriberOptions(retry=...)",
-                "SubscriberOptions(reconnect_policy=...)",
-                stacklevel=6,
-            )
-            if not isinstance(self.retry, RetryPolicy):
-                raise TypeError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
-            object.__setattr__(self, "reconnect_policy", self.retry)
-            object.__setattr__(self, "retry", None)
-        if self.timeout is not None:
-            warn_deprecated(
-                "SubscriberOptions(timeout=...)",
-                "SubscriberOptions(connect_timeout=..., handshake_timeout=..., "
-                "command_timeout=..., lookupd_request_timeout=...)",
-                stacklevel=6,
-            )
-            for name in (
-                "connect_timeout",
-                "handshake_timeout",
-                "command_timeout",
-                "lookupd_request_timeout",
-            ):
-                object.__setattr__(self, name, self.timeout)
-            object.__setattr__(self, "timeout", None)
 
     def connections_for(self, max_rdy_count: int) -> int:
         """How many connections to open to an nsqd whose ``max_rdy_count`` is given:

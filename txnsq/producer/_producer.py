@@ -229,7 +229,7 @@ class Producer(Service):
         on_publish_error: ErrorHandler | None = None,
         **settings: Any,
     ) -> None:
-        addresses, policy = fold_producer_keywords(nsqd_tcp_addresses, settings)
+        addresses, policy = fold_producer_keywords(nsqd_tcp_addresses, settings, options)
         self.options = opts = client_options(ProducerOptions, Producer, options, settings)
         if addresses is None:
             raise TypeError("Producer() missing its nsqd address: Producer('127.0.0.1:4150')")

@@ -67,9 +67,9 @@ them after ``msg_timeout``. So every message is delivered at least once, possibl
   ``maxBytesPerTrigger``) for large messages.
 * Spark may replay the last, uncommitted batch after a restart; that replay is empty
   (its messages were never FINished and come back from nsqd with ``attempts`` + 1).
-* A connection that receives nothing, not even nsqd's heartbeat, for two heartbeat
-  intervals (``heartbeatInterval``, 30 s by default) is half-open or dead: the reader
-  closes it and connects again; what it held comes back from nsqd after
+* A connection on which no frame, not even nsqd's heartbeat, completes within
+  ``silenceTimeout`` (two heartbeat intervals plus 0.5 s by default) is presumed dead:
+  the reader closes it and connects again; what it held comes back from nsqd after
   ``msgTimeout`` (duplicates, never losses).
 * In Docker or Kubernetes, nsqlookupd hands out each nsqd's ``--broadcast-address``,
   often a name only the nsqds' own network resolves: ``addressMap`` maps it to an
@@ -129,10 +129,10 @@ Reads::
   ``msgTimeout``            IDENTIFY msg_timeout: redelivery delay if the reader dies
                             (default: nsqd's ``--msg-timeout``)
   ``availableNowIdle``      quiet time that ends a Trigger.AvailableNow run (default 500ms)
-  ``heartbeatInterval``     IDENTIFY heartbeat_interval (default 30 s; ``off``: none); a
-                            connection silent for two intervals is replaced
-  ``readTimeout``           silence that ends a connection when heartbeats are off
-                            (default 60 s)
+  ``heartbeatInterval``     IDENTIFY heartbeat_interval (default 30 s; ``off``: none)
+  ``silenceTimeout``        a connection on which no frame completes for this long is
+                            replaced (default: two heartbeat intervals plus 0.5 s, or
+                            60 s with heartbeats off)
   ``addressMap``            ``announced=reachable[,...]``: dial ``reachable`` for an nsqd
                             nsqlookupd announces as ``announced`` (``host:port``, or a
                             host alone to keep the port), e.g.
@@ -147,7 +147,9 @@ Deprecated spellings (they work, with a DeprecationWarning; removed in 0.4.0)::
   ``nsqd`` (``nsqdTcpAddresses``), ``lookupd`` (``lookupdHttpAddresses``), ``timeout``
   (sets ``connectTimeout``, ``handshakeTimeout`` and ``commandTimeout``),
   ``msgTimeoutMs``, ``heartbeatIntervalMs``, ``availableNowIdleMs`` (in milliseconds;
-  ``msgTimeout``, ``heartbeatInterval``, ``availableNowIdle``).
+  ``msgTimeout``, ``heartbeatInterval``, ``availableNowIdle``); since 0.3.0,
+  ``readTimeout`` (``silenceTimeout``). Given beside its new name, an old option gives
+  way to it.
 """
 
 from __future__ import annotations

@@ -72,8 +72,8 @@ class LagProbe:
     :data:`LAG_REFRESH_S`.
 
     An nsqd's HTTP address comes from option ``nsqdHttp``, else from nsqlookupd's answer
-    for the topic (when ``lookupd`` is set; moved by ``addressMap`` as the TCP address
-    is, :func:`~txnsq._wire.address.map_http_address`), else it is guessed
+    for the topic (when ``lookupdHttpAddresses`` is set; moved by ``addressMap`` as the
+    TCP address is, :func:`~txnsq._wire.address.map_http_address`), else it is guessed
     (:func:`http_address_guess`).
     """
 

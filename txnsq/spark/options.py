@@ -10,9 +10,10 @@ Options that every client shares are the camelCase spellings of
 :class:`~txnsq.options.ConnectionOptions`' fields and parse into one
 (``connectTimeout`` is ``connect_timeout``, ``msgTimeout`` is ``msg_timeout``...), with
 the same meaning and default as in the Python clients. Durations are seconds, or a
-number with a unit (``"500ms"``, ``"30s"``, ``"15m"``, ``"1h"``). The 0.1 spellings
+number with a unit (``"500ms"``, ``"30s"``, ``"15m"``, ``"1h"``). The old spellings
 (``nsqd``, ``lookupd``, ``timeout``, ``msgTimeoutMs``, ``heartbeatIntervalMs``,
-``availableNowIdleMs``) still work, with a :class:`DeprecationWarning`.
+``availableNowIdleMs``, ``readTimeout``) still work until 0.4.0, with a
+:class:`DeprecationWarning` (:func:`txnsq._api.compat.fold_spark_options`).
 
 This module needs neither pyspark nor pyarrow.
 """
@@ -20,12 +21,13 @@ This module needs neither pyspark nor pyarrow.
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from txnsq._api.deprecate import suggest, warn_deprecated
+from txnsq._api import compat
+from txnsq._api.deprecate import suggest
+from txnsq._wire import liveness
 from txnsq._wire.address import (
     NSQD_HTTP_PORT,
     check_address_map,
@@ -100,7 +102,7 @@ _READ_NAMES: Final = (
     "availableNowIdle",
     "addressMap",
     "heartbeatInterval",
-    "readTimeout",
+    "silenceTimeout",
     "maxBytesPerTrigger",
     "minMessagesPerTrigger",
     "maxTriggerDelay",
@@ -111,14 +113,8 @@ _READ_NAMES: Final = (
     "reportLag",
     "nsqdHttp",
 )
-#: Deprecated spelling -> its replacement (accepted with a DeprecationWarning).
-_COMMON_DEPRECATED: Final = {"nsqd": "nsqdTcpAddresses", "timeout": "commandTimeout"}
-_READ_DEPRECATED: Final = {
-    "lookupd": "lookupdHttpAddresses",
-    "msgTimeoutMs": "msgTimeout",
-    "heartbeatIntervalMs": "heartbeatInterval",
-    "availableNowIdleMs": "availableNowIdle",
-}
+#: Old spellings of options both directions take (the others are reads').
+_COMMON_OLD: Final = ("nsqd", "timeout")
 # Options Spark itself passes along with ours (checkpointLocation of writeStream...).
 _SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation", "queryname"})
 
@@ -128,7 +124,7 @@ class OptionError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class ConnectionSettings:
+class ConnectionSettings(compat.ConnectionSettingsCompat):
     """How to reach and talk to nsqd: what both the reader and the writer need.
 
     :ivar nsqd_tcp_addresses: option ``nsqdTcpAddresses``, as ``"host:port"`` or ``"unix:/path"``.
@@ -138,11 +134,6 @@ class ConnectionSettings:
 
     nsqd_tcp_addresses: tuple[str, ...]
     options: ConnectionOptions = field(default_factory=ConnectionOptions)
-
-    @property
-    def nsqd(self) -> tuple[str, ...]:
-        """:attr:`nsqd_tcp_addresses` (the 0.1 name)."""
-        return self.nsqd_tcp_addresses
 
     @property
     def tls(self) -> TLSOptions | None:
@@ -174,7 +165,7 @@ class WriteOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class ReadOptions:
+class ReadOptions(compat.ReadOptionsCompat):
     """Options of ``spark.readStream.format("nsq")`` (times in seconds)."""
 
     connection: ConnectionSettings
@@ -199,11 +190,6 @@ class ReadOptions:
     report_lag: bool = True
     #: ``(nsqd TCP address, its HTTP address)`` pairs for the lag statistics
     nsqd_http: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def lookupd(self) -> tuple[str, ...]:
-        """:attr:`lookupd_http_addresses` (the 0.1 name)."""
-        return self.lookupd_http_addresses
 
     def subscriber_options(self) -> SubscriberOptions:
         """The options of the blocking :class:`~txnsq.blocking.Subscriber` that reads
@@ -235,8 +221,9 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
 
     :raises OptionError: for an unknown, missing or invalid option.
     """
-    opts = _known(options, _COMMON_NAMES + _WRITE_NAMES, _COMMON_DEPRECATED, "write")
-    connection = _connection(opts, {})
+    opts = _known(options, _COMMON_NAMES + _WRITE_NAMES, _COMMON_OLD, "write")
+    spelled = _fold_old(opts)
+    connection = _connection(opts, {}, spelled)
     if not connection.nsqd_tcp_addresses:
         raise OptionError(
             "option 'nsqdTcpAddresses' is required for writes (e.g. '127.0.0.1:4150')"
@@ -259,17 +246,13 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
 
     :raises OptionError: for an unknown, missing or invalid option.
     """
-    opts = _known(
-        options,
-        _COMMON_NAMES + _READ_NAMES,
-        {**_COMMON_DEPRECATED, **_READ_DEPRECATED},
-        "read",
-    )
-    connection = _connection(opts, _read_connection_settings(opts))
+    opts = _known(options, _COMMON_NAMES + _READ_NAMES, compat.SPARK_OLD_OPTIONS, "read")
+    spelled = _fold_old(opts)
+    connection = _connection(opts, _read_connection_settings(opts), spelled)
     topic = _topic(opts, required=True)
     assert topic is not None
     channel = _channel(opts)
-    lookupd = _lookupd_addresses(opts, topic)
+    lookupd = _lookupd_addresses(opts, topic, spelled)
     if not connection.nsqd_tcp_addresses and not lookupd:
         raise OptionError(
             "reads need option 'nsqdTcpAddresses' (host:port,...) or 'lookupdHttpAddresses' "
@@ -296,7 +279,10 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         connections_per_nsqd=(
             _int(opts, "connectionspernsqd", "connectionsPerNsqd", 0, low=0) or None
         ),
-        available_now_idle=_available_now_idle(opts),
+        available_now_idle=_seconds(
+            opts, "availablenowidle", spelled.get("availablenowidle", "availableNowIdle"),
+            DEFAULT_AVAILABLE_NOW_IDLE, positive=True,
+        ),
         address_map=_address_map(opts.get("addressmap", "")),
         max_bytes_per_trigger=triggers.max_bytes,
         min_messages_per_trigger=triggers.min_messages,
@@ -320,10 +306,12 @@ def _channel(opts: Mapping[str, str]) -> str:
         raise OptionError(f"option 'channel': {e}") from None
 
 
-def _lookupd_addresses(opts: dict[str, str], topic: str) -> tuple[str, ...]:
-    """Option ``lookupdHttpAddresses`` (or its 0.1 spelling ``lookupd``), each address
-    checked by making its ``/lookup`` URL for ``topic``."""
-    name = _renamed(opts, "lookupdHttpAddresses", "lookupd", move=True)
+def _lookupd_addresses(
+    opts: Mapping[str, str], topic: str, spelled: Mapping[str, str]
+) -> tuple[str, ...]:
+    """Option ``lookupdHttpAddresses``, each address checked by making its ``/lookup``
+    URL for ``topic``."""
+    name = spelled.get("lookupdhttpaddresses", "lookupdHttpAddresses")
     addresses = tuple(_split(opts.get("lookupdhttpaddresses", "")))
     for address in addresses:
         try:
@@ -406,48 +394,36 @@ def _giving_up(opts: Mapping[str, str], topic: str) -> tuple[int, DeadLetter | N
     return max_attempts, dead_letter
 
 
-def _available_now_idle(opts: dict[str, str]) -> float:
-    """Option ``availableNowIdle`` in seconds (or its 0.1 spelling in milliseconds,
-    ``availableNowIdleMs``)."""
-    name = _renamed(opts, "availableNowIdle", "availableNowIdleMs")
-    if name == "availableNowIdleMs":
-        return _int(opts, "availablenowidlems", name, 500, low=1) / 1000.0
-    return _seconds(opts, "availablenowidle", name, DEFAULT_AVAILABLE_NOW_IDLE, positive=True)
-
-
-def _read_connection_settings(opts: dict[str, str]) -> dict[str, Any]:
+def _read_connection_settings(opts: Mapping[str, str]) -> dict[str, Any]:
     """The :class:`~txnsq.options.ConnectionOptions` fields only a read has options for:
-    ``msgTimeout``, ``heartbeatInterval``, ``readTimeout`` (and their 0.1 spellings in
-    milliseconds)."""
+    ``msgTimeout``, ``heartbeatInterval`` (``off``: no heartbeats) and
+    ``silenceTimeout``."""
     settings: dict[str, Any] = {}
-    name = _renamed(opts, "msgTimeout", "msgTimeoutMs")
-    if name == "msgTimeoutMs":
-        ms = _int(opts, "msgtimeoutms", name, 0, low=0)
-        if 0 < ms < 1000:  # nsqd's minimum; 0 leaves nsqd's default
-            raise OptionError(f"option '{name}' must be 0 (nsqd's default) or >= 1000, not {ms}")
-        settings["msg_timeout"] = ms / 1000.0 if ms else None
-    elif opts.get("msgtimeout", "").strip():
-        settings["msg_timeout"] = _seconds(opts, "msgtimeout", name, 0.0, minimum=1)
-    name = _renamed(opts, "heartbeatInterval", "heartbeatIntervalMs")
-    if name == "heartbeatIntervalMs":
-        ms = _int(opts, "heartbeatintervalms", name, 0, low=-1)
-        if 0 < ms < 1000:  # nsqd's minimum; 0 leaves the client default (30 s)
-            raise OptionError(
-                f"option '{name}' must be -1 (off), 0 (the default, 30 s) or >= 1000, not {ms}"
-            )
-        if ms:
-            settings["heartbeat_interval"] = None if ms == -1 else ms / 1000.0
-    else:
-        text = opts.get("heartbeatinterval", "").strip().lower()
-        if text in ("off", "none", "-1"):
-            settings["heartbeat_interval"] = None
-        elif text:
-            settings["heartbeat_interval"] = _seconds(
-                opts, "heartbeatinterval", name, 0.0, minimum=1
-            )
-    if opts.get("readtimeout", "").strip():
-        settings["read_timeout"] = _seconds(opts, "readtimeout", "readTimeout", 0.0, positive=True)
+    if opts.get("msgtimeout", "").strip():
+        settings["msg_timeout"] = _seconds(opts, "msgtimeout", "msgTimeout", 0.0, minimum=1)
+    text = opts.get("heartbeatinterval", "").strip().lower()
+    if text in ("off", "none", "-1"):
+        settings["heartbeat_interval"] = None
+    elif text:
+        settings["heartbeat_interval"] = _seconds(
+            opts, "heartbeatinterval", "heartbeatInterval", 0.0, minimum=1
+        )
+    if opts.get("silencetimeout", "").strip():
+        settings["silence_timeout"] = silence = _seconds(
+            opts, "silencetimeout", "silenceTimeout", 0.0, positive=True
+        )
+        interval = settings.get("heartbeat_interval", ConnectionOptions().heartbeat_interval)
+        try:
+            liveness.silence_timeout(interval, given=silence, setting=_option_setting)
+        except ValueError as e:
+            raise OptionError(str(e)) from None
     return settings
+
+
+def _option_setting(name: str, value: str) -> str:
+    """A ConnectionOptions setting as its option says it (``option 'silenceTimeout' (10)``)."""
+    first, *rest = name.split("_")
+    return f"option '{first}{''.join(word.title() for word in rest)}' ({value})"
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -460,10 +436,11 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 def _known(
     options: Mapping[str, str],
     names: tuple[str, ...],
-    deprecated: Mapping[str, str],
+    deprecated: Iterable[str],
     what: str,
 ) -> dict[str, str]:
-    """``options`` with lowercased keys, once every one is known.
+    """``options`` with lowercased keys, once every one is known (the old spellings
+    ``deprecated`` too, never suggested).
 
     :raises OptionError: naming each unknown option and the nearest valid one.
     """
@@ -485,33 +462,20 @@ def _known(
     return opts
 
 
-def _warn_deprecated(old: str, new: str) -> None:
-    """:func:`~txnsq._api.deprecate.warn_deprecated`, pointing at the caller of
-    :func:`parse_read_options` or :func:`parse_write_options`."""
-    frame = sys._getframe(1)
-    level = 3  # warn_deprecated's caller (this function), then its caller
-    while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
-        frame = frame.f_back
-        level += 1
-    warn_deprecated(old, new, stacklevel=level)
+def _fold_old(opts: dict[str, str]) -> dict[str, str]:
+    """:func:`txnsq._api.compat.fold_spark_options` (the old spellings in ``opts``,
+    folded into today's): for each option it filled in, the name the user wrote.
 
-
-def _renamed(opts: dict[str, str], new: str, old: str, *, move: bool = False) -> str:
-    """Which of option ``new`` and its deprecated spelling ``old`` is given (``new``
-    when neither is): warn when it is ``old``; with ``move``, its value goes to ``new``
-    (the same meaning).
-
-    :raises OptionError: when both are given.
+    :raises OptionError: for an old option's bad value, naming it.
     """
-    if old.lower() not in opts:
-        return new
-    if new.lower() in opts:
-        raise OptionError(f"give option '{new}' or its deprecated spelling '{old}', not both")
-    unit = "" if move else " (seconds, or with a unit: '500ms', '30s')"
-    _warn_deprecated(f"option '{old}'", f"option '{new}'{unit}")
-    if move:
-        opts[new.lower()] = opts.pop(old.lower())
-    return old
+
+    def check_seconds(text: str, name: str) -> object:
+        return _seconds({"value": text}, "value", name, 0.0, positive=True)
+
+    try:
+        return compat.fold_spark_options(opts, check_seconds)
+    except ValueError as e:
+        raise OptionError(str(e)) from None
 
 
 def _split(text: str) -> list[str]:
@@ -673,13 +637,15 @@ def _topic(opts: Mapping[str, str], required: bool) -> str | None:
         raise OptionError(f"option 'topic': {e}") from None
 
 
-def _connection(opts: dict[str, str], settings: dict[str, Any]) -> ConnectionSettings:
+def _connection(
+    opts: Mapping[str, str], settings: dict[str, Any], spelled: Mapping[str, str]
+) -> ConnectionSettings:
     """The nsqd addresses and the :class:`~txnsq.options.ConnectionOptions` (with
     ``settings``, fields parsed from a direction's own options).
 
-    :raises OptionError: naming the option.
+    :raises OptionError: naming the option (as the user wrote it: ``spelled``).
     """
-    name = _renamed(opts, "nsqdTcpAddresses", "nsqd", move=True)
+    name = spelled.get("nsqdtcpaddresses", "nsqdTcpAddresses")
     try:
         # Read as every client reads an nsqd address; kept as "host:port" or "unix:/path".
         nsqd = tuple(parse_nsqd_address(a).label for a in _split(opts.get("nsqdtcpaddresses", "")))
@@ -697,7 +663,7 @@ def _connection(opts: dict[str, str], settings: dict[str, Any]) -> ConnectionSet
     settings["deflate_level"] = _int(opts, "deflatelevel", "deflateLevel", 6, low=1, high=9)
     settings["auth_secret"] = opts.get("authsecret") or None
     settings["client_id"] = opts.get("clientid") or None
-    settings.update(_timeouts(opts))
+    settings.update(_timeouts(opts, spelled))
     try:
         options = ConnectionOptions(**settings)
     except (TypeError, ValueError) as e:  # pragma: no cover - each option checked above
@@ -726,29 +692,20 @@ def _tls(opts: Mapping[str, str]) -> TLSOptions | None:
         raise OptionError(f"TLS options: {e}") from None
 
 
-def _timeouts(opts: Mapping[str, str]) -> dict[str, float | None]:
+def _timeouts(opts: Mapping[str, str], spelled: Mapping[str, str]) -> dict[str, float | None]:
     """The :class:`~txnsq.options.ConnectionOptions` timeouts given: ``connectTimeout``,
-    ``handshakeTimeout``, ``commandTimeout`` (``none`` or ``off``: no bound), each over
-    the deprecated ``timeout`` that sets all three."""
+    ``handshakeTimeout``, ``commandTimeout`` (``none`` or ``off``: no bound)."""
     settings: dict[str, float | None] = {}
     timeouts = {
         "connect_timeout": "connectTimeout",
         "handshake_timeout": "handshakeTimeout",
         "command_timeout": "commandTimeout",
     }
-    if "timeout" in opts:
-        _warn_deprecated(
-            "option 'timeout'",
-            "options 'connectTimeout', 'handshakeTimeout' and 'commandTimeout'",
-        )
-        if opts["timeout"].strip():
-            timeout = _seconds(opts, "timeout", "timeout", 0.0, positive=True)
-            settings.update(dict.fromkeys(timeouts, timeout))
     for setting, option in timeouts.items():
         key = option.lower()
         text = opts.get(key, "").strip().lower()
         if setting == "command_timeout" and text in ("none", "off"):
             settings[setting] = None
         elif text:
-            settings[setting] = _seconds(opts, key, option, 0.0, positive=True)
+            settings[setting] = _seconds(opts, key, spelled.get(key, option), 0.0, positive=True)
     return settings
