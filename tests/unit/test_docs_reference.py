@@ -621,3 +621,50 @@ class RenderedTextTests(TestCase):
                              for part in _own_parts(dd) if getattr(part, "name", None)):
                     missing.append(f"{page}: {name} has no example")
         self.assertEqual(missing, [])
+
+    def test_new_and_deprecated_names_are_marked(self) -> None:
+        """Names added, changed or deprecated in 0.2.0 and 0.3.0 (CHANGELOG.rst,
+        newsfragments/) say so in their entry: the marker and the release."""
+        marked = {
+            "reference/options.html": [
+                ("txnsq.options.ConnectionOptions", "versionadded", "0.2.0"),
+                ("txnsq.options.ConnectionOptions.silence_timeout", "versionchanged", "0.3.0"),
+            ],
+            "reference/protocol.html": [
+                ("txnsq.protocol.NSQProtocol.silence_timeout", "versionadded", "0.3.0"),
+                ("txnsq.protocol.NSQProtocol.command_timeout", "versionadded", "0.3.0"),
+            ],
+            "reference/blocking.html": [
+                ("txnsq.blocking.Connection.silence_timeout", "versionadded", "0.3.0"),
+                ("txnsq.blocking.Subscriber", "versionchanged", "0.2.0"),
+                ("txnsq.blocking.Subscriber.take_batch", "versionadded", "0.3.0"),
+            ],
+            "reference/http.html": [
+                ("txnsq.http.ClientStats.rdy_count", "versionadded", "0.3.0"),
+            ],
+            "reference/producer.html": [
+                ("txnsq.producer.Producer", "deprecated", "0.2.0"),
+                ("txnsq.producer.Producer.publish_nowait", "versionadded", "0.3.0"),
+            ],
+            "reference/errors.html": [
+                ("txnsq.errors.PublishBufferFull", "versionadded", "0.3.0"),
+            ],
+            "reference/testing.html": [
+                ("txnsq.testing.start_nsqd", "versionadded", "0.3.0"),
+                ("txnsq.testing.NSQDProcess", "versionadded", "0.3.0"),
+            ],
+            "reference/tracing.html": [("txnsq.tracing.Tracing", "versionadded", "0.2.0")],
+            "reference/txnsq.html": [("txnsq.IdentifyOptions", "deprecated", "0.2.0")],
+        }
+        missing = []
+        for page, wanted in marked.items():
+            entries = dict(_entries(self.soup(page)))
+            for name, marker, version in wanted:
+                dd = entries.get(name)
+                found = [] if dd is None else [
+                    div.get_text(" ", strip=True)
+                    for div in dd.find_all("div", class_=marker, recursive=False)
+                ]
+                if not any(f"version {version}" in text for text in found):
+                    missing.append(f"{page}: {name} lacks {marker} {version}")
+        self.assertEqual(missing, [])

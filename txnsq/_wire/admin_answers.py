@@ -64,6 +64,9 @@ class ClientStats(ClientStatsCompat):
     state: int
     #: The connection's RDY (nsqd's ``ready_count``): how many more messages nsqd may
     #: send it.
+    #:
+    #: .. versionadded:: 0.3.0
+    #:    Replaces ``ready_count`` (deprecated).
     rdy_count: int
     #: Messages sent to it and not finished or requeued yet.
     in_flight_count: int

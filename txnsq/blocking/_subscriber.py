@@ -123,8 +123,8 @@ class Subscriber(SubscriberCompat):
     It keeps connections to every nsqd given or found through nsqlookupd (reconnecting
     with backoff), shares RDY under ``max_in_flight`` as the Twisted
     :class:`~txnsq.consumer.Consumer` does, and TOUCHes the messages taken while they
-    are in flight. A message is one of the frames :meth:`take` returns, with ``id``,
-    ``attempts``, ``timestamp`` (nanoseconds) and ``body``.
+    are in flight. The messages :meth:`take` returns are
+    :class:`~txnsq.blocking.MessageFrame` objects.
 
     As a context manager, ``with Subscriber(options) as sub:`` calls :meth:`start` on
     entry and :meth:`close` on exit.

@@ -6,10 +6,10 @@ a :class:`~twisted.internet.task.Clock`, so code that uses :class:`~txnsq.Produc
 :class:`~txnsq.Consumer` runs unchanged inside a
 :class:`~twisted.trial.unittest.SynchronousTestCase`: no sockets, no real reactor, no
 waiting: pass the same clock as ``reactor=`` and the fake's endpoint (its entry below
-shows a test). Bytes move on the clock's next turn: :meth:`FakeNSQD.flush` (``clock.advance(0)``) runs
-every exchange that is due now, and :meth:`FakeNSQD.advance` moves time forward one
-scheduled event at a time (message timeouts, REQ delays, DPUB, heartbeats, reconnects),
-so each happens at its own moment.
+shows a test). Bytes move on the clock's next turn: :meth:`FakeNSQD.flush`
+(``clock.advance(0)``) runs every exchange that is due now, and :meth:`FakeNSQD.advance`
+moves time forward one scheduled event at a time (message timeouts, REQ delays, DPUB,
+heartbeats, reconnects), so each happens at its own moment.
 
 What the fake does as nsqd v1.3 does (``tests/integration/test_testing.py`` runs the same
 scenarios against both and compares what the client sees): the handshake (IDENTIFY
