@@ -76,7 +76,7 @@ from txnsq._wire.admin import (
     Node,
     NSQDInfo,
     NSQDStats,
-    Producer,
+    RegisteredNSQD,
     TopicStats,
 )
 from txnsq.errors import (
@@ -105,12 +105,18 @@ __all__ = [
     "NSQDInfo",
     "NSQDStats",
     "Node",
-    "Producer",
+    "RegisteredNSQD",
     "TopicStats",
     "https_policy",
 ]
 
 T = TypeVar("T")
+
+
+def __getattr__(name: str) -> Any:
+    from txnsq._api.compat import module_attribute
+
+    return module_attribute(__name__, name)  # an old name, or AttributeError
 
 # What a request can fail with on the way (no complete answer): these become
 # HTTPConnectionError. Anything else (txnsq's own errors, a cancel) passes through.
@@ -539,8 +545,8 @@ class LookupdHTTPClient(_AdminClient):
         async def main(reactor):
             client = LookupdHTTPClient("127.0.0.1:4161")
             result = await client.lookup("events")  # TopicNotFound if it has none
-            for producer in result.producers:
-                print(producer.tcp_address)  # what a consumer dials
+            for nsqd in result.nsqds:
+                print(nsqd.tcp_address)  # what a consumer dials
             await client.close()
 
         react(main)
@@ -590,12 +596,12 @@ class LookupdHTTPClient(_AdminClient):
         (:class:`~txnsq.errors.ChannelNotFound` if it does not know it)."""
         return self._call(admin.lookupd_channel_action("delete", topic, channel))
 
-    def tombstone_topic_producer(self, topic: str, node: str | Producer) -> Deferred[None]:
+    def tombstone_topic_producer(self, topic: str, node: str | RegisteredNSQD) -> Deferred[None]:
         """Hide ``node`` as a producer of ``topic`` for nsqlookupd's
         ``--tombstone-lifetime``: consumers stop being sent to it, so the topic can then
         be deleted on that nsqd without them coming back.
 
-        :param node: a :class:`Producer` or :class:`Node` (from :meth:`lookup` or
+        :param node: a :class:`RegisteredNSQD` or :class:`Node` (from :meth:`lookup` or
             :meth:`nodes`), or ``"broadcast_address:http_port"``.
         """
         return self._call(admin.lookupd_tombstone_topic_producer(topic, node))

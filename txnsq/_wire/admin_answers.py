@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from txnsq._api.compat import CLIENT_STATS_RENAMED, ClientStatsCompat, accepts_old_keywords
+from txnsq._api.compat import (
+    CLIENT_STATS_RENAMED,
+    LOOKUP_RESULT_RENAMED,
+    ClientStatsCompat,
+    LookupResultCompat,
+    accepts_old_keywords,
+)
 from txnsq._wire.address import format_address
 
 __all__ = [
@@ -24,7 +30,7 @@ __all__ = [
     "NSQDInfo",
     "NSQDStats",
     "Node",
-    "Producer",
+    "RegisteredNSQD",
     "TopicStats",
 ]
 
@@ -226,9 +232,14 @@ class LookupdInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class Producer:
+class RegisteredNSQD:
     """An nsqd registered with nsqlookupd, as ``/lookup`` lists it (see
-    :attr:`LookupResult.producers`)."""
+    :attr:`LookupResult.nsqds`): nsqlookupd calls it a "producer" (of the topic), which
+    is not a :class:`txnsq.Producer`.
+
+    .. versionadded:: 0.3.0
+       Replaces the name ``Producer`` (deprecated).
+    """
 
     #: The address nsqd's registration came from, as nsqlookupd saw it
     #: (``"host:port"``).
@@ -264,9 +275,9 @@ class Producer:
 
 
 @dataclass(frozen=True, slots=True)
-class Node(Producer):
+class Node(RegisteredNSQD):
     """An nsqd in nsqlookupd's ``/nodes`` (:meth:`LookupdHTTPClient.nodes
-    <txnsq.http.LookupdHTTPClient.nodes>`): a :class:`Producer` with its topics."""
+    <txnsq.http.LookupdHTTPClient.nodes>`): a :class:`RegisteredNSQD` with its topics."""
 
     #: The topics it has.
     topics: tuple[str, ...] = ()
@@ -280,15 +291,19 @@ class Node(Producer):
         return frozenset(t for t, dead in zip(self.topics, self.tombstones, strict=False) if dead)
 
 
+@accepts_old_keywords(*LOOKUP_RESULT_RENAMED)
 @dataclass(frozen=True, slots=True)
-class LookupResult:
+class LookupResult(LookupResultCompat):
     """nsqlookupd's ``/lookup`` for a topic (:meth:`LookupdHTTPClient.lookup
     <txnsq.http.LookupdHTTPClient.lookup>`): its channels and the nsqds that have it."""
 
     #: The topic's channels.
     channels: tuple[str, ...]
     #: The nsqds that have the topic (those tombstoned for it left out by nsqlookupd).
-    producers: tuple[Producer, ...]
-    #: The producer entries left out because they were malformed (no address, a port
+    #:
+    #: .. versionadded:: 0.3.0
+    #:    Replaces ``producers`` (deprecated).
+    nsqds: tuple[RegisteredNSQD, ...]
+    #: The nsqd entries left out because they were malformed (no address, a port
     #: out of range...), one line each saying why; ``()`` for a sound answer.
     problems: tuple[str, ...] = ()

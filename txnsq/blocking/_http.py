@@ -35,7 +35,7 @@ from txnsq._wire.admin import (
     Node,
     NSQDInfo,
     NSQDStats,
-    Producer,
+    RegisteredNSQD,
 )
 from txnsq._wire.handshake import not_an_http_port
 from txnsq.blocking._socket import unix_connect
@@ -392,8 +392,8 @@ class LookupdHTTPClient(_AdminClient):
         from txnsq.blocking import LookupdHTTPClient
 
         with LookupdHTTPClient("127.0.0.1:4161") as client:
-            for producer in client.lookup("events").producers:
-                print(producer.tcp_address)  # what a consumer dials
+            for nsqd in client.lookup("events").nsqds:
+                print(nsqd.tcp_address)  # what a consumer dials
     """
 
     _default_port = NSQLOOKUPD_HTTP_PORT
@@ -437,7 +437,7 @@ class LookupdHTTPClient(_AdminClient):
         """Forget ``channel`` of ``topic`` in nsqlookupd."""
         self._call(admin.lookupd_channel_action("delete", topic, channel))
 
-    def tombstone_topic_producer(self, topic: str, node: str | Producer) -> None:
-        """Hide ``node`` (a :class:`~txnsq._wire.admin.Producer` or
+    def tombstone_topic_producer(self, topic: str, node: str | RegisteredNSQD) -> None:
+        """Hide ``node`` (a :class:`~txnsq.http.RegisteredNSQD` or
         ``"broadcast_address:http_port"``) as a producer of ``topic``."""
         self._call(admin.lookupd_tombstone_topic_producer(topic, node))
