@@ -189,7 +189,7 @@ class LookupdIntegrationTests(SynchronousTestCase):
         self.http = NSQDHTTPClient(self.nsqd.http_address)
         self.topic = unique("blookup")
 
-    def producers(self) -> Any:
+    def nsqds(self) -> Any:
         try:
             return self.lookupd.lookup(self.topic).nsqds
         except TopicNotFound:
