@@ -15,8 +15,8 @@ async def main(reactor):
 
     billing = (await nsqd.stats("orders")).channel("orders", "billing")
     print("billing: depth", billing.depth, "paused", billing.paused)
-    for producer in (await lookupd.lookup("orders")).producers:
-        print("orders is on", producer.tcp_address)
+    for nsqd_entry in (await lookupd.lookup("orders")).nsqds:
+        print("orders is on", nsqd_entry.tcp_address)
     await nsqd.close()
     await lookupd.close()
 

@@ -1,7 +1,8 @@
 """txnsq: an NSQ client library for Twisted.
 
-The public names are imported lazily, so that ``import txnsq._wire`` (the sans-I/O core,
-shared with the blocking client and the Spark data source) never imports Twisted.
+The names below are imported lazily, on first use, so that the blocking client
+(:mod:`txnsq.blocking`) and the Spark data source (:mod:`txnsq.spark`), which share
+txnsq's protocol code, never import Twisted.
 """
 
 from __future__ import annotations

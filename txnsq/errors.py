@@ -10,7 +10,7 @@ usable connection in time; a producer's :class:`ProducerStopped` and
 compression or AUTH negotiation failed; :class:`WrongPeerError`, both a protocol and a
 handshake error, when the address is not nsqd's TCP port: an HTTP port, nsqlookupd's TCP
 port, something that is not nsqd). A connection that goes quiet is closed with
-:class:`ConnectionSilent` (no frame within its ``silence_timeout``) or
+:class:`ConnectionSilent` (no frame received within its ``silence_timeout``) or
 :class:`CommandTimeout` (commands waited too long for their answer); both are
 :class:`ConnectionClosed` and ``TimeoutError``.
 
@@ -86,25 +86,30 @@ class NSQError(Exception):
 
 
 class NSQServerError(NSQError):
-    """An error frame sent by nsqd.
-
-    :ivar code: the error code, e.g. ``"E_BAD_TOPIC"``.
-    :ivar text: the human-readable rest of the frame (may be empty).
-    :ivar fatal: ``True`` when nsqd closes the connection after sending it; only
-        ``E_FIN_FAILED``, ``E_REQ_FAILED`` and ``E_TOUCH_FAILED`` are not fatal.
-    :ivar hint: what the error means for this client when nsqd's text does not say it
-        (which option to change, and what nsqd accepts), or ``""``. It ends the
-        message, in parentheses.
+    """An error frame sent by nsqd: its subclasses name each code nsqd sends; an
+    unknown code gives this class itself, carrying that code (see
+    :func:`error_from_frame`). ``str()`` is the code, the text and the hint.
     """
 
+    #: The error code nsqd sent, the first word of the frame: the class's own
+    #: (``"E_BAD_TOPIC"`` for :class:`BadTopicError`), or, on an instance of a class
+    #: that covers several codes or none, the one received (``"E_SUB_FAILED"`` on a
+    #: :class:`TooManyChannelConsumersError` from nsqd 1.2.1 and later).
     code: ClassVar[str] = ""
+    #: Whether nsqd closes the connection after sending it: only ``E_FIN_FAILED``,
+    #: ``E_REQ_FAILED`` and ``E_TOUCH_FAILED`` are not fatal.
     fatal: ClassVar[bool] = True
 
     def __init__(self, text: str = "", code: str | None = None) -> None:
+        #: The human-readable rest of the frame (may be empty), cut to 200 characters
+        #: and kept on one line.
         self.text = text
         if code is not None and code != type(self).code:
             # Codes txnsq has no class for, and E_SUB_FAILED as TooManyChannelConsumersError.
             self.code = code  # type: ignore[misc]
+        #: What the error means for this client when nsqd's text does not say it (which
+        #: option to change, and what nsqd accepts), or ``""``. It ends the message, in
+        #: parentheses.
         self.hint = _hint(self.code, text)
         message = f"{self.code} {text}".strip()
         super().__init__(f"{message} ({self.hint})" if self.hint else message)
@@ -369,11 +374,11 @@ class ProtocolError(NSQError):
     """The peer sent bytes that break the NSQ wire protocol (bad size, unknown frame...).
 
     The connection that produced it cannot be trusted any more and is closed.
-
-    :ivar frames: when raised by a frame parser, the valid frames that arrived before the
-        bad bytes in the same read (they were really sent and may still be acted on).
     """
 
+    #: When raised by a frame parser, the valid frames that arrived before the bad
+    #: bytes in the same read (they were really sent and may still be acted on);
+    #: otherwise empty.
     frames: list[object]
 
     def __init__(self, *args: object) -> None:
@@ -429,7 +434,9 @@ class ConnectionClosed(NSQError):
 
 class ConnectionSilent(ConnectionClosed, TimeoutError):
     """No frame (not even a heartbeat) completed on the connection within its
-    ``silence_timeout``: it is presumed dead (:mod:`txnsq._wire.liveness` says why),
+    ``silence_timeout`` (:class:`~txnsq.options.ConnectionOptions`; by default a little
+    more than two heartbeat intervals, :doc:`/explanation/failure-detection` says why):
+    it is presumed dead (half-open: a dead NAT entry, a pulled cable, a frozen host),
     closed, and reconnected like any lost connection. Commands still waiting on it fail
     with this error; nsqd may or may not have acted on them.
     """
@@ -437,9 +444,10 @@ class ConnectionSilent(ConnectionClosed, TimeoutError):
 
 class CommandTimeout(ConnectionClosed, TimeoutError):
     """Commands (a publish, say) waited for nsqd's answer longer than the connection's
-    ``command_timeout``. nsqd answers in order, so a connection that stopped answering
-    cannot be trusted any more: it is closed, and every command still waiting on it fails
-    with this error (nsqd may or may not have stored what they published).
+    ``command_timeout`` (:class:`~txnsq.options.ConnectionOptions`, 30 s by default). nsqd
+    answers in order, so a connection that stopped answering cannot be trusted any more:
+    it is closed, and every command still waiting on it fails with this error (nsqd may
+    or may not have stored what they published).
     """
 
 
@@ -460,7 +468,10 @@ class PublishBufferFull(PublishQueueFull):
     not yet acknowledged or reported) is at ``buffer_max_count`` messages, or the message
     would take it past ``buffer_max_bytes``: nothing was taken. Wait for
     :meth:`~txnsq.producer.Producer.wait_for_room` (or
-    :meth:`~txnsq.producer.Producer.flush`) and hand it over again."""
+    :meth:`~txnsq.producer.Producer.flush`) and hand it over again.
+
+    .. versionadded:: 0.3.0
+    """
 
 
 class NSQHTTPError(NSQError):

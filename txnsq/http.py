@@ -3,8 +3,8 @@
 :class:`NSQDHTTPClient` publishes over HTTP, reads ``/stats`` and creates, deletes,
 empties, pauses and unpauses topics and channels; :class:`LookupdHTTPClient` asks
 nsqlookupd what it knows and creates, deletes and tombstones topics. Every call returns a
-Deferred that fires with a typed value (frozen dataclasses from
-:mod:`txnsq._wire.admin`, such as :class:`NSQDStats`) or fails with a named error:
+:class:`~twisted.internet.defer.Deferred` that fires with a typed value (the frozen
+dataclasses below, such as :class:`NSQDStats`) or fails with a named error:
 
 - :class:`~txnsq.errors.NSQHTTPError` when the server answers with an error
   (:class:`~txnsq.errors.TopicNotFound` and :class:`~txnsq.errors.ChannelNotFound` for a
@@ -16,23 +16,15 @@ Deferred that fires with a typed value (frozen dataclasses from
   ``timeout`` seconds: no Deferred waits for ever.
 
 Arguments (topic and channel names, bodies, delays) are checked before anything is sent
-and raise ``TypeError``/``ValueError`` at once. Requests and parsing are those of
-:mod:`txnsq._wire.admin`, shared with the blocking twins in :mod:`txnsq.blocking`; this
-module only does the I/O.
+and raise :exc:`TypeError` or :exc:`ValueError` at once. The blocking twins in
+:mod:`txnsq.blocking` send the same requests, read the answers into the same values and
+fail with the same errors.
 
 TLS uses the same :class:`~txnsq.tls_options.TLSOptions` as the TCP clients: pass
 ``tls=`` (a bare ``host:port`` then means HTTPS; nsqd serves it on ``--https-address``),
 or an ``https://`` URL (checked against the system's trust store unless ``tls`` says
-otherwise). :func:`https_policy` turns TLS options into what Twisted's ``Agent`` takes,
-for callers that build their own agent.
-
-Example::
-
-    client = NSQDHTTPClient("127.0.0.1:4151")
-    stats = await client.stats(topic="events")
-    channel = stats.channel("events", "archive")
-    print(channel.depth, channel.in_flight_count)
-    await client.close()
+otherwise). :func:`https_policy` turns TLS options into what Twisted's
+:class:`~twisted.web.client.Agent` takes, for callers that build their own agent.
 """
 
 from __future__ import annotations
@@ -85,7 +77,7 @@ from txnsq._wire.admin import (
     Node,
     NSQDInfo,
     NSQDStats,
-    Producer,
+    RegisteredNSQD,
     TopicStats,
 )
 from txnsq.errors import (
@@ -114,12 +106,18 @@ __all__ = [
     "NSQDInfo",
     "NSQDStats",
     "Node",
-    "Producer",
+    "RegisteredNSQD",
     "TopicStats",
     "https_policy",
 ]
 
 T = TypeVar("T")
+
+
+def __getattr__(name: str) -> Any:
+    from txnsq._api.compat import module_attribute
+
+    return module_attribute(__name__, name)  # an old name, or AttributeError
 
 # What a request can fail with on the way (no complete answer): these become
 # HTTPConnectionError. Anything else (txnsq's own errors, a cancel) passes through.
@@ -408,6 +406,21 @@ def _describe(failure: Failure) -> str:
 class NSQDHTTPClient(_AdminClient):
     """A client of one nsqd's HTTP API (``--http-address``, or ``--https-address``).
 
+    ::
+
+        from twisted.internet.task import react
+        from txnsq.http import NSQDHTTPClient
+
+        async def main(reactor):
+            client = NSQDHTTPClient("127.0.0.1:4151")
+            await client.publish("events", b"hello")
+            stats = await client.stats(topic="events")
+            for channel in stats.topic("events").channels:
+                print(channel.name, channel.depth, channel.in_flight_count)
+            await client.close()  # the connections it kept open
+
+        react(main)
+
     :param address: ``"host:port"`` (port 4151 when left out), ``"[v6addr]:port"``, a
         ``(host, port)`` pair, or an ``http://`` / ``https://`` URL (which may carry a
         path prefix, for a reverse proxy).
@@ -417,7 +430,9 @@ class NSQDHTTPClient(_AdminClient):
         answer; then it fails with :class:`~txnsq.errors.HTTPTimeoutError`.
     :param max_response_size: the largest answer read, in bytes; a larger one fails with
         :class:`~txnsq.errors.ResponseTooLarge`.
-    :param reactor: the reactor (default: the global one).
+    :param reactor: provides :class:`~twisted.internet.interfaces.IReactorTime` and
+        :class:`~twisted.internet.interfaces.IReactorTCP`; the global reactor when
+        ``None``.
     :param agent: an :class:`~twisted.web.iweb.IAgent` to send requests with instead of
         the client's own (which keeps connections open for reuse until
         :meth:`~NSQDHTTPClient.close`).
@@ -516,9 +531,22 @@ class NSQDHTTPClient(_AdminClient):
 
 
 class LookupdHTTPClient(_AdminClient):
-    """A client of one nsqlookupd's HTTP API.
+    """A client of one nsqlookupd's HTTP API. Its parameters are
+    :class:`NSQDHTTPClient`'s; the default port is 4161.
 
-    Parameters as for :class:`NSQDHTTPClient`; the default port is 4161.
+    ::
+
+        from twisted.internet.task import react
+        from txnsq.http import LookupdHTTPClient
+
+        async def main(reactor):
+            client = LookupdHTTPClient("127.0.0.1:4161")
+            result = await client.lookup("events")  # TopicNotFound if it has none
+            for nsqd in result.nsqds:
+                print(nsqd.tcp_address)  # what a consumer dials
+            await client.close()
+
+        react(main)
     """
 
     _default_port = NSQLOOKUPD_HTTP_PORT
@@ -565,12 +593,12 @@ class LookupdHTTPClient(_AdminClient):
         (:class:`~txnsq.errors.ChannelNotFound` if it does not know it)."""
         return self._call(admin.lookupd_channel_action("delete", topic, channel))
 
-    def tombstone_topic_producer(self, topic: str, node: str | Producer) -> Deferred[None]:
+    def tombstone_topic_producer(self, topic: str, node: str | RegisteredNSQD) -> Deferred[None]:
         """Hide ``node`` as a producer of ``topic`` for nsqlookupd's
         ``--tombstone-lifetime``: consumers stop being sent to it, so the topic can then
         be deleted on that nsqd without them coming back.
 
-        :param node: a :class:`Producer` or :class:`Node` (from :meth:`lookup` or
+        :param node: a :class:`RegisteredNSQD` or :class:`Node` (from :meth:`lookup` or
             :meth:`nodes`), or ``"broadcast_address:http_port"``.
         """
         return self._call(admin.lookupd_tombstone_topic_producer(topic, node))

@@ -1,29 +1,28 @@
-"""Discovering a topic's producers by polling nsqlookupd.
+"""Discovering a topic's producers by polling nsqlookupd: :class:`LookupdPoller`, what a
+:class:`~txnsq.consumer.Consumer` given ``lookupd_http_addresses`` uses (the blocking
+:class:`~txnsq.blocking.Subscriber` follows the same rules).
 
-:class:`LookupdPoller` asks every configured nsqlookupd for the topic (``GET /lookup``)
-through a :class:`txnsq.http.LookupdHTTPClient` (its parser and errors: those of every
-client, see :mod:`txnsq._wire.lookup`), right at :meth:`~LookupdPoller.start` and
-then every ``poll_interval`` seconds (with jitter), and hands the union of all producers
-to a callback after each round. A failing nsqlookupd is logged and asked again next
-round; it is never fatal. While an nsqd it listed is missing (its connection closed:
+The poller asks every configured nsqlookupd for the topic (``GET /lookup``) through a
+:class:`txnsq.http.LookupdHTTPClient` (so its answers are read, and its failures named,
+as that client's), right at :meth:`~LookupdPoller.start` and then every
+``poll_interval`` seconds (with jitter), and hands the union of all producers to a
+callback after each round. A failing nsqlookupd is logged and asked again next round;
+it is never fatal. While an nsqd it listed is missing (its connection closed:
 :meth:`~LookupdPoller.nsqd_lost`, until :meth:`~LookupdPoller.nsqd_connected`), rounds
-come sooner, from about a second after the loss up to ``poll_interval``
-(:class:`txnsq._wire.lookup.RecheckSchedule`, the rule the blocking Subscriber follows
-too), so that an nsqd back after an outage is found within seconds.
+come sooner, from about a second after the loss up to ``poll_interval``, so that an
+nsqd back after an outage is found within seconds.
 
-Producers do not vanish because a lookupd is briefly down: the answers merge by
-:class:`txnsq._wire.lookup.LookupAnswers` (the rule the blocking Subscriber follows too),
-so a lookupd whose request fails keeps contributing its last good answer for
-``stale_after`` seconds (default: three poll intervals) after that answer. A lookupd that
-answers (404 included) replaces its previous answer at once. A malformed producer entry
-is logged (with the lookupd's address) and left out; the healthy entries beside it count.
+Producers do not vanish because an nsqlookupd is briefly down: one whose request fails
+keeps contributing its last good answer for ``stale_after`` seconds (default: three
+poll intervals) after that answer. One that answers (404 included) replaces its previous
+answer at once. A malformed producer entry is logged (with the nsqlookupd's address)
+and left out; the healthy entries beside it count.
 
-An answer is read up to :data:`MAX_LOOKUP_RESPONSE_SIZE` bytes and
-:data:`~txnsq._wire.lookup.MAX_LOOKUP_PRODUCERS` producers, and the consumer reads from
-at most :data:`~txnsq._wire.lookup.MAX_DISCOVERED_NSQDS` of those listed, dialling new
-ones at a bounded rate (:class:`txnsq._wire.lookup.DiscoveredNSQDs`, the rule the
-blocking Subscriber follows too): a listing of thousands of nsqds never makes a consumer
-open thousands of connections at once.
+An answer is read up to :data:`MAX_LOOKUP_RESPONSE_SIZE` bytes and 10,000 producers,
+and a consumer reads from at most 1,000 of the nsqds listed, dialling the new ones 100
+at once and then 100 a second (the limit is logged once when it leaves nsqds out): a
+listing of thousands of nsqds never makes a consumer open thousands of connections at
+once.
 """
 
 from __future__ import annotations
@@ -101,26 +100,37 @@ class _Lookupd:
 
 
 class LookupdPoller:
-    """Poll nsqlookupd instances for one topic's producers.
+    """Poll nsqlookupd instances for one topic's producers (the module's text says
+    how).
 
-    :param lookupds: nsqlookupd HTTP addresses, as
-        :func:`txnsq._wire.lookup.lookupd_http_address` takes them (``"127.0.0.1:4161"``,
-        ``"http://host:4161"``, ``"https://..."``); each is asked through a
+    ::
+
+        from twisted.internet import reactor
+        from txnsq.lookupd import LookupdPoller
+
+        def producers(addresses):
+            print("nsqds with the topic:", sorted(addresses))  # {"10.0.0.5:4150", ...}
+
+        poller = LookupdPoller(["127.0.0.1:4161"], "events", producers)
+        poller.start()  # a round at once, then one every 42 to 60 s
+        reactor.callLater(5, lambda: poller.stop().addCallback(lambda _: reactor.stop()))
+        reactor.run()
+
+    :param lookupds: nsqlookupd HTTP addresses: ``"host:port"`` (a bare host means port
+        4161), ``"http://host:4161"`` or ``"https://..."``; each is asked through a
         :class:`txnsq.http.LookupdHTTPClient`.
     :param topic: the topic to look up.
     :param on_producers: called after every round with the full current set of producer
         addresses to read from (``"host:port"``, IPv6 hosts bracketed), changed or not,
-        and between rounds when more of them are admitted: at most
-        :data:`~txnsq._wire.lookup.MAX_DISCOVERED_NSQDS` of those listed, the new ones
-        :data:`~txnsq._wire.lookup.DIAL_BURST` at once and then
-        :data:`~txnsq._wire.lookup.DIAL_RATE` a second
-        (:class:`txnsq._wire.lookup.DiscoveredNSQDs`; the limit is logged once when it
-        leaves nsqds out). Its return value is ignored; an exception it raises is
-        logged.
+        and between rounds when more of them are admitted: at most 1,000 of those
+        listed, the new ones 100 at once and then 100 a second (the limit is logged once
+        when it leaves nsqds out). Its return value is ignored; an exception it raises
+        is logged.
     :param reactor: provides :class:`~twisted.internet.interfaces.IReactorTime` for the
         timers (and, when no ``agent`` is given, what
         :class:`~twisted.web.client.Agent` needs). Default: the global reactor.
-    :param agent: the ``IAgent`` the clients send requests with; default each
+    :param agent: the :class:`~twisted.web.iweb.IAgent` the clients send requests
+        with; default each
         :class:`~txnsq.http.LookupdHTTPClient`'s own (a persistent connection pool that
         :meth:`stop` closes).
     :param poll_interval: seconds between rounds, before jitter (while an nsqd is
@@ -135,7 +145,8 @@ class LookupdPoller:
     :param stale_after: seconds a failing lookupd's last good answer keeps counting;
         default ``3 * poll_interval``.
     :param rng: the random source for jitter (a seeded :class:`random.Random` in tests).
-    :param on_failure: called with a lookupd's address and the ``Failure`` whenever a
+    :param on_failure: called with a lookupd's address and the
+        :class:`~twisted.python.failure.Failure` whenever a
         request to it fails (after the failure is logged): an
         :class:`~txnsq.errors.NSQHTTPError` for an HTTP error status, an
         :class:`~txnsq.errors.HTTPResponseError` for an answer that cannot be read (one
@@ -295,8 +306,8 @@ class LookupdPoller:
     def nsqd_lost(self, address: str) -> None:
         """The connection to ``address``, an nsqd this poller listed, closed: until
         :meth:`nsqd_connected` is called for it, rounds come sooner (about a second after
-        the loss, then each about 1.5 times later, up to ``poll_interval``; see
-        :class:`txnsq._wire.lookup.RecheckSchedule`). Does nothing when not running."""
+        the loss, then each about 1.5 times later, up to ``poll_interval``). Does nothing
+        when not running."""
         if not self._running:
             return
         now = self._reactor.seconds()

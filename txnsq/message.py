@@ -49,15 +49,28 @@ class MessageOwner(Protocol):
 
 
 class Message:
-    """A message delivered by nsqd.
+    """A message delivered by nsqd, as a :class:`~txnsq.consumer.Consumer`'s handler
+    receives it.
 
-    :ivar id: the 16-byte message id (ASCII hex), as nsqd sent it.
-    :ivar body: the message body.
-    :ivar attempts: how many times nsqd has delivered it, this delivery included.
-    :ivar timestamp: when it was published, in nanoseconds since the epoch.
+    ::
 
-    Answer it once, with :meth:`finish` or :meth:`requeue`; :meth:`touch` resets its
-    in-flight timeout on nsqd and may be called any number of times before that.
+        import json
+        import time
+
+        def handle(message):  # Consumer("events", "audit", handle, ...)
+            try:
+                event = json.loads(message.body)
+            except ValueError:
+                return True  # unreadable: finished, never delivered again
+            if event.get("not_before", 0) > time.time():
+                message.requeue(delay=60.0, backoff=False)  # delivered again in 60 s
+                return
+            print(message.id, message.attempts, event)  # returns None: finished
+
+    The consumer answers it from the handler's result; or answer it yourself, once, with
+    :meth:`finish` or :meth:`requeue` (after :meth:`disable_auto_response` to do it once
+    the handler has returned). :meth:`touch` resets its in-flight timeout on nsqd and may
+    be called any number of times before that.
     """
 
     __slots__ = ("_owner", "_state", "attempts", "body", "id", "timestamp")
@@ -67,9 +80,14 @@ class Message:
     ) -> None:
         self._owner = owner
         self._state = FRESH
+        #: When it was published, in nanoseconds since the epoch (nsqd's clock).
         self.timestamp = timestamp
+        #: How many times nsqd has delivered it, this delivery included (1 the first
+        #: time).
         self.attempts = attempts
+        #: The 16-byte message id (ASCII hex), as nsqd sent it.
         self.id = id
+        #: The message body, as published.
         self.body = body
 
     @property

@@ -378,6 +378,8 @@ class MetricsResource(Resource):
         default).
     """
 
+    #: ``True``: it answers every path below where it is put itself (Twisted's
+    #: :attr:`~twisted.web.resource.Resource.isLeaf`).
     isLeaf = True
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:

@@ -1,6 +1,7 @@
 """Watching a client: the events of a consumer's life (:class:`IConsumerObserver`) and
-what ``Consumer.stats()`` and ``Producer.stats()`` return (:class:`ConsumerStats`,
-:class:`ProducerStats`).
+what :meth:`Consumer.stats() <txnsq.consumer.Consumer.stats>` and
+:meth:`Producer.stats() <txnsq.producer.Producer.stats>` return (:class:`ConsumerStats`,
+:class:`ProducerStats`: each key is described below, and is public).
 
 An observer is an object with some of the methods below, given to a
 :class:`~txnsq.consumer.Consumer` as ``observers=[...]`` or through
@@ -100,8 +101,8 @@ class ConsumerObserver:
 # ------------------------------------------------------------------------ statistics
 #
 # ``stats()`` is read by the Prometheus collectors of :mod:`txnsq.metrics` at scrape
-# time, so nothing is paid per message for metrics. The ``TypedDict`` s below name the
-# keys a client returns; a client may return more keys, never fewer.
+# time, so nothing is paid per message for metrics.
+
 
 #: Upper bounds (seconds) of the publish-latency buckets: from 0.25 ms (a loopback
 #: PUB) to 10 s (a publish that waited for its timeout); ``+Inf`` is implied.
@@ -125,101 +126,155 @@ LATENCY_BUCKETS: Final = (
 
 
 class HistogramSnapshot(TypedDict):
-    """A histogram as read at one moment."""
+    """A histogram as read at one moment (a producer's ``publish_latency``)."""
 
-    #: the buckets' upper bounds, in seconds, ascending (``+Inf`` implied after them)
+    #: The buckets' upper bounds, in seconds, ascending (``+Inf`` implied after them):
+    #: :data:`LATENCY_BUCKETS`.
     bounds: tuple[float, ...]
-    #: observations per bucket, *not* cumulative: ``counts[i]`` were ``<= bounds[i]``
+    #: Observations per bucket, *not* cumulative: ``counts[i]`` were ``<= bounds[i]``
     #: and above the bound before; the last entry (one more than ``bounds``) counts
-    #: those above every bound
+    #: those above every bound.
     counts: list[int]
-    #: the sum of every observation, in seconds
+    #: The sum of every observation, in seconds.
     sum: float
 
 
 class ProducerNSQDStats(TypedDict):
-    """One nsqd of a producer (``ProducerStats["nsqd"][address]``)."""
+    """One nsqd of a producer: ``Producer.stats()["nsqd"][address]``."""
 
-    #: whether a connection to it is ready for publishes
+    #: Whether a connection to it is ready for publishes.
     connected: bool
-    #: publishes nsqd acknowledged (``OK``) on it (a ``multi_publish`` or a batch's
-    #: MPUB counts every message of a batch, a ``multi_publish`` once)
+    #: Publishes it acknowledged (``OK``): a :meth:`~txnsq.producer.Producer.publish`
+    #: counts one, and so does a :meth:`~txnsq.producer.Producer.multi_publish`; a
+    #: batch (``batch=True``, :meth:`~txnsq.producer.Producer.publish_nowait`) counts
+    #: one per message.
     published: int
-    #: publish calls sent to it that failed (nsqd's error, or the connection lost)
+    #: Publishes sent to it that failed (nsqd's error, or the connection lost before
+    #: nsqd answered).
     failed: int
-    #: batches sent to it (``batch=True``)
+    #: Batches sent to it (``batch=True`` and
+    #: :meth:`~txnsq.producer.Producer.publish_nowait`).
     batches: int
-    #: seconds from the write that carried a publish to nsqd's answer, for the
-    #: acknowledged ones. The publishes of one write (the commands of one reactor turn
-    #: go out together) share that write's send time and the time its last answer
-    #: came: two clock reads per write, none per publish. It is the latency on the
-    #: wire (the time a publish waited for a ready connection is not in it)
+    #: Seconds from the write that carried a publish to nsqd's answer, for the
+    #: acknowledged ones: the latency on the wire (the time a publish waited for a
+    #: ready connection is not in it). The publishes of one write (the commands of one
+    #: reactor turn go out together) share that write's send time and the time its last
+    #: answer came: two clock reads per write, none per publish; a batch is one command.
     publish_latency: HistogramSnapshot
 
 
 class ProducerStats(TypedDict):
-    """What ``Producer.stats()`` returns."""
+    """What :meth:`Producer.stats() <txnsq.producer.Producer.stats>` returns: its
+    counters, in total and per nsqd. A counter lasts across restarts of the producer;
+    reading them costs nothing on the publish path. Later versions may add keys; none is
+    removed or changes meaning.
 
+    .. versionadded:: 0.3.0
+       ``buffered``, ``buffered_bytes`` and ``buffer_failed``.
+    """
+
+    #: Publishes nsqd acknowledged (a :meth:`~txnsq.producer.Producer.multi_publish`
+    #: counts one; a batch one per message).
     published: int
+    #: Publishes that failed: nsqd's error, a lost connection, no connection within
+    #: ``ready_timeout``, the producer stopped, or cancelled before being sent.
     failed: int
-    #: publishes sent and not answered yet
+    #: Publishes sent and not answered yet (each message of a batch counts one).
     in_flight: int
-    #: publishes waiting for a ready connection (or, batched, for their batch)
+    #: Publishes waiting to be sent: for a ready connection, or (batched) for their
+    #: batch to go.
     queued: int
-    #: batches sent (``batch=True``), the publishes they carried, the largest
+    #: Batches sent (``batch=True`` and
+    #: :meth:`~txnsq.producer.Producer.publish_nowait`): each an MPUB, or a PUB for a
+    #: batch of one.
     batches: int
+    #: The publishes those batches carried: ``batched / batches`` is the mean batch
+    #: size.
     batched: int
+    #: The largest batch sent, in messages.
     max_batch: int
-    #: batches per size: index ``i`` counts those of at most ``batch_size_bounds[i]``
-    #: messages (and more than the bound before), the last index the larger ones
+    #: How many batches had each size, as a histogram: index ``i`` counts those of at
+    #: most ``batch_size_bounds[i]`` messages (and more than the bound before it), the
+    #: last index the larger ones.
     batch_sizes: list[int]
+    #: The upper bounds of ``batch_sizes``' buckets, in messages: 1, 2, 4, ..., 4096.
     batch_size_bounds: list[int]
-    #: what ``publish_nowait`` holds now (messages, bytes of bodies), and the messages
-    #: it reported as failed, in total
+    #: Messages :meth:`~txnsq.producer.Producer.publish_nowait` holds now (handed over,
+    #: not yet acknowledged or reported as failed); bounded by ``buffer_max_count``.
     buffered: int
+    #: The bytes of those messages' bodies; bounded by ``buffer_max_bytes``.
     buffered_bytes: int
+    #: Messages handed to :meth:`~txnsq.producer.Producer.publish_nowait` that it
+    #: reported as failed (to ``on_publish_error``, or in the log), in total; they are
+    #: counted in ``failed`` too.
     buffer_failed: int
-    #: ready connections
+    #: How many connections are ready for publishes.
     connections: int
-    #: per nsqd, by its address (as the producer names it in logs)
+    #: Per nsqd, by its address as the producer names it in logs (``"host:port"``, or
+    #: the endpoint string or endpoint given).
     nsqd: dict[str, ProducerNSQDStats]
 
 
 class ConsumerCounters(TypedDict):
-    """What a consumer counts per nsqd, and in total (the sum over its nsqds)."""
+    """What a consumer counts per nsqd (:class:`ConsumerNSQDStats`) and in total, the
+    sum over its nsqds (:class:`ConsumerStats`). A counter never goes down: an nsqd's
+    are kept across its reconnects, and for the life of the consumer once nsqlookupd no
+    longer lists it, so that they go on from there if it is listed again."""
 
+    #: Messages delivered (every attempt counts).
     received: int
+    #: Messages finished (``FIN``), by the handler's result or by the handler itself.
     finished: int
+    #: Messages requeued (``REQ``): the handler returned ``False`` or raised, or called
+    #: :meth:`~txnsq.message.Message.requeue`.
     requeued: int
-    #: answers nsqd refused because the message had timed out (``E_FIN_FAILED``,
+    #: Answers nsqd refused because the message had timed out (``E_FIN_FAILED``,
     #: ``E_REQ_FAILED``, ``E_TOUCH_FAILED``), and deliveries voided because nsqd sent
-    #: the message again while it was still held here
+    #: the message again while it was still held here.
     timed_out: int
-    #: deliveries given up (past ``max_attempts``)
+    #: Deliveries given up: the message had been delivered more than ``max_attempts``
+    #: times (it is finished, after its dead letter if there is a dead-letter topic).
     given_up: int
-    #: given-up messages published to the dead-letter topic (and then finished)
+    #: Given-up messages published to the dead-letter topic (and then finished).
     dead_lettered: int
-    #: dead-letter publishes that failed (the message was requeued)
+    #: Dead-letter publishes that failed (the message was requeued, to be given up
+    #: again at its next delivery).
     dead_letter_failed: int
+    #: Messages delivered and not answered yet, now.
     in_flight: int
+    #: The RDY count sent to nsqd, now: how many more messages it may send.
     rdy: int
 
 
 class ConsumerNSQDStats(ConsumerCounters):
-    """One nsqd of a consumer (``ConsumerStats["nsqd"][address]``)."""
+    """One nsqd of a consumer: ``Consumer.stats()["nsqd"][address]``, its
+    :class:`ConsumerCounters` and these."""
 
-    #: whether a subscribed connection to it is up
+    #: Whether a subscribed connection to it is up.
     connected: bool
-    #: connections that subscribed (a failed handshake is not one)
+    #: Connections to it that subscribed (a failed handshake is not one).
     connects: int
 
 
 class ConsumerStats(ConsumerCounters):
-    """What ``Consumer.stats()`` returns (totals over every nsqd, and per nsqd)."""
+    """What :meth:`Consumer.stats() <txnsq.consumer.Consumer.stats>` returns: the
+    :class:`ConsumerCounters` summed over every nsqd, these, and the counters of each
+    nsqd. Later versions may add keys; none is removed or changes meaning."""
 
+    #: How many subscribed connections are up.
     connections: int
+    #: The current ``max_in_flight`` (see
+    #: :meth:`~txnsq.consumer.Consumer.set_max_in_flight`).
     max_in_flight: int
+    #: The backoff level: handler failures not yet made up for by successes (0: not
+    #: backing off).
     backoff_level: int
+    #: Whether a backoff window is open now (RDY 0 everywhere until it ends).
     in_backoff: bool
+    #: Whether some connection has at least 85% of its RDY in flight, so that no more
+    #: messages come until some are answered (see
+    #: :meth:`~txnsq.consumer.Consumer.is_starved`).
     starved: bool
+    #: Per nsqd, by its address (``"host:port"``, or the endpoint string or endpoint
+    #: given), including those nsqlookupd no longer lists (``connected`` false).
     nsqd: dict[str, ConsumerNSQDStats]

@@ -12,7 +12,7 @@ given wherever a client's own options type is expected: the client's other setti
 take their defaults.
 
 Times are seconds (``float``) everywhere; milliseconds exist only on the wire
-(:func:`txnsq._wire.numbers.seconds_to_ms` converts them, once). Invalid values raise
+(converted once, where IDENTIFY is built). Invalid values raise
 :class:`TypeError` or :class:`ValueError` naming the setting, the same message whichever
 client it was given to. This module is pure: it imports no Twisted.
 """
@@ -73,6 +73,8 @@ class ConnectionOptions(ConnectionOptionsCompat):
     :raises ValueError: for a value nsqd would refuse or that makes no sense (a
         negative timeout, ``compression="zstd"``); the message names the setting and
         what it accepts.
+
+    .. versionadded:: 0.2.0
     """
 
     #: Upgrade every connection to TLS with these settings (``None``: plain TCP).
@@ -128,9 +130,13 @@ class ConnectionOptions(ConnectionOptionsCompat):
     command_timeout: float | None = 30.0
     #: Seconds in which a frame from nsqd must complete (an answer, a message, a
     #: heartbeat), else the connection is presumed dead and closed (and reconnected):
-    #: see :mod:`txnsq._wire.liveness`. ``None``: ``heartbeats_missed`` heartbeat
+    #: see :doc:`/explanation/failure-detection`. ``None``: ``heartbeats_missed`` heartbeat
     #: intervals plus 0.5 s, or 60 s with heartbeats off. With heartbeats on it must be
     #: more than ``heartbeat_interval``.
+    #:
+    #: .. versionchanged:: 0.3.0
+    #:    The setting (it was the bound worked out from the others); replaces
+    #:    ``read_timeout`` (deprecated).
     silence_timeout: float | None = None
     #: With ``silence_timeout=None``: how many heartbeat intervals of silence are
     #: tolerated (at least 1).

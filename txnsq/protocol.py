@@ -1,16 +1,15 @@
 """``NSQProtocol``: one connection to nsqd, as a Twisted protocol.
 
-On connect it drives the handshake (:class:`txnsq._wire.handshake.Handshake`: magic and
-IDENTIFY, then TLS with ``transport.startTLS``, snappy or deflate, AUTH, as nsqd's answer
-asks for them). Nothing else is written until all of that has succeeded (nsqd silently
-drops commands pipelined into an upgrade); :meth:`NSQProtocol.when_ready` then fires
-with the negotiated :class:`~txnsq._wire.identify.Features`.
+On connect it drives the handshake (magic and IDENTIFY, then TLS with
+``transport.startTLS``, snappy or deflate, AUTH, as nsqd's answer asks for them).
+Nothing else is written until all of that has succeeded (nsqd silently drops commands
+pipelined into an upgrade); :meth:`NSQProtocol.when_ready` then fires with the
+negotiated :class:`~txnsq._wire.identify.Features`.
 
-From then on the connection is a :class:`txnsq._wire.connection.ConnectionCore` driven
-over the transport: the core decides which answer is whose, what an error frame means,
-when a silent connection is dead and what every error says; this class feeds it each
-read, acts on its events and writes what it queued. The rules, and the words, are the
-blocking :class:`~txnsq.blocking.Connection`'s too.
+From then on it matches each answer to its command, reads error frames and heartbeats,
+and decides when a silent connection is dead, by the same rules and in the same words
+as the blocking :class:`~txnsq.blocking.Connection` (one piece of code decides for
+both; :doc:`/explanation/architecture` shows how).
 
 Commands that nsqd answers (SUB, PUB, MPUB, DPUB, CLS) return Deferreds that fire in the
 order the commands were written. Cancelling one cannot unsend the command: it fails at
@@ -22,13 +21,12 @@ one call (a consumer's hot path). Errors that answer no command go to ``on_error
 Writes made while a read is being processed (FIN, RDY from a handler) are joined into
 one transport write at the end of that read; others at the end of the reactor turn.
 
-A connection gone silent (the rule, and why it means dead: :mod:`txnsq._wire.liveness`)
-is found by a timer that asks the core every
-:attr:`~txnsq._wire.connection.ConnectionCore.check_interval`; it is then dropped with
-a log line and its commands fail with :class:`~txnsq.errors.ConnectionSilent` or
-:class:`~txnsq.errors.CommandTimeout`. The handshake has its own bound,
-``handshake_timeout``. When the connection goes, every command still waiting fails with
-:class:`~txnsq.errors.ConnectionClosed`.
+A connection gone silent (the rule, and why it means dead:
+:doc:`/explanation/failure-detection`) is found by a timer, which looks a few times per
+silence bound; it is then dropped with a log line and its commands fail with
+:class:`~txnsq.errors.ConnectionSilent` or :class:`~txnsq.errors.CommandTimeout`. The
+handshake has its own bound, ``handshake_timeout``. When the connection goes, every
+command still waiting fails with :class:`~txnsq.errors.ConnectionClosed`.
 """
 
 from __future__ import annotations
@@ -126,7 +124,23 @@ def connection_protocol(
 
 @implementer(IHandshakeListener)
 class NSQProtocol(compat.ProtocolCompat, Protocol):
-    """A connection to one nsqd.
+    """A connection to one nsqd: the handshake, commands that return Deferreds, and
+    messages handed to a callback. The clients (:class:`~txnsq.producer.Producer`,
+    :class:`~txnsq.consumer.Consumer`) keep these for you; use one directly for a single
+    connection you manage yourself::
+
+        from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+        from twisted.internet.task import react
+        from txnsq.protocol import NSQProtocol
+
+        async def main(reactor):
+            nsqd = TCP4ClientEndpoint(reactor, "127.0.0.1", 4150)
+            conn = await connectProtocol(nsqd, NSQProtocol())
+            features = await conn.when_ready()  # handshake done: what nsqd agreed to
+            await conn.publish("events", b"hello")  # b"OK"
+            conn.close()
+
+        react(main)
 
     :param options: the connection's settings (a
         :class:`~txnsq.options.ConnectionOptions`, or a client's options, which extend
@@ -169,9 +183,9 @@ class NSQProtocol(compat.ProtocolCompat, Protocol):
     :raises TypeError, ValueError: for options of another type, or an empty
         ``auth_secret``.
 
-    What happens after the handshake (which answer is whose, error frames, heartbeats,
-    silence) is :class:`txnsq._wire.connection.ConnectionCore`'s: this class reads and
-    writes for it, fires the Deferreds and calls the hooks.
+    After the handshake, answers fire the commands' Deferreds in the order written,
+    error frames that answer no command go to ``on_error``, heartbeats are answered, and
+    a silent connection is dropped, by the rules every txnsq connection follows.
     """
 
     _log = Logger()
@@ -256,13 +270,21 @@ class NSQProtocol(compat.ProtocolCompat, Protocol):
     @property
     def silence_timeout(self) -> float:
         """Seconds without a complete frame from nsqd after which the ready connection is
-        dropped (:class:`~txnsq.errors.ConnectionSilent`)."""
+        dropped (:class:`~txnsq.errors.ConnectionSilent`).
+
+        .. versionadded:: 0.3.0
+           Replaces ``read_timeout`` (deprecated).
+        """
         return self._silence_timeout
 
     @property
     def command_timeout(self) -> float | None:
         """Seconds commands may wait with no answer at all (``None``: no bound of its
-        own) before the connection is dropped (:class:`~txnsq.errors.CommandTimeout`)."""
+        own) before the connection is dropped (:class:`~txnsq.errors.CommandTimeout`).
+
+        .. versionadded:: 0.3.0
+           Replaces ``answer_timeout`` (deprecated).
+        """
         return self._command_timeout
 
     @property

@@ -34,6 +34,8 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, r
 from OpenSSL import crypto
 from service_identity.hazmat import DNS_ID
 
+from txnsq._api.fielddocs import document_fields
+
 __all__ = ["PEMSource", "TLSOptions"]
 
 #: Where PEM data comes from: a file path (``str`` or path-like) or the PEM bytes.
@@ -149,33 +151,39 @@ def _pem_of(certs: Sequence[x509.Certificate]) -> bytes:
     return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
 
 
+@document_fields
 @dataclass(frozen=True, kw_only=True, repr=False)
 class TLSOptions:
-    """How a client sets up TLS with nsqd. Validated, and files read, at construction.
+    """How a client sets up TLS with nsqd (every client's ``tls`` setting). Validated,
+    and files read, at construction::
 
-    :param ca_certs: the CA certificates that may sign the server's certificate, as a
-        path to a PEM bundle or PEM bytes (one or more certificates). ``None`` trusts the
-        system's store (Twisted's ``platformTrust``).
-    :param client_cert: a client certificate to present (a path or PEM bytes; further
-        certificates after the first are sent as its chain). Needs ``client_key``.
-    :param client_key: the unencrypted private key of ``client_cert`` (a path or PEM
-        bytes). Needs ``client_cert``; never shown in a ``repr``.
-    :param hostname: the name the server's certificate must carry, when it differs from
-        the address dialled (an IP literal, or an nsqlookupd broadcast address). Also
-        sent as SNI when it is a DNS name (the only use it has in insecure mode).
-    :param insecure_skip_verify: accept any server certificate, unchecked. Never the
-        default; a warning is logged each time it is used. Cannot be combined with
-        ``ca_certs``.
+        from txnsq import Producer, TLSOptions
+
+        tls = TLSOptions(ca_certs="/etc/nsq/ca.pem", hostname="nsqd.internal")
+        producer = Producer("10.0.0.5:4150", tls=tls)
+
     :raises TypeError: for an argument of the wrong type.
     :raises ValueError: for a file that cannot be read, data that is not a PEM
         certificate or key, a key that does not belong to the certificate, only one of
         ``client_cert``/``client_key``, or an invalid ``hostname``.
     """
 
+    #: The CA certificates that may sign the server's certificate, as a path to a PEM
+    #: bundle or PEM bytes (one or more certificates). ``None`` trusts the system's
+    #: store (Twisted's :func:`~twisted.internet.ssl.platformTrust`).
     ca_certs: PEMSource | None = None
+    #: A client certificate to present (a path or PEM bytes; further certificates after
+    #: the first are sent as its chain). Needs ``client_key``.
     client_cert: PEMSource | None = None
+    #: The unencrypted private key of ``client_cert`` (a path or PEM bytes). Needs
+    #: ``client_cert``; never shown in a ``repr``.
     client_key: PEMSource | None = None
+    #: The name the server's certificate must carry, when it differs from the address
+    #: dialled (an IP literal, or an nsqlookupd broadcast address). Also sent as SNI when
+    #: it is a DNS name (the only use it has in insecure mode).
     hostname: str | None = None
+    #: Accept any server certificate, unchecked. Never the default; a warning is logged
+    #: each time it is used. Cannot be combined with ``ca_certs``.
     insecure_skip_verify: bool = False
 
     # What the files held, read once: the CA bundle, the client certificate chain and

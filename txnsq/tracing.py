@@ -32,9 +32,9 @@ messaging (``messaging.system`` is ``"nsq"``):
   while the handler runs, so the handler's own spans are its children.
 
 The **envelope** (``Tracing(envelope=True)``): NSQ messages have no headers, so the
-trace context (W3C ``traceparent``/``tracestate``) travels in the body, wrapped as
-:mod:`txnsq._wire.envelope` describes (a fixed 8-byte prefix, a version, a short
-``key=value`` header block, then the original body). A Producer with the envelope
+trace context (W3C ``traceparent``/``tracestate``) travels in the body, wrapped in a
+small envelope: a fixed 8-byte prefix, a version, a short ``key=value`` header block,
+then the original body. A Producer with the envelope
 wraps every body it publishes (with ``batch=True``: the context current when
 :meth:`~txnsq.producer.Producer.publish` is called); a Consumer with the envelope
 unwraps each body that is an envelope, gives its handler the original body
@@ -55,18 +55,26 @@ __all__ = ["Tracing"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tracing:
-    """How a Producer or Consumer traces (see the module's documentation).
+    """How a Producer or Consumer traces (see the module's documentation)::
 
-    :ivar tracer_provider: the OpenTelemetry ``TracerProvider`` to make spans with;
-        ``None``: the global one (``opentelemetry.trace.get_tracer_provider()``, read
-        when the client is made).
-    :ivar envelope: whether bodies carry the W3C trace context in an envelope (the
-        producer wraps, the consumer unwraps). Off by default: turning it on changes
-        the bytes on the wire.
+        from txnsq import Consumer, Producer
+        from txnsq.tracing import Tracing
+
+        producer = Producer("127.0.0.1:4150", tracing=Tracing(envelope=True))
+        consumer = Consumer("orders", "billing", print,
+                            nsqd_tcp_addresses=["127.0.0.1:4150"],
+                            tracing=Tracing(envelope=True))
 
     Giving one to a client when ``opentelemetry-api`` is not installed raises
     :class:`ImportError` when the client is made.
+
+    .. versionadded:: 0.2.0
     """
 
+    #: The OpenTelemetry ``TracerProvider`` to make spans with; ``None``: the global one
+    #: (``opentelemetry.trace.get_tracer_provider()``, read when the client is made).
     tracer_provider: Any = None
+    #: Whether bodies carry the W3C trace context in an envelope (the producer wraps,
+    #: the consumer unwraps). Off by default: turning it on changes the bytes on the
+    #: wire.
     envelope: bool = False

@@ -22,12 +22,14 @@ Module-level names a module re-exports (``txnsq.blocking.DEFAULT_PORT``, defined
 ``txnsq.blocking._connection``) are documented with the ``#:`` comment of their
 definition, and the list of fields that :func:`txnsq._api.fielddocs.document_fields` appends
 to an options class's docstring (for ``help()``) is left out, since each field has its
-own entry.
+own entry. A TypedDict's key that another TypedDict declares (``ConsumerStats.received``,
+from ``ConsumerCounters``) is documented with the ``#:`` comment of its declaration.
 
 A reference to a txnsq name that is re-exported (``txnsq.Producer``, documented as
 ``txnsq.producer.Producer``) is resolved to where the object is documented. A reference
 to a name in one of txnsq's private modules (``txnsq._wire.handshake.Handshake``: not
-part of the public face, so not in the reference) is shown as code, unlinked, provided
+part of the public face, so not in the reference) is shown as code, unlinked and marked
+with the class ``txnsq-private`` (which only the architecture page may show), provided
 the name exists: a misspelt one still fails the build.
 """
 
@@ -40,6 +42,7 @@ import inspect
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -464,7 +467,13 @@ def _resolve_reexported(app: Sphinx, env: Any, node: Any, contnode: Any) -> Any:
             if resolved is not None:
                 return resolved
     if _private(target):
-        return contnode  # a private name that exists, with no public entry: code, unlinked
+        # A private name that exists, with no public entry: code, unlinked, and marked,
+        # so that tests/unit/test_docs_reference.py finds it on any page but the
+        # architecture page (the reference names public things only).
+        if isinstance(contnode, nodes.Element):
+            contnode["classes"].append("txnsq-private")
+            return contnode
+        return nodes.inline("", "", contnode, classes=["txnsq-private"])
     return None
 
 
@@ -524,6 +533,41 @@ def _docstring_of_reexport(app: Sphinx, what: str, name: str, obj: Any, options:
             lines[:] = [*docs[("", short)]]
             return
         source = _source_module_of(source, short)
+
+
+def _typeddict_bases(cls: type) -> list[type]:
+    """The TypedDicts ``cls`` extends, nearest first, as its ``class`` statement names
+    them (on Python 3.11 a TypedDict keeps no trace of its bases: not in ``__mro__``,
+    no ``__orig_bases__``)."""
+    module = sys.modules[cls.__module__]
+    tree = ast.parse(inspect.getsource(module))
+    found: list[type] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls.__qualname__:
+            for base in node.bases:
+                value = getattr(module, base.id, None) if isinstance(base, ast.Name) else None
+                if isinstance(value, type) and typing.is_typeddict(value):
+                    found += [value, *_typeddict_bases(value)]
+    return found
+
+
+def _comments_of_inherited_keys(app: Sphinx, what: str, name: str, obj: Any, options: Any,
+                                lines: list[str]) -> None:
+    """Give the keys a TypedDict inherits from another (``ConsumerStats.received``,
+    declared by ``ConsumerCounters``) the ``#:`` comments of their declarations, so that
+    each key is described once. A TypedDict's ``__mro__`` does not list the TypedDicts
+    it extends, so autodoc, which looks for an attribute's comment along the ``__mro__``,
+    finds none: the comments are copied into what autodoc reads for the class's module
+    (its analyzer's ``attr_docs``), before the class's members are documented."""
+    if what != "class" or not (isinstance(obj, type) and typing.is_typeddict(obj)):
+        return
+    attr_docs = ModuleAnalyzer.for_module(obj.__module__).find_attr_docs()
+    for base in _typeddict_bases(obj):
+        docs = ModuleAnalyzer.for_module(base.__module__).find_attr_docs()
+        for key in base.__annotations__:
+            comment = docs.get((base.__qualname__, key))
+            if comment and attr_docs.get((obj.__qualname__, key), [""]) == [""]:
+                attr_docs[(obj.__qualname__, key)] = list(comment)
 
 
 #: A row of an option block: two spaces, the option(s) in double backquotes, spaces,
@@ -589,6 +633,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("txnsq-automodule-if-exists", AutomoduleIfExists)
     app.connect("missing-reference", _resolve_reexported)
     app.connect("autodoc-process-docstring", _docstring_of_reexport)
+    app.connect("autodoc-process-docstring", _comments_of_inherited_keys)
     app.connect("autodoc-process-docstring", _option_blocks_as_tables)
     app.connect("autodoc-skip-member", _skip_reexport)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -25,6 +25,11 @@ results) are qualified the same way before they are shown: autodoc leaves a whol
 annotation unqualified when one of its names cannot be evaluated (one imported only for
 type checkers), and shows a zope.interface interface, which is not a class, as its
 ``repr`` (``<InterfaceClass twisted.internet.interfaces.IReactorTime>``).
+
+txnsq's own names are shown and linked by their public spelling: a class defined in a
+private module and exported by a public one (``txnsq._wire.admin_answers.ClientStats``
+is ``txnsq.http.ClientStats``) is called by its public name in annotations, in the
+types of attributes and in cross-references, text and link alike (:func:`public_name`).
 """
 
 from __future__ import annotations
@@ -37,12 +42,16 @@ import importlib.util
 import inspect
 import re
 import sys
+import types
 import typing
 from pathlib import Path
 from typing import Any
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.application import Sphinx
+from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx.util.typing import stringify_annotation
 
 TWISTED_API = "https://docs.twisted.org/en/stable/api/"
 PYTHON_LIBRARY = "https://docs.python.org/3/library/"
@@ -296,7 +305,8 @@ def _resolve(app: Sphinx, env: Any, node: Any, contnode: nodes.Element) -> Any:
 
 _INTERFACE_REPR = re.compile(r"<InterfaceClass ([\w.]+)>")
 #: A quoted string (left as it is: a Literal's value) or a dotted name.
-_TOKEN = re.compile(r"""('[^']*'|"[^"]*")|(?<![\w.~])([A-Za-z_]\w*(?:\.\w+)*)""")
+#: (Autodoc's ``~`` before a name, which shows only its last part, is read and put back.)
+_TOKEN = re.compile(r"""('[^']*'|"[^"]*")|(?<![\w.])~?([A-Za-z_]\w*(?:\.\w+)*)""")
 
 
 def _qualified_name_of(obj: Any) -> str | None:
@@ -312,14 +322,55 @@ def _qualified_name_of(obj: Any) -> str | None:
     return None
 
 
+def _object_at(path: str) -> Any:
+    """The object ``path`` names, or ``None``."""
+    found = _split_module(path)
+    if found is None:
+        return None
+    module_name, rest = found
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in rest:
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return None
+    return obj
+
+
+def _alias_shown(obj: Any, module_name: str) -> str | None:
+    """How to show a name that stands for a type without being a class: a type alias
+    (``Address = str | tuple[str, int] | IStreamClientEndpoint``) or a type variable.
+    A public alias (``txnsq.consumer.Handler``) by its public name; a private one by
+    what it stands for, since the reference has no entry for it; a type variable by
+    its bound. ``None`` for anything else."""
+    if isinstance(obj, typing.TypeVar):
+        bound = obj.__bound__
+        if bound is None:
+            return "~typing.Any"
+        if isinstance(bound, typing.ForwardRef):
+            return qualify_annotation(bound.__forward_arg__, obj.__module__ or module_name)
+        return qualify_annotation(stringify_annotation(bound, "fully-qualified"), module_name)
+    if not (isinstance(obj, types.UnionType) or hasattr(obj, "__origin__")):
+        return None
+    exported = public_aliases().get(id(obj))
+    if exported is not None:
+        return "~" + exported
+    return qualify_annotation(stringify_annotation(obj, "fully-qualified-except-typing"),
+                              module_name)
+
+
 def qualify_annotation(text: str, module_name: str) -> str:
     """An annotation as autodoc recorded it, with every name qualified as the module
     ``module_name`` reads it (``Deferred[bytes] | None`` ->
-    ``~twisted.internet.defer.Deferred[bytes] | None``) and an interface's ``repr`` turned
-    into its name. autodoc leaves the whole annotation unqualified when one of its
-    names cannot be evaluated (one imported only for type checkers)."""
+    ``~twisted.internet.defer.Deferred[bytes] | None``), a txnsq name by its public
+    spelling, a private type alias by what it stands for, and an interface's ``repr``
+    turned into its name. autodoc leaves the whole annotation unqualified when one of
+    its names cannot be evaluated (one imported only for type checkers)."""
     text = _INTERFACE_REPR.sub(r"~\1", text)
-    module = sys.modules.get(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        module = None
     namespace = vars(module) if module is not None else {}
 
     def replace(match: re.Match[str]) -> str:
@@ -328,12 +379,24 @@ def qualify_annotation(text: str, module_name: str) -> str:
             return match.group(0)
         head, _, rest = dotted.partition(".")
         if head in namespace:
-            qualified = _qualified_name_of(namespace[head])
+            obj = namespace[head]
+            qualified = _qualified_name_of(obj)
+            if qualified is None and not rest:
+                shown = _alias_shown(obj, module_name)
+                if shown is not None:
+                    return shown
         else:
             qualified = _imported_from(module_name, head)
+            if qualified is None and rest and _split_module(dotted) is not None:
+                qualified, rest = dotted, ""  # already fully qualified
         if qualified is None or (hasattr(builtins, head) and head not in namespace):
-            return dotted
-        return "~" + ".".join(filter(None, [qualified, rest]))
+            return match.group(0)
+        qualified = ".".join(filter(None, [qualified, rest]))
+        if qualified.startswith("txnsq.") and public_name(qualified) is None:
+            shown = _alias_shown(_object_at(qualified), module_name)
+            if shown is not None:
+                return shown
+        return "~" + (public_name(qualified) or qualified)
 
     return _TOKEN.sub(replace, text)
 
@@ -352,8 +415,152 @@ def _qualify_recorded_annotations(app: Sphinx, what: str, name: str, obj: Any,
         recorded[key] = qualify_annotation(text, module_name)
 
 
+def _is_private(path: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in path.split("."))
+
+
+def _public_txnsq_modules() -> list[Any]:
+    """Every public txnsq module that imports (one whose optional extra is missing is
+    left out: the build stands it in, see conf.py)."""
+    import pkgutil
+
+    import txnsq
+
+    names = ["txnsq"] + [
+        info.name for info in pkgutil.walk_packages(txnsq.__path__, "txnsq.")
+        if not _is_private(info.name)
+    ]
+    found = []
+    for name in names:
+        try:
+            found.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    return found
+
+
+@functools.cache
+def public_names() -> dict[str, str]:
+    """``{where a public object is defined: its public name}``, from the ``__all__`` of
+    every public txnsq module, for the objects defined in a private module
+    (``txnsq._wire.identify.Features`` -> ``txnsq.Features``). An object exported by
+    several modules is called by the most specific one, where the reference documents
+    it (``txnsq.consumer.DeadLetter``, not ``txnsq.DeadLetter``)."""
+    spellings: dict[str, list[str]] = {}
+    for module in _public_txnsq_modules():
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name, None)
+            home = getattr(obj, "__module__", None)
+            qualname = getattr(obj, "__qualname__", None)
+            if isinstance(home, str) and isinstance(qualname, str):
+                defined = f"{home}.{qualname}"
+                if defined.startswith("txnsq.") and _is_private(defined):
+                    spellings.setdefault(defined, []).append(f"{module.__name__}.{name}")
+    return {
+        defined: max(names, key=lambda public: (public.count("."), public))
+        for defined, names in spellings.items()
+    }
+
+
+@functools.cache
+def public_aliases() -> dict[int, str]:
+    """``{id(alias): its public name}`` for the type aliases that public txnsq modules
+    export (``txnsq.consumer.Handler``), most specific module first."""
+    found: dict[int, str] = {}
+    for module in sorted(_public_txnsq_modules(), key=lambda m: -m.__name__.count(".")):
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name, None)
+            if isinstance(obj, types.UnionType) or hasattr(obj, "__origin__"):
+                found.setdefault(id(obj), f"{module.__name__}.{name}")
+    return found
+
+
+def public_bases(bases: list[Any]) -> list[Any]:
+    """The bases a class is shown with: a private txnsq base (``_AdminClient``) is
+    replaced by its own bases, since the reference has no entry for it; ``object``
+    and :class:`typing.Generic` are left out."""
+    shown: list[Any] = []
+    for base in bases:
+        origin = typing.get_origin(base) or base
+        home = getattr(origin, "__module__", "") or ""
+        name = getattr(origin, "__qualname__", "") or ""
+        if home.startswith("txnsq") and _is_private(f"{home}.{name}") and (
+            public_name(f"{home}.{name}") is None
+        ):
+            shown.extend(public_bases([b for b in getattr(origin, "__bases__", ())]))
+        elif origin not in (object, typing.Generic) and base not in shown:
+            shown.append(base)
+    return shown
+
+
+def _show_public_bases(app: Sphinx, name: str, obj: Any, options: Any,
+                       bases: list[Any]) -> None:
+    """``autodoc-process-bases``: the bases as :func:`public_bases` shows them."""
+    bases[:] = public_bases(list(bases))
+
+
+def public_name(path: str) -> str | None:
+    """The public spelling of ``path``, a txnsq name that goes through a private module
+    (``txnsq._wire.admin_answers.ClientStats.client_id`` ->
+    ``txnsq.http.ClientStats.client_id``); ``None`` when it has none, or is public."""
+    if not path.startswith("txnsq.") or not _is_private(path):
+        return None
+    parts = path.split(".")
+    known = public_names()
+    for i in range(len(parts), 1, -1):
+        public = known.get(".".join(parts[:i]))
+        if public is not None:
+            return ".".join([public, *parts[i:]])
+    return None
+
+
+def _documented_as(domain: Any, path: str) -> str | None:
+    """Where the reference documents ``path``, a private name that autodoc recorded as
+    the ``canonical`` name of an entry (``txnsq._wire.identify.IdentifyOptions``,
+    documented as ``txnsq.IdentifyOptions``), with the rest of the path after it."""
+    parts = path.split(".")
+    for i in range(len(parts), 1, -1):
+        entry = domain.objects.get(".".join(parts[:i]))
+        if entry is None or not entry.aliased:
+            continue
+        for name, other in domain.objects.items():
+            if (not other.aliased and other.docname == entry.docname
+                    and other.node_id == entry.node_id):
+                return ".".join([name, *parts[i:]])
+    return None
+
+
+class PublicSpelling(SphinxPostTransform):
+    """Cross-references to txnsq names that go through a private module are made to
+    their public spelling before they are resolved, so that what a reader sees (the
+    text, and the title a link shows on hover) is the public name. Without it they
+    would resolve, through the ``canonical`` entries autodoc records, to the private
+    name."""
+
+    default_priority = 5  # before Sphinx's ReferencesResolver (10)
+
+    def run(self, **kwargs: Any) -> None:
+        domain = self.env.get_domain("py")
+        for node in self.document.findall(addnodes.pending_xref):
+            target = node.get("reftarget", "")
+            if node.get("refdomain") != "py" or not target.startswith("txnsq."):
+                continue
+            if not _is_private(target):
+                continue
+            public = public_name(target) or _documented_as(domain, target)
+            if public is None:
+                continue
+            node["reftarget"] = public
+            for text in list(node.findall(nodes.Text)):
+                if str(text) == target:
+                    text.parent.replace(text, nodes.Text(public))
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
-    """Register the resolver (after txnsq_docs's, which resolves txnsq's own names)."""
+    """Register the resolver (after txnsq_docs's, which resolves txnsq's own names) and
+    the public spellings of txnsq's names."""
     app.connect("autodoc-process-signature", _qualify_recorded_annotations, priority=600)
     app.connect("missing-reference", _resolve, priority=600)
+    app.connect("autodoc-process-bases", _show_public_bases)
+    app.add_post_transform(PublicSpelling)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -189,9 +189,9 @@ class LookupdIntegrationTests(SynchronousTestCase):
         self.http = NSQDHTTPClient(self.nsqd.http_address)
         self.topic = unique("blookup")
 
-    def producers(self) -> Any:
+    def nsqds(self) -> Any:
         try:
-            return self.lookupd.lookup(self.topic).producers
+            return self.lookupd.lookup(self.topic).nsqds
         except TopicNotFound:
             return None
 
@@ -202,7 +202,7 @@ class LookupdIntegrationTests(SynchronousTestCase):
             self.lookupd.lookup(self.topic)
         self.http.create_topic(self.topic)
         self.http.create_channel(self.topic, "c")
-        [producer] = wait_for(self.producers, what="nsqd registered the topic")
+        [producer] = wait_for(self.nsqds, what="nsqd registered the topic")
         self.assertEqual(producer.tcp_address, self.nsqd.tcp_address)
         wait_for(lambda: self.lookupd.channels(self.topic) == ("c",), what="channel registered")
         self.assertIn(self.topic, self.lookupd.topics())
@@ -222,9 +222,9 @@ class LookupdIntegrationTests(SynchronousTestCase):
         self.assertNotIn(other, self.lookupd.topics())
 
         self.http.create_topic(self.topic)
-        [producer] = wait_for(self.producers, what="nsqd registered the topic")
+        [producer] = wait_for(self.nsqds, what="nsqd registered the topic")
         self.lookupd.tombstone_topic_producer(self.topic, producer)
-        self.assertEqual(self.lookupd.lookup(self.topic).producers, ())
+        self.assertEqual(self.lookupd.lookup(self.topic).nsqds, ())
         [node] = self.lookupd.nodes()
         self.assertEqual(node.tombstoned_topics, frozenset({self.topic}))
 

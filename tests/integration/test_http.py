@@ -300,7 +300,7 @@ class LookupdIntegrationTests(RealProcessTestCase):
     async def registered(self) -> Any:
         async def producers() -> Any:
             try:
-                return (await self.lookupd.lookup(self.topic)).producers
+                return (await self.lookupd.lookup(self.topic)).nsqds
             except TopicNotFound:
                 return None
 
@@ -334,7 +334,7 @@ class LookupdIntegrationTests(RealProcessTestCase):
         await self.lookupd.create_topic(self.topic)
         self.assertIn(self.topic, await self.lookupd.topics())
         result = await self.lookupd.lookup(self.topic)  # known, with no producer
-        self.assertEqual(result.producers, ())
+        self.assertEqual(result.nsqds, ())
         await self.lookupd.create_channel(self.topic, "c")
         self.assertEqual(await self.lookupd.channels(self.topic), ("c",))
         await self.lookupd.delete_channel(self.topic, "c")
@@ -348,7 +348,7 @@ class LookupdIntegrationTests(RealProcessTestCase):
         await self.http.create_topic(self.topic)
         [producer] = await self.registered()
         await self.lookupd.tombstone_topic_producer(self.topic, producer)
-        self.assertEqual((await self.lookupd.lookup(self.topic)).producers, ())
+        self.assertEqual((await self.lookupd.lookup(self.topic)).nsqds, ())
         [node] = await self.lookupd.nodes()
         self.assertEqual(node.tombstoned_topics, frozenset({self.topic}))
         # The documented way to delete a topic: tombstone, then delete it on the nsqd.
@@ -361,9 +361,9 @@ class LookupdIntegrationTests(RealProcessTestCase):
         await self.http.create_topic(other)
         [producer] = await self.registered()
         await self.lookupd.tombstone_topic_producer(self.topic, f"127.0.0.1:{self.nsqd.http_port}")
-        self.assertEqual((await self.lookupd.lookup(self.topic)).producers, ())
+        self.assertEqual((await self.lookupd.lookup(self.topic)).nsqds, ())
         # Only that topic: the nsqd still produces the other one.
-        self.assertEqual((await self.lookupd.lookup(other)).producers, (producer,))
+        self.assertEqual((await self.lookupd.lookup(other)).nsqds, (producer,))
 
 
 class HTTPSIntegrationTests(RealProcessTestCase):

@@ -478,13 +478,13 @@ async def _http_lookupd_case(reactor: Any, run: Run, case: Case) -> Outcome:
         outcome.end(e)
     else:
         outcome.end()
-        outcome.answered = len(result.producers)
+        outcome.answered = len(result.nsqds)
     try:
         again = await _within(reactor, client.lookup(topic), HTTP_TIMEOUT + 5.0)
     except Exception as e:
         outcome.recovery = f"the next lookup failed: {describe(e)}"
     else:
-        found = {producer.tcp_address for producer in again.producers}
+        found = {nsqd.tcp_address for nsqd in again.nsqds}
         outcome.recovered = run.nsqd in found
         outcome.recovery = f"the next lookup listed {sorted(found)[:3]}"
     await _within(reactor, client.close(), 5.0)
@@ -591,13 +591,13 @@ def _blocking_lookupd_case(run: Run, case: Case) -> Outcome:
         outcome.end(e)
     else:
         outcome.end()
-        outcome.answered = len(result.producers)
+        outcome.answered = len(result.nsqds)
     try:
         again = client.lookup(topic)
     except Exception as e:
         outcome.recovery = f"the next lookup failed: {describe(e)}"
     else:
-        found = {producer.tcp_address for producer in again.producers}
+        found = {nsqd.tcp_address for nsqd in again.nsqds}
         outcome.recovered = run.nsqd in found
         outcome.recovery = f"the next lookup listed {sorted(found)[:3]}"
     return outcome

@@ -287,3 +287,59 @@ class ModuleAttributeTests(SynchronousTestCase):
         value, (text,) = quietly(lambda: txnsq.lookupd.LookupdHTTPError)  # type: ignore[attr-defined]
         self.assertIs(value, NSQHTTPError)
         self.assertIn("txnsq.lookupd.LookupdHTTPError is deprecated since txnsq 0.2.0", text)
+
+
+class RegisteredNSQDTests(SynchronousTestCase):
+    """nsqlookupd's "producers" of a topic are nsqds: ``txnsq.http.Producer`` is
+    :class:`~txnsq.http.RegisteredNSQD` and ``LookupResult.producers`` is ``nsqds``, the
+    old spellings working with a warning until 0.4.0."""
+
+    def setUp(self) -> None:
+        from txnsq.http import RegisteredNSQD
+
+        self.nsqd = RegisteredNSQD("127.0.0.1:5", "box", "box", 4150, 4151, "1.3.0")
+
+    def test_module_name(self) -> None:
+        import txnsq.http
+
+        value, (text,) = quietly(lambda: txnsq.http.Producer)  # type: ignore[attr-defined]
+        self.assertIs(value, txnsq.http.RegisteredNSQD)
+        self.assertEqual(
+            text,
+            "txnsq.http.Producer is deprecated since txnsq 0.3.0 and will be removed in "
+            "0.4.0; use txnsq.http.RegisteredNSQD instead",
+        )
+        self.assertNotIn("Producer", txnsq.http.__all__)
+
+    def test_old_attribute_reads_the_new_one(self) -> None:
+        from txnsq.http import LookupResult
+
+        result = LookupResult(channels=("c",), nsqds=(self.nsqd,))
+        value, (text,) = quietly(lambda: result.producers)  # type: ignore[attr-defined]
+        self.assertEqual(value, (self.nsqd,))
+        self.assertEqual(
+            text,
+            "LookupResult.producers is deprecated since txnsq 0.3.0 and will be removed in "
+            "0.4.0; use LookupResult.nsqds instead",
+        )
+
+    def test_old_keyword(self) -> None:
+        from txnsq.http import LookupResult
+
+        result, (text,) = quietly(
+            lambda: LookupResult(channels=(), producers=(self.nsqd,))  # type: ignore[call-arg]
+        )
+        self.assertEqual(result, LookupResult(channels=(), nsqds=(self.nsqd,)))
+        self.assertIn("LookupResult(producers=...) is deprecated since txnsq 0.3.0", text)
+        self.assertIn("use LookupResult(nsqds=...) instead", text)
+
+    def test_new_name_wins_over_the_old(self) -> None:
+        from txnsq.http import LookupResult
+
+        result, texts = quietly(
+            lambda: LookupResult(  # type: ignore[call-arg]
+                channels=(), nsqds=(self.nsqd,), producers=()
+            )
+        )
+        self.assertEqual(result.nsqds, (self.nsqd,))
+        self.assertEqual(len(texts), 1)

@@ -18,6 +18,7 @@ import inspect
 import os
 import pkgutil
 import posixpath
+import re
 import subprocess
 import sys
 import tempfile
@@ -351,6 +352,41 @@ class ExternalLinksTests(TestCase):
                          "'Deferred' | ~twisted.internet.defer.Deferred")
 
 
+    def test_txnsq_names_are_shown_by_their_public_spelling(self) -> None:
+        public_name = self.links.public_name
+        self.assertEqual(public_name("txnsq._wire.admin_answers.ClientStats"),
+                         "txnsq.http.ClientStats")
+        self.assertEqual(public_name("txnsq._wire.admin_answers.ClientStats.client_id"),
+                         "txnsq.http.ClientStats.client_id")
+        # exported by txnsq and txnsq.consumer: the reference documents it in the latter
+        self.assertEqual(public_name("txnsq._wire.deadletter.DeadLetter"),
+                         "txnsq.consumer.DeadLetter")
+        self.assertIsNone(public_name("txnsq.http.ClientStats"))  # public already
+        self.assertIsNone(public_name("txnsq._wire.handshake.Handshake"))  # private only
+        self.assertEqual(
+            self.links.qualify_annotation("tuple[ClientStats, ...]", "txnsq._wire.admin_answers"),
+            "tuple[~txnsq.http.ClientStats, ...]",
+        )
+
+    def test_private_aliases_are_shown_as_what_they_stand_for(self) -> None:
+        qualify = self.links.qualify_annotation
+        self.assertEqual(
+            qualify("ErrorHandler | None", "txnsq.producer._producer"),
+            "~collections.abc.Callable[[str, bytes, Exception], object] | None",
+        )
+        self.assertEqual(qualify("Handler", "txnsq.consumer._consumer"), "~txnsq.consumer.Handler")
+        # a type variable, by its bound
+        self.assertEqual(qualify("~txnsq.options._O", "txnsq.options"),
+                         "~txnsq.options.ConnectionOptions")
+
+    def test_private_bases_are_left_out(self) -> None:
+        from txnsq.http import NSQDHTTPClient
+        from txnsq.metrics import ConsumerCollector
+
+        self.assertEqual(self.links.public_bases(list(NSQDHTTPClient.__bases__)), [])
+        self.assertEqual(self.links.public_bases(list(ConsumerCollector.__orig_bases__)), [])
+
+
 class GeneratedTablesTests(TestCase):
     """docs/_ext/txnsq_docs.py: the parsing behind the generated tables."""
 
@@ -429,3 +465,206 @@ class RenderedReferenceTests(TestCase):
         spark = self.pages["reference/spark.html"]
         self.assertIn("<span class=\"pre\">maxMessagesPerTrigger</span>", spark)
         self.assertNotIn("``maxMessagesPerTrigger``", spark)
+
+
+def _soup(text: str) -> Any:
+    """``text`` parsed by Beautiful Soup (the docs extra brings it)."""
+    try:
+        from bs4 import BeautifulSoup
+    except ImportError:
+        if in_ci():
+            raise
+        raise SkipTest("beautifulsoup4 is not installed (pip install -e '.[docs]')") from None
+    return BeautifulSoup(text, "html.parser")
+
+
+#: The one page that may name txnsq's private modules: it explains how txnsq is built.
+ARCHITECTURE_PAGE = "explanation/architecture.html"
+#: A private module's name (``txnsq._wire``, ``txnsq.producer._link``), not a dunder.
+_PRIVATE_NAME = re.compile(r"txnsq(?:\.[a-z]\w*)*\._[a-z]\w*(?:\.\w+)*")
+#: The classes a reader starts from: each entry opens with a short example.
+MAIN_CLASSES = {
+    "reference/producer.html": ["txnsq.producer.Producer"],
+    "reference/consumer.html": ["txnsq.consumer.Consumer"],
+    "reference/message.html": ["txnsq.message.Message"],
+    "reference/protocol.html": ["txnsq.protocol.NSQProtocol"],
+    "reference/blocking.html": [
+        "txnsq.blocking.Connection",
+        "txnsq.blocking.Subscriber",
+        "txnsq.blocking.NSQDHTTPClient",
+        "txnsq.blocking.LookupdHTTPClient",
+    ],
+    "reference/testing.html": [
+        "txnsq.testing.FakeNSQD",
+        "txnsq.testing.NSQDProcess",
+        "txnsq.testing.start_nsqd",
+    ],
+    "reference/http.html": ["txnsq.http.NSQDHTTPClient", "txnsq.http.LookupdHTTPClient"],
+    "reference/lookupd.html": ["txnsq.lookupd.LookupdPoller"],
+}
+
+
+def _entries(soup: Any) -> list[tuple[str, Any]]:
+    """Every entry of the reference on a page (``<dl class="py ...">``): (its name, its
+    ``<dd>``)."""
+    found = []
+    for dl in soup.select("dl.py"):
+        dt, dd = dl.find("dt", recursive=False), dl.find("dd", recursive=False)
+        if dt is not None and dd is not None:
+            found.append((dt.get("id") or dt.get_text(" ", strip=True), dd))
+    return found
+
+
+def _own_parts(dd: Any) -> list[Any]:
+    """What an entry's ``<dd>`` holds of its own: not the entries of its members, not
+    the field list of its parameters, not autodoc's "Bases:" or "alias of" line."""
+    parts = []
+    for child in dd.children:
+        if getattr(child, "name", None) is None:
+            if str(child).strip():
+                parts.append(child)
+            continue
+        classes = child.get("class") or []
+        if child.name == "dl" and ("py" in classes or "field-list" in classes):
+            continue
+        text = child.get_text(" ", strip=True)
+        if child.name == "p" and text.startswith(("Bases:", "alias of")):
+            continue
+        if text:
+            parts.append(child)
+    return parts
+
+
+class RenderedTextTests(TestCase):
+    """What the built site says, on every page (not the source listings of
+    ``_modules/``, which are the code itself)."""
+
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        html = built_html()
+        cls.pages = {
+            str(path.relative_to(html)): path.read_text(encoding="utf-8")
+            for path in html.rglob("*.html")
+            if path.relative_to(html).parts[0] not in ("_modules", "_sources", "_static")
+        }
+        cls.soups: dict[str, Any] = {}
+
+    def soup(self, page: str) -> Any:
+        if page not in self.soups:
+            self.soups[page] = _soup(self.pages[page])
+        return self.soups[page]
+
+    def test_no_private_module_is_named(self) -> None:
+        """Only the architecture page names txnsq's private modules: the reference
+        names the public spelling of each thing (``txnsq.http.ClientStats``, not
+        ``txnsq._wire.admin_answers.ClientStats``), in its text and in the titles of its
+        links, and describes behaviour rather than the private code behind it."""
+        named = {
+            page: sorted(set(_PRIVATE_NAME.findall(text)))
+            for page, text in self.pages.items()
+            if page != ARCHITECTURE_PAGE and _PRIVATE_NAME.search(text)
+        }
+        self.assertEqual(named, {})
+
+    def test_no_private_name_is_shown(self) -> None:
+        """A cross-reference to a private txnsq name with no public spelling is shown
+        unlinked, marked ``txnsq-private`` (docs/_ext/txnsq_docs.py): none is left."""
+        shown = {
+            page: sorted({node.get_text() for node in self.soup(page).select(".txnsq-private")})
+            for page, text in self.pages.items()
+            if page != ARCHITECTURE_PAGE and "txnsq-private" in text
+        }
+        self.assertEqual(shown, {})
+
+    def test_no_literal_field_markers(self) -> None:
+        """A field list that docutils did not read as one (a missing blank line before
+        ``:raises:``) shows as text."""
+        literal = re.compile(r":(?:raises|param|returns?|rtype|type|ivar|var)\b[^:]*:")
+        found = {}
+        for page, text in self.pages.items():
+            soup = _soup(text)  # a copy of its own: the code is taken out of it
+            for code in soup.select("pre, code"):
+                code.decompose()
+            hits = literal.findall(soup.get_text(" "))
+            if hits:
+                found[page] = hits
+        self.assertEqual(found, {})
+
+    def test_types_are_names_not_reprs(self) -> None:
+        shown = [page for page, text in self.pages.items() if "InterfaceClass" in text]
+        self.assertEqual(shown, [])
+
+    def test_every_entry_has_text_of_its_own(self) -> None:
+        """Every class, function, method, attribute and field of the reference says
+        what it is (a ``#:`` comment or a docstring): none is only a name and a type."""
+        bare = [
+            f"{page}: {name}"
+            for page in sorted(self.pages)
+            if page.startswith("reference/")
+            for name, dd in _entries(self.soup(page))
+            if not _own_parts(dd)
+        ]
+        self.assertEqual(bare, [])
+
+    def test_main_classes_open_with_an_example(self) -> None:
+        """The classes a reader starts from show code in their own text."""
+        missing = []
+        for page, names in MAIN_CLASSES.items():
+            entries = dict(_entries(self.soup(page)))
+            for name in names:
+                dd = entries.get(name)
+                if dd is None:
+                    missing.append(f"{page}: no entry {name}")
+                elif not any(part.name == "div" and part.select("pre")
+                             for part in _own_parts(dd) if getattr(part, "name", None)):
+                    missing.append(f"{page}: {name} has no example")
+        self.assertEqual(missing, [])
+
+    def test_new_and_deprecated_names_are_marked(self) -> None:
+        """Names added, changed or deprecated in 0.2.0 and 0.3.0 (CHANGELOG.rst,
+        newsfragments/) say so in their entry: the marker and the release."""
+        marked = {
+            "reference/options.html": [
+                ("txnsq.options.ConnectionOptions", "versionadded", "0.2.0"),
+                ("txnsq.options.ConnectionOptions.silence_timeout", "versionchanged", "0.3.0"),
+            ],
+            "reference/protocol.html": [
+                ("txnsq.protocol.NSQProtocol.silence_timeout", "versionadded", "0.3.0"),
+                ("txnsq.protocol.NSQProtocol.command_timeout", "versionadded", "0.3.0"),
+            ],
+            "reference/blocking.html": [
+                ("txnsq.blocking.Connection.silence_timeout", "versionadded", "0.3.0"),
+                ("txnsq.blocking.Subscriber", "versionchanged", "0.2.0"),
+                ("txnsq.blocking.Subscriber.take_batch", "versionadded", "0.3.0"),
+            ],
+            "reference/http.html": [
+                ("txnsq.http.ClientStats.rdy_count", "versionadded", "0.3.0"),
+            ],
+            "reference/producer.html": [
+                ("txnsq.producer.Producer", "deprecated", "0.2.0"),
+                ("txnsq.producer.Producer.publish_nowait", "versionadded", "0.3.0"),
+            ],
+            "reference/errors.html": [
+                ("txnsq.errors.PublishBufferFull", "versionadded", "0.3.0"),
+            ],
+            "reference/testing.html": [
+                ("txnsq.testing.start_nsqd", "versionadded", "0.3.0"),
+                ("txnsq.testing.NSQDProcess", "versionadded", "0.3.0"),
+            ],
+            "reference/tracing.html": [("txnsq.tracing.Tracing", "versionadded", "0.2.0")],
+            "reference/txnsq.html": [("txnsq.IdentifyOptions", "deprecated", "0.2.0")],
+        }
+        missing = []
+        for page, wanted in marked.items():
+            entries = dict(_entries(self.soup(page)))
+            for name, marker, version in wanted:
+                dd = entries.get(name)
+                found = [] if dd is None else [
+                    div.get_text(" ", strip=True)
+                    for div in dd.find_all("div", class_=marker, recursive=False)
+                ]
+                if not any(f"version {version}" in text for text in found):
+                    missing.append(f"{page}: {name} lacks {marker} {version}")
+        self.assertEqual(missing, [])

@@ -38,7 +38,7 @@ from txnsq.errors import (
     ResponseTooLarge,
     TopicNotFound,
 )
-from txnsq.http import LookupdHTTPClient, NSQDHTTPClient, Producer, https_policy
+from txnsq.http import LookupdHTTPClient, NSQDHTTPClient, RegisteredNSQD, https_policy
 from txnsq.tls_options import TLSOptions
 
 # -- in memory ------------------------------------------------------------------------------
@@ -186,7 +186,7 @@ class RequestsSentTests(InMemory):
             b'{"channels":["c"],"producers":[{"broadcast_address":"h","tcp_port":1,"http_port":2}]}'
         )
         result = self.result(self.lookupd().lookup("t"))
-        self.assertEqual(result.producers, (Producer("", "", "h", 1, 2, ""),))
+        self.assertEqual(result.nsqds, (RegisteredNSQD("", "", "h", 1, 2, ""),))
 
     def test_invalid_arguments_raise_before_sending(self) -> None:
         client = self.nsqd()

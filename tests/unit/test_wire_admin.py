@@ -24,7 +24,7 @@ from txnsq._wire.admin import (
     HTTPBase,
     LatencyPercentile,
     Node,
-    Producer,
+    RegisteredNSQD,
     check_response_size,
     client_config,
     parse_http_address,
@@ -311,7 +311,7 @@ class RequestTests(SynchronousTestCase):
             f"{root}/topic/tombstone?topic=t&node=10.0.0.1%3A4151",
         )
         # nsqlookupd matches "broadcast_address:http_port" unbracketed, IPv6 included.
-        producer = Producer("", "h", "::1", 4150, 4151, "1.3.0")
+        producer = RegisteredNSQD("", "h", "::1", 4150, 4151, "1.3.0")
         request = admin.lookupd_tombstone_topic_producer("t", producer)
         self.assertEqual(request.query, (("topic", "t"), ("node", "::1:4151")))
         node = Node("", "h", "nsqd-1", 4150, 4151, "1.3.0", ("t",), (False,))
@@ -468,9 +468,9 @@ class ParseTests(SynchronousTestCase):
         self.assertEqual(self.both(admin.lookupd_info(), LOOKUPD_INFO).version, "1.3.0")
         result = self.both(admin.lookupd_lookup("t1"), LOOKUP)
         self.assertEqual(result.channels, ("c1",))
-        [producer] = result.producers
+        [producer] = result.nsqds
         self.assertEqual(
-            producer, Producer("127.0.0.1:51668", "vm", "127.0.0.1", 24150, 24151, "1.3.0")
+            producer, RegisteredNSQD("127.0.0.1:51668", "vm", "127.0.0.1", 24150, 24151, "1.3.0")
         )
         self.assertEqual(
             (producer.tcp_address, producer.http_address, producer.tombstone_node),
@@ -479,7 +479,7 @@ class ParseTests(SynchronousTestCase):
         self.assertEqual(self.both(admin.lookupd_topics(), TOPICS), ("t1", "t2"))
         self.assertEqual(self.both(admin.lookupd_channels("t1"), CHANNELS), ("c1",))
         [node] = self.both(admin.lookupd_nodes(), NODES)
-        self.assertIsInstance(node, Producer)
+        self.assertIsInstance(node, RegisteredNSQD)
         self.assertEqual((node.topics, node.tombstones), (("t2", "t1"), (False, True)))
         self.assertEqual(node.tombstoned_topics, frozenset({"t1"}))
         self.assertEqual(node.tcp_address, "127.0.0.1:24150")
@@ -487,12 +487,12 @@ class ParseTests(SynchronousTestCase):
     def test_ipv6_producer(self) -> None:
         body = b'{"channels":null,"producers":[{"broadcast_address":"::1","tcp_port":1,'
         body += b'"http_port":2}]}'
-        [producer] = answer(admin.lookupd_lookup("t"), body).producers
+        [producer] = answer(admin.lookupd_lookup("t"), body).nsqds
         self.assertEqual((producer.tcp_address, producer.tombstone_node), ("[::1]:1", "::1:2"))
 
     def test_very_old_producer_address(self) -> None:
         body = b'{"producers":[{"address":"old-host","tcp_port":4150,"http_port":4151}]}'
-        [producer] = self.both(admin.lookupd_lookup("t"), body).producers
+        [producer] = self.both(admin.lookupd_lookup("t"), body).nsqds
         self.assertEqual(producer.broadcast_address, "old-host")
 
     def test_nothing_answers(self) -> None:
@@ -628,7 +628,7 @@ def _wrapped(*producers: Any) -> bytes:
 
 
 def _addresses(body: bytes | str) -> set[str]:
-    return {p.tcp_address for p in admin.parse_lookup(body).producers}
+    return {p.tcp_address for p in admin.parse_lookup(body).nsqds}
 
 
 class ParseLookupTests(SynchronousTestCase):
@@ -640,7 +640,7 @@ class ParseLookupTests(SynchronousTestCase):
                 body = form(_producer("10.0.0.1", 4150), _producer("nsqd-2.example", 4152))
                 result = admin.parse_lookup(body)
                 self.assertEqual(
-                    {p.tcp_address for p in result.producers},
+                    {p.tcp_address for p in result.nsqds},
                     {"10.0.0.1:4150", "nsqd-2.example:4152"},
                 )
                 self.assertEqual(result.problems, ())
@@ -649,19 +649,19 @@ class ParseLookupTests(SynchronousTestCase):
         self.assertEqual(_addresses(_flat(_producer()).decode()), {"127.0.0.1:4150"})
 
     def test_no_producers(self) -> None:
-        self.assertEqual(admin.parse_lookup(_flat()).producers, ())
-        self.assertEqual(admin.parse_lookup(_wrapped()).producers, ())
+        self.assertEqual(admin.parse_lookup(_flat()).nsqds, ())
+        self.assertEqual(admin.parse_lookup(_wrapped()).nsqds, ())
 
     def test_duplicates_kept_once(self) -> None:
         result = admin.parse_lookup(_flat(_producer(), _producer(hostname="other")))
-        self.assertEqual([p.hostname for p in result.producers], ["box"])
+        self.assertEqual([p.hostname for p in result.nsqds], ["box"])
 
     def test_ipv6_bracketed_once(self) -> None:
         body = _flat(_producer("::1", 4150), _producer("[fe80::1]", 4151), _producer(" h ", 1))
         self.assertEqual(_addresses(body), {"[::1]:4150", "[fe80::1]:4151", "h:1"})
 
     def test_very_old_entry(self) -> None:
-        [producer] = admin.parse_lookup(_flat({"address": "old-nsqd", "tcp_port": 4150})).producers
+        [producer] = admin.parse_lookup(_flat({"address": "old-nsqd", "tcp_port": 4150})).nsqds
         self.assertEqual((producer.tcp_address, producer.http_port), ("old-nsqd:4150", 0))
 
     def test_wrapped_topic_not_found(self) -> None:
@@ -719,7 +719,7 @@ class ParseLookupTests(SynchronousTestCase):
             for form in (_flat, _wrapped):
                 with self.subTest(entry=entry, form=form.__name__):
                     result = admin.parse_lookup(form(entry, _producer("good", 4150)))
-                    self.assertEqual({p.tcp_address for p in result.producers}, {"good:4150"})
+                    self.assertEqual({p.tcp_address for p in result.nsqds}, {"good:4150"})
                     [problem] = result.problems
                     self.assertTrue(problem.startswith("producer left out: "), problem)
 
@@ -739,8 +739,8 @@ class ParseLookupTests(SynchronousTestCase):
         limit = admin.MAX_LOOKUP_PRODUCERS
         entries = [{"broadcast_address": f"n{i}", "tcp_port": 4150} for i in range(limit + 500)]
         result = admin.parse_lookup(_flat(*entries))
-        self.assertEqual(len(result.producers), limit)
-        self.assertEqual(result.producers[-1].tcp_address, f"n{limit - 1}:4150")
+        self.assertEqual(len(result.nsqds), limit)
+        self.assertEqual(result.nsqds[-1].tcp_address, f"n{limit - 1}:4150")
         [problem] = result.problems
         self.assertEqual(
             problem,
@@ -754,7 +754,7 @@ class ParseLookupTests(SynchronousTestCase):
         shown = admin.MAX_LOOKUP_PROBLEMS
         body = _flat(*[_producer(port=70000)] * 5000, _producer("good", 4150))
         result = admin.parse_lookup(body)
-        self.assertEqual([p.tcp_address for p in result.producers], ["good:4150"])
+        self.assertEqual([p.tcp_address for p in result.nsqds], ["good:4150"])
         self.assertEqual(len(result.problems), shown + 1)
         self.assertEqual(
             result.problems[-1], f"{5000 - shown} more malformed producer entries left out"

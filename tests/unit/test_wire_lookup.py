@@ -10,7 +10,7 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from txnsq._wire.admin import LookupResult, Producer
+from txnsq._wire.admin import LookupResult, RegisteredNSQD
 from txnsq._wire.lookup import (
     DIAL_BURST,
     DIAL_RATE,
@@ -83,8 +83,8 @@ class AnswerMeaningTests(SynchronousTestCase):
         result = LookupResult(
             ("c",),
             (
-                Producer("", "a", "10.0.0.1", 4150, 4151, "1.3.0"),
-                Producer("", "b", "::1", 4152, 4153, "1.3.0"),
+                RegisteredNSQD("", "a", "10.0.0.1", 4150, 4151, "1.3.0"),
+                RegisteredNSQD("", "b", "::1", 4152, 4153, "1.3.0"),
             ),
         )
         self.assertEqual(discovered(result), {"10.0.0.1:4150", "[::1]:4152"})

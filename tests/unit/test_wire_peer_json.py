@@ -115,7 +115,7 @@ class EveryParserTests(SynchronousTestCase):
         nested = b"[" * 900 + b"]" * 900
         body = b'{"producers": [{"broadcast_address": ' + nested + b', "tcp_port": 1}]}'
         result = REQUESTS["lookup"].response(200, body)
-        self.assertEqual(result.producers, ())
+        self.assertEqual(result.nsqds, ())
         [problem] = result.problems
         self.assertIn("'broadcast_address' is not a string", problem)
         self.assertLess(len(problem), 400)

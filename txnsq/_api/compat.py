@@ -54,9 +54,10 @@ from txnsq.tls_options import TLSOptions
 
 __all__ = [
     "CLIENT_STATS_RENAMED", "CONNECTION_OPTIONS_OLD", "CONSUMER_OPTIONS_OLD",
-    "PRODUCER_RENAMED", "SPARK_OLD_OPTIONS", "SUBSCRIBER_OPTIONS_OLD",
+    "LOOKUP_RESULT_RENAMED", "PRODUCER_RENAMED", "SPARK_OLD_OPTIONS", "SUBSCRIBER_OPTIONS_OLD",
     "BlockingConnectionCompat", "ClientStatsCompat", "ConnectionOptionsCompat",
-    "ConnectionSettingsCompat", "OldKeywords", "ProtocolCompat", "ReadOptionsCompat",
+    "ConnectionSettingsCompat", "LookupResultCompat", "OldKeywords", "ProtocolCompat",
+    "ReadOptionsCompat",
     "SubscriberCompat", "accepts_old_keywords", "fold", "fold_connection_keywords",
     "fold_deferred_publish", "fold_identify", "fold_options", "fold_producer_keywords",
     "fold_protocol_arguments", "fold_renamed", "fold_spark_options", "identify_to_settings",
@@ -395,6 +396,19 @@ class ClientStatsCompat:
     ready_count = renamed_attribute("ClientStats", "ready_count", "rdy_count", SINCE_0_3)
 
 
+#: LookupResult's old field: nsqlookupd's "producers" are nsqds, not txnsq Producers.
+LOOKUP_RESULT_RENAMED: Final = (renamed({"producers": "nsqds"}, SINCE_0_3),)
+
+
+class LookupResultCompat:
+    """:class:`txnsq.http.LookupResult`'s deprecated attribute (the nsqds that have the
+    topic, which nsqlookupd calls producers)."""
+
+    __slots__ = ()
+
+    producers = renamed_attribute("LookupResult", "producers", "nsqds", SINCE_0_3)
+
+
 # -- the Producer ----------------------------------------------------------------------
 
 #: Producer's keywords of txnsq 0.1 and the ProducerOptions field each became.
@@ -665,21 +679,30 @@ def _attribute(module: str, name: str) -> Callable[[], object]:
     return lambda: getattr(import_module(module), name)
 
 
-#: (module, old name) -> (its value, what to use instead). Not cached in the module:
-#: each use warns.
-_MODULE_NAMES: Final[dict[tuple[str, str], tuple[Callable[[], object], str]]] = {
+#: (module, old name) -> (its value, what to use instead[, the release that deprecated
+#: it: 0.2.0 when not given]). Not cached in the module: each use warns.
+_MODULE_NAMES: Final[dict[tuple[str, str], tuple[Callable[[], object], str, str]]] = {
     ("txnsq", "IdentifyOptions"): (
         _attribute("txnsq._wire.identify", "IdentifyOptions"),
         "the seconds fields of txnsq.ConnectionOptions (heartbeat_interval, msg_timeout, "
         "compression, client_id, ...)",
+        DEPRECATED_IN,
     ),
     ("txnsq.blocking", "DEFAULT_TIMEOUT"): (
         lambda: 10.0,
         "ConnectionOptions' connect_timeout, handshake_timeout and command_timeout",
+        DEPRECATED_IN,
     ),
     ("txnsq.lookupd", "LookupdHTTPError"): (
         _attribute("txnsq.errors", "NSQHTTPError"),
         "txnsq.errors.NSQHTTPError (its status is the old code)",
+        DEPRECATED_IN,
+    ),
+    # nsqlookupd's "producer" of a topic is an nsqd, not a txnsq.Producer.
+    ("txnsq.http", "Producer"): (
+        _attribute("txnsq._wire.admin_answers", "RegisteredNSQD"),
+        "txnsq.http.RegisteredNSQD",
+        SINCE_0_3,
     ),
 }
 
@@ -692,8 +715,8 @@ def module_attribute(module: str, name: str) -> object:
     entry = _MODULE_NAMES.get((module, name))
     if entry is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    value, replacement = entry
-    warn_old(f"{module}.{name}", replacement)
+    value, replacement, since = entry
+    warn_old(f"{module}.{name}", replacement, since)
     return value()
 
 

@@ -52,7 +52,7 @@ from txnsq._wire.admin_answers import (
     Node,
     NSQDInfo,
     NSQDStats,
-    Producer,
+    RegisteredNSQD,
     TopicStats,
 )
 from txnsq._wire.admin_parsers import (
@@ -95,7 +95,7 @@ __all__ = [
     "NSQDInfo",
     "NSQDStats",
     "Node",
-    "Producer",
+    "RegisteredNSQD",
     "TopicStats",
     "check_response_size",
     "client_config",
@@ -515,12 +515,12 @@ def lookupd_channel_action(action: LookupdAction, topic: str, channel: str) -> A
     return _post("channel", action, _LOOKUPD_ACTIONS, _names(topic, channel))
 
 
-def lookupd_tombstone_topic_producer(topic: str, node: str | Producer) -> AdminRequest[None]:
+def lookupd_tombstone_topic_producer(topic: str, node: str | RegisteredNSQD) -> AdminRequest[None]:
     """``POST /topic/tombstone?topic=...&node=...``: stop nsqlookupd from handing out
     ``node`` as a producer of ``topic`` (for its ``--tombstone-lifetime``), so that nsqd
     can delete the topic without consumers reconnecting to it.
 
-    ``node`` is a :class:`Producer` (or :class:`Node`), or its ``broadcast_address`` and
+    ``node`` is a :class:`RegisteredNSQD` (or :class:`Node`), or its ``broadcast_address`` and
     ``http_port`` joined by ``:`` as nsqlookupd writes them (an IPv6 address without
     brackets). nsqlookupd answers OK whether or not the node is registered.
 
@@ -528,7 +528,7 @@ def lookupd_tombstone_topic_producer(topic: str, node: str | Producer) -> AdminR
     :raises ValueError: for an invalid topic, or a node string without a port.
     """
     name = commands.validate_topic_name(topic)
-    if isinstance(node, Producer):
+    if isinstance(node, RegisteredNSQD):
         node_text = node.tombstone_node
     elif isinstance(node, str):
         node_text = node.strip()
@@ -536,10 +536,10 @@ def lookupd_tombstone_topic_producer(topic: str, node: str | Producer) -> AdminR
         if not host or not port.isdigit() or any(c.isspace() for c in node_text):
             raise ValueError(
                 f"invalid node {node!r}: expected 'broadcast_address:http_port' "
-                "(or a Producer from lookup() or nodes())"
+                "(or a RegisteredNSQD from lookup() or nodes())"
             )
     else:
-        raise TypeError(f"node must be a str or a Producer, not {type(node).__name__}")
+        raise TypeError(f"node must be a str or a RegisteredNSQD, not {type(node).__name__}")
     query = (("topic", name), ("node", node_text))
     return AdminRequest("POST", "/topic/tombstone", query, None, parse_nothing)
 

@@ -23,7 +23,7 @@ from txnsq._wire.admin_answers import (
     Node,
     NSQDInfo,
     NSQDStats,
-    Producer,
+    RegisteredNSQD,
     TopicStats,
 )
 from txnsq._wire.peer_json import load_peer_json
@@ -207,7 +207,7 @@ def parse_lookup(body: bytes | str) -> LookupResult:
     """
     doc = _object(body.encode("utf-8") if isinstance(body, str) else body)
     entries = doc.items("producers", required=True)
-    producers: dict[str, Producer] = {}
+    producers: dict[str, RegisteredNSQD] = {}
     problems: list[str] = []
     malformed = 0
     read = 0
@@ -236,7 +236,7 @@ def parse_lookup(body: bytes | str) -> LookupResult:
         )
     return LookupResult(
         channels=doc.texts("channels"),
-        producers=tuple(producers.values()),
+        nsqds=tuple(producers.values()),
         problems=tuple(problems),
     )
 
@@ -283,8 +283,8 @@ def _producer_fields(value: Any) -> tuple[_Fields, dict[str, Any]]:
     return p, fields
 
 
-def _producer(value: Any) -> Producer:
-    return Producer(**_producer_fields(value)[1])
+def _producer(value: Any) -> RegisteredNSQD:
+    return RegisteredNSQD(**_producer_fields(value)[1])
 
 
 def _node(value: Any) -> Node:

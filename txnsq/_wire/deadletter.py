@@ -50,14 +50,20 @@ def should_give_up(attempts: int, max_attempts: int) -> bool:
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """Where given-up messages go.
+    """Where a consumer's given-up messages go (``ConsumerOptions.dead_letter``)::
 
-    :param topic: the dead-letter topic (checked like any topic name).
-    :param envelope: publish a JSON envelope instead of the body as is.
+        from txnsq import Consumer, DeadLetter
+
+        Consumer("orders", "billing", print, nsqd_tcp_addresses=["127.0.0.1:4150"],
+                 max_attempts=5, dead_letter=DeadLetter("orders-dead", envelope=True))
+
     :raises ValueError, TypeError: for an invalid topic name.
     """
 
+    #: The dead-letter topic (checked as any topic name is).
     topic: str
+    #: Publish a JSON envelope (the body with its id, attempts, timestamp, topic,
+    #: channel, nsqd and the last error) instead of the body as it is.
     envelope: bool = False
 
     def __post_init__(self) -> None:

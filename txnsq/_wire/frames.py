@@ -119,9 +119,16 @@ class ErrorFrame:
 
 
 class MessageFrame:
-    """A message frame: nanosecond ``timestamp``, ``attempts``, 16-byte ``id``, ``body``."""
+    """A message as nsqd sent it: what the blocking clients return
+    (:meth:`txnsq.blocking.Connection.receive`, :meth:`txnsq.blocking.Subscriber.take`).
+    Answer it with its ``id`` (``conn.finish(message.id)``)."""
 
-    __slots__ = ("attempts", "body", "id", "timestamp")
+    __slots__ = {
+        "attempts": "How many times nsqd has delivered it, this time included (from 1).",
+        "body": "The message's bytes, as published.",
+        "id": "nsqd's 16-byte message ID, which FIN, REQ and TOUCH name.",
+        "timestamp": "When nsqd received it, in nanoseconds since the Unix epoch.",
+    }
 
     def __init__(self, timestamp: int, attempts: int, id: bytes, body: bytes) -> None:
         self.timestamp = timestamp

@@ -43,8 +43,7 @@ class IdentifyOptions:
     """What a connection asks nsqd for in IDENTIFY. Times are in milliseconds, as on the wire.
 
     ``None`` leaves a value to nsqd's default. ``client_id`` and ``hostname`` default (in
-    the Twisted and blocking clients) to this machine's short and full host name: see
-    :func:`~txnsq._wire.identify.with_defaults`.
+    the Twisted and blocking clients) to this machine's short and full host name.
 
     :raises ValueError: at construction, for a value nsqd would refuse.
     """
@@ -146,26 +145,48 @@ def identify_body(options: IdentifyOptions) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Features:
-    """What nsqd agreed to in its IDENTIFY answer.
+    """What nsqd agreed to in its IDENTIFY answer: a connection's ``features``
+    (:attr:`txnsq.protocol.NSQProtocol.features`,
+    :attr:`txnsq.blocking.Connection.features`). Times are in milliseconds, as nsqd
+    sends them.
 
     An nsqd too old for feature negotiation answers a plain ``OK``: then
     ``negotiated`` is false and every value is nsqd's documented default.
     """
 
+    #: Whether nsqd answered with its features (JSON); ``False`` for a plain ``OK``.
     negotiated: bool = False
+    #: nsqd's version (``"1.3.0"``), or ``None`` when it did not say.
     version: str | None = None
+    #: The highest RDY nsqd accepts on one connection (its ``--max-rdy-count``).
     max_rdy_count: int = 2500
+    #: The longest message timeout a client may ask for, and the longest a TOUCH can
+    #: extend a message to (its ``--max-msg-timeout``), in milliseconds.
     max_msg_timeout_ms: int = 900_000
+    #: The timeout of the messages sent on this connection: nsqd delivers one again if
+    #: it is not finished, requeued or touched within it, in milliseconds.
     msg_timeout_ms: int = 60_000
+    #: Whether the connection is upgraded to TLS.
     tls_v1: bool = False
+    #: Whether the connection is deflate-compressed.
     deflate: bool = False
+    #: The deflate level in use (0 without deflate).
     deflate_level: int = 0
+    #: The highest deflate level nsqd allows (its ``--max-deflate-level``).
     max_deflate_level: int = 6
+    #: Whether the connection is snappy-compressed.
     snappy: bool = False
+    #: The share of the channel's messages this connection gets, in percent (0: all).
     sample_rate: int = 0
+    #: Whether nsqd requires AUTH before any other command (it has an
+    #: ``--auth-http-address``).
     auth_required: bool = False
+    #: The bytes nsqd buffers before writing to this connection (-1: no buffering).
     output_buffer_size: int = 16_384
+    #: How long nsqd holds buffered bytes before writing them, in milliseconds (-1: no
+    #: timeout).
     output_buffer_timeout_ms: int = 250
+    #: The other keys of nsqd's answer, as sent (newer nsqds add some).
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 

@@ -135,7 +135,7 @@ def lookup_url(lookupd: str, topic: str) -> str:
 def discovered(result: LookupResult) -> frozenset[str]:
     """The nsqds a ``/lookup`` answer lists, as the ``"host:port"`` a consumer dials
     (``broadcast_address`` and ``tcp_port``, an IPv6 host bracketed)."""
-    return frozenset(p.tcp_address for p in result.producers)
+    return frozenset(p.tcp_address for p in result.nsqds)
 
 
 def topic_unknown(error: BaseException) -> bool:

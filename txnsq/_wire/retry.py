@@ -41,20 +41,25 @@ def jittered(delay: float, jitter: float, random: Callable[[], float]) -> float:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential reconnect delays with downward jitter.
+    """Exponential reconnect delays with downward jitter: every client's
+    ``reconnect_policy``::
 
-    :param initial: seconds before the first reconnect (``attempt`` 1).
-    :param factor: each further attempt waits this many times longer.
-    :param max_delay: no delay exceeds this many seconds.
-    :param jitter: each delay is shortened by a random fraction in ``[0, jitter)`` of
-        itself, so clients restarted together do not all dial at the same moment.
+        from txnsq import Producer, RetryPolicy
+
+        Producer("127.0.0.1:4150", reconnect_policy=RetryPolicy(initial=0.5, max_delay=10.0))
+
     :raises ValueError, TypeError: for a non-positive ``initial`` or ``max_delay``, a
         ``factor`` below 1, ``jitter`` outside ``[0, 1)``, or ``max_delay < initial``.
     """
 
+    #: Seconds before the first reconnect (``attempt`` 1).
     initial: float = 1.0
+    #: Each further attempt waits this many times longer.
     factor: float = 2.0
+    #: No delay exceeds this many seconds.
     max_delay: float = 60.0
+    #: Each delay is shortened by a random fraction in ``[0, jitter)`` of itself, so
+    #: that clients restarted together do not all dial at the same moment.
     jitter: float = 0.2
 
     def __post_init__(self) -> None:
@@ -77,7 +82,9 @@ class RetryPolicy:
         return min(round(jittered(delay, self.jitter, random), 3), self.max_delay)
 
     def policy(self, rng: random.Random | None = None) -> Callable[[int], float]:
-        """A ``retryPolicy`` for Twisted's ``ClientService``: attempt -> seconds."""
+        """A ``retryPolicy`` for Twisted's
+        :class:`~twisted.application.internet.ClientService`: a function of the attempt
+        (from 1) returning seconds."""
         source = (rng or random.Random()).random
         return lambda attempt: self.delay(attempt, source)
 

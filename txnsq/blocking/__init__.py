@@ -10,7 +10,7 @@ consumes (``SUB``, ``RDY``, ``FIN``/``REQ``/``TOUCH``); heartbeats are answered 
 it: connections to every nsqd given or found through nsqlookupd, RDY shared under
 ``max_in_flight``, messages TOUCHed while in flight, reconnects; the caller takes
 messages and finishes or requeues them. It follows the Twisted Consumer's rules (the
-same :mod:`txnsq._wire` pieces).
+same code decides RDY, TOUCH, backoff and discovery in both).
 
 Both take :class:`~txnsq.options.ConnectionOptions` (TLS, AUTH, compression, IDENTIFY,
 timeouts, reconnect policy), the settings every txnsq client shares, by the same names
@@ -54,6 +54,7 @@ This module imports nothing from Twisted.
 from typing import Any
 
 from txnsq._api.compat import module_attribute
+from txnsq._wire.frames import MessageFrame
 from txnsq.blocking._connection import (
     DEFAULT_PORT,
     Connection,
@@ -69,6 +70,7 @@ from txnsq.blocking._subscriber import (
     Subscriber,
     SubscriberOptions,
 )
+from txnsq.blocking._subscriber_state import SubscriberConnection
 
 __all__ = [
     "DEFAULT_PORT",
@@ -77,9 +79,11 @@ __all__ = [
     "ConnectionOptions",
     "ConnectionState",
     "LookupdHTTPClient",
+    "MessageFrame",
     "NSQDHTTPClient",
     "NSQTimeoutError",
     "Subscriber",
+    "SubscriberConnection",
     "SubscriberOptions",
     "TLSOptions",
     "parse_address",

@@ -57,7 +57,18 @@ class _Slot:
 
 
 class Connection(compat.BlockingConnectionCompat):
-    """A synchronous connection to one nsqd.
+    """A synchronous connection to one nsqd: each command returns once nsqd has
+    answered it, or raises the error::
+
+        from txnsq.blocking import Connection
+
+        with Connection("127.0.0.1:4150") as conn:  # connected; closed at the end
+            conn.publish("reports", b"report 1")  # returns once nsqd has it
+            conn.subscribe("reports", "printer")
+            conn.rdy(10)  # nsqd may send up to 10 messages before they are answered
+            for message in conn.receive(timeout=5.0):  # [] when none came in 5 s
+                print(message.body)
+                conn.finish(message.id)
 
     Nothing happens on the network until :meth:`connect` (or ``with``), which does the
     whole handshake: magic, IDENTIFY, then TLS, snappy or deflate, and AUTH as nsqd's
@@ -65,8 +76,8 @@ class Connection(compat.BlockingConnectionCompat):
 
     :param address: ``"host:port"`` (``"[::1]:4150"`` for IPv6; a bare host means port
         4150) or ``(host, port)`` of nsqd's TCP interface, or its unix socket
-        (``"unix:/run/nsqd.sock"`` or the absolute path alone), read by
-        :func:`~txnsq._wire.address.parse_nsqd_address`. TLS over a unix socket needs
+        (``"unix:/run/nsqd.sock"`` or the absolute path alone), read as every txnsq
+        client reads addresses (:doc:`/reference/addresses`). TLS over a unix socket needs
         :attr:`TLSOptions.hostname <txnsq.tls_options.TLSOptions.hostname>` (the name the
         certificate must carry): without it the constructor raises ``ValueError``.
     :param options: what every connection to nsqd needs
@@ -97,8 +108,9 @@ class Connection(compat.BlockingConnectionCompat):
 
     **Dead peers.** Whenever a call waits (:meth:`receive`, an answer, a write,
     :meth:`poll`) and no frame has completed for :attr:`silence_timeout` seconds (the
-    rule, and why: :mod:`txnsq._wire.liveness`; with heartbeats off, only time spent
-    waiting counts: :class:`~txnsq._wire.liveness.WaitClock`), the connection is closed
+    rule, and why: :doc:`/explanation/failure-detection`; with heartbeats off, only time
+    spent waiting counts, so a connection left alone between calls is not presumed dead
+    for it), the connection is closed
     and the call raises :class:`~txnsq.errors.ConnectionSilent` (a
     :class:`~txnsq.errors.ConnectionClosed`); commands still waiting, pipelined
     publishes included, fail with it. The handshake is bounded by ``handshake_timeout``.
@@ -139,8 +151,12 @@ class Connection(compat.BlockingConnectionCompat):
         )
         for what, limit in (("max_body_size", max_body_size), ("max_msg_size", max_msg_size)):
             check_number(limit, what, integer=True, positive=True, allow_none=True)
-        #: Seconds in which a frame must complete, else the connection is presumed dead
-        #: (:func:`txnsq._wire.liveness.silence_timeout` of the options).
+        #: Seconds in which a frame must complete, else the connection is presumed dead:
+        #: the options' ``silence_timeout``, or by default ``heartbeats_missed``
+        #: heartbeat intervals plus 0.5 s (60 s with heartbeats off).
+        #:
+        #: .. versionadded:: 0.3.0
+        #:    Replaces ``liveness_timeout`` and ``read_timeout`` (deprecated).
         self.silence_timeout: float = liveness.silence_timeout(
             opts.heartbeat_interval, opts.heartbeats_missed, opts.silence_timeout
         )
@@ -337,8 +353,8 @@ class Connection(compat.BlockingConnectionCompat):
 
         With ``batch_size=None`` all bodies go in one MPUB, which nsqd stores atomically.
         Otherwise they are split into MPUBs of at most ``batch_size`` messages and at
-        most ``max_body_size`` bytes (1 MiB when it is ``None``: see
-        :data:`txnsq._wire.batching.DEFAULT_MAX_BATCH_BYTES`), up to ``max_pending`` of
+        most ``max_body_size`` bytes (1 MiB when it is ``None``: nsqd's default
+        ``--max-msg-size``, well under its ``--max-body-size``), up to ``max_pending`` of
         them in flight at once: much faster, but not atomic. When an MPUB fails, the
         ones before it may have been stored: retrying can publish duplicates.
 
@@ -377,8 +393,9 @@ class Connection(compat.BlockingConnectionCompat):
         self.start_encoded_multi_publish(command, max_pending=max_pending)
 
     def start_encoded_multi_publish(self, command: bytes, *, max_pending: int = 4) -> None:
-        """:meth:`start_multi_publish` for an MPUB command already encoded (by
-        :func:`txnsq._wire.commands.mpub` or :func:`~txnsq._wire.commands.mpub_framed`).
+        """:meth:`start_multi_publish` for an MPUB command already encoded: the bytes
+        ``MPUB <topic>\\n``, the body's size, the message count, then each message's size
+        and body (all sizes 4-byte big-endian), as the protocol spells it.
 
         :raises NSQServerError: the error of an earlier pipelined MPUB, when it failed.
         """

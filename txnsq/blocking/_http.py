@@ -35,7 +35,7 @@ from txnsq._wire.admin import (
     Node,
     NSQDInfo,
     NSQDStats,
-    Producer,
+    RegisteredNSQD,
 )
 from txnsq._wire.handshake import not_an_http_port
 from txnsq.blocking._socket import unix_connect
@@ -287,6 +287,24 @@ class NSQDHTTPClient(_AdminClient):
     """A blocking client of one nsqd's HTTP API: :class:`txnsq.http.NSQDHTTPClient`'s
     calls returning their values.
 
+    ::
+
+        from txnsq.blocking import NSQDHTTPClient
+
+        client = NSQDHTTPClient("127.0.0.1:4151")
+        client.publish("events", b"hello")
+        for channel in client.stats(topic="events").topic("events").channels:
+            print(channel.name, channel.depth, channel.in_flight_count)
+
+    Every call raises :class:`~txnsq.errors.NSQHTTPError` (such as
+    :class:`~txnsq.errors.TopicNotFound`) for an error answer,
+    :class:`~txnsq.errors.HTTPResponseError` for one it cannot use (including
+    :class:`~txnsq.errors.ResponseTooLarge`), and
+    :class:`~txnsq.errors.HTTPConnectionError` (including
+    :class:`~txnsq.errors.HTTPTimeoutError`) when no complete answer came. Every call
+    opens a connection of its own: a client holds no socket between calls, and may be
+    shared between threads.
+
     :param address: ``"host:port"`` (port 4151 when left out), ``"[v6addr]:port"``, a
         ``(host, port)`` pair, or an ``http://`` / ``https://`` URL.
     :param tls: TLS settings (:meth:`~txnsq.tls_options.TLSOptions.ssl_context` is used);
@@ -296,13 +314,6 @@ class NSQDHTTPClient(_AdminClient):
     :param max_response_size: the largest answer read, in bytes.
     :raises TypeError: for an argument of the wrong type.
     :raises ValueError: for a bad address, timeout or size.
-
-    Every call raises :class:`~txnsq.errors.NSQHTTPError` (e.g.
-    :class:`~txnsq.errors.TopicNotFound`) for an error answer,
-    :class:`~txnsq.errors.HTTPResponseError` for one it cannot use (including
-    :class:`~txnsq.errors.ResponseTooLarge`), and
-    :class:`~txnsq.errors.HTTPConnectionError` (including
-    :class:`~txnsq.errors.HTTPTimeoutError`) when no complete answer came.
     """
 
     _default_port = NSQD_HTTP_PORT
@@ -373,8 +384,17 @@ class NSQDHTTPClient(_AdminClient):
 
 class LookupdHTTPClient(_AdminClient):
     """A blocking client of one nsqlookupd's HTTP API: :class:`txnsq.http.LookupdHTTPClient`'s
-    calls returning their values. Parameters and errors as for :class:`NSQDHTTPClient`;
-    the default port is 4161."""
+    calls returning their values. Its parameters and errors are
+    :class:`NSQDHTTPClient`'s; the default port is 4161.
+
+    ::
+
+        from txnsq.blocking import LookupdHTTPClient
+
+        with LookupdHTTPClient("127.0.0.1:4161") as client:
+            for nsqd in client.lookup("events").nsqds:
+                print(nsqd.tcp_address)  # what a consumer dials
+    """
 
     _default_port = NSQLOOKUPD_HTTP_PORT
     _meant = "nsqlookupd's HTTP address (usually 4161)"
@@ -417,7 +437,7 @@ class LookupdHTTPClient(_AdminClient):
         """Forget ``channel`` of ``topic`` in nsqlookupd."""
         self._call(admin.lookupd_channel_action("delete", topic, channel))
 
-    def tombstone_topic_producer(self, topic: str, node: str | Producer) -> None:
-        """Hide ``node`` (a :class:`~txnsq._wire.admin.Producer` or
+    def tombstone_topic_producer(self, topic: str, node: str | RegisteredNSQD) -> None:
+        """Hide ``node`` (a :class:`~txnsq.http.RegisteredNSQD` or
         ``"broadcast_address:http_port"``) as a producer of ``topic``."""
         self._call(admin.lookupd_tombstone_topic_producer(topic, node))

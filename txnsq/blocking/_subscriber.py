@@ -103,7 +103,36 @@ class _TouchGroup:
 
 
 class Subscriber(SubscriberCompat):
-    """Reads one topic/channel from every nsqd and buffers messages for the caller.
+    """Reads one topic/channel from every nsqd and buffers messages for the caller, who
+    takes them and finishes or requeues them: a consumer without a reactor.
+
+    ::
+
+        from txnsq.blocking import Subscriber
+
+        with Subscriber(topic="events", channel="archive",
+                        lookupd_http_addresses=["127.0.0.1:4161"],
+                        max_in_flight=100) as sub:  # started; closed at the end
+            while True:
+                chunks = sub.take_batch(100, 1.0)  # [] when nothing came within 1 s
+                for _, messages in chunks:
+                    for message in messages:
+                        print(message.body)
+                sub.finish(chunks)
+
+    It keeps connections to every nsqd given or found through nsqlookupd (reconnecting
+    with backoff), shares RDY under ``max_in_flight`` as the Twisted
+    :class:`~txnsq.consumer.Consumer` does, and TOUCHes the messages taken while they
+    are in flight. The messages :meth:`take` returns are
+    :class:`~txnsq.blocking.MessageFrame` objects.
+
+    As a context manager, ``with Subscriber(options) as sub:`` calls :meth:`start` on
+    entry and :meth:`close` on exit.
+
+    Thread use: :meth:`start`, :meth:`take`, :meth:`take_batch`, :meth:`finish`,
+    :meth:`requeue`, :meth:`set_cutoff` and :meth:`close` are called from the caller's
+    thread; the I/O and discovery threads are internal. :meth:`close` is also safe from a
+    signal handler.
 
     :param options: what to read and how: a :class:`SubscriberOptions`, or a
         :class:`~txnsq.options.ConnectionOptions` whose fields are kept (the others
@@ -111,11 +140,16 @@ class Subscriber(SubscriberCompat):
     :param settings: :class:`SubscriberOptions` fields replacing those of ``options``
         (``Subscriber(topic="t", channel="c", nsqd_tcp_addresses=[...])``).
     :param clock: monotonic seconds (:func:`time.monotonic`); inject one in tests.
-    :param connect: how to open a subscribed connection to an address (default: a
-        :class:`~txnsq.blocking.Connection` with ``options``' connection part,
-        connected and SUBscribed).
-    :param fetch: how to ask one nsqlookupd, for tests (a :data:`LookupdFetcher`);
-        default: a :class:`~txnsq.blocking.LookupdHTTPClient` per nsqlookupd.
+    :param connect: for tests: called as ``connect(address)``, dials nsqd at
+        ``address``, does the handshake and subscribes to the topic and channel, and
+        returns the connection (RDY still 0), or raises
+        :class:`~txnsq.errors.NSQError` or :class:`OSError`. By default a
+        :class:`~txnsq.blocking.Connection` with ``options``' connection settings.
+    :param fetch: for tests: called as ``fetch(url, timeout)``, makes one nsqlookupd
+        ``/lookup`` request and returns ``(HTTP status, body)`` (read then as
+        :class:`~txnsq.blocking.LookupdHTTPClient` reads an answer), or raises
+        :class:`OSError` when there is none. By default a
+        :class:`~txnsq.blocking.LookupdHTTPClient` per nsqlookupd.
     :param rng: the random source of reconnect jitter and RDY redistribution (a seeded
         :class:`random.Random` gives the same reconnect delays as a Consumer or a
         Producer seeded alike).
@@ -124,13 +158,8 @@ class Subscriber(SubscriberCompat):
         the nearest valid one).
     :raises ValueError: as :class:`SubscriberOptions`, for an invalid setting.
 
-    As a context manager, ``with Subscriber(options) as sub:`` calls :meth:`start` on
-    entry and :meth:`close` on exit.
-
-    Thread use: :meth:`start`, :meth:`take`, :meth:`finish`, :meth:`requeue`,
-    :meth:`set_cutoff` and :meth:`close` are called from the caller's thread; the I/O
-    and discovery threads are internal. :meth:`close` is also safe from a signal
-    handler.
+    .. versionchanged:: 0.2.0
+       A context manager, stopped by :meth:`close` (``shutdown()`` is deprecated).
     """
 
     def __init__(
@@ -221,6 +250,8 @@ class Subscriber(SubscriberCompat):
         about ``timeout`` seconds (``None``: ``options.stop_timeout``) for the I/O
         thread to do it. Messages taken and not answered yet cannot be answered
         afterwards (nsqd redelivers them).
+
+        .. versionadded:: 0.2.0
 
         :raises TypeError, ValueError: for a ``timeout`` that is not a number >= 0.
         """
@@ -338,6 +369,8 @@ class Subscriber(SubscriberCompat):
         Messages taken and not yet answered count against ``max_in_flight``, as the
         buffered ones do: answer a batch before taking the next, or give
         ``max_in_flight`` room for both.
+
+        .. versionadded:: 0.3.0
 
         :raises TypeError, ValueError: for a count that is not an int >= 1, a linger
             that is not a number >= 0, or a ``batch_max_count`` above the options'

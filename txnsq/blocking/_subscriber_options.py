@@ -75,8 +75,7 @@ class SubscriberOptions(ConnectionOptions):
     #: buffered); the sum of RDY never exceeds it.
     max_in_flight: int = 1
     #: Connections to open to each nsqd; ``None`` opens enough that ``max_in_flight``
-    #: fits under nsqd's ``max_rdy_count`` per connection (at most
-    #: :data:`MAX_CONNECTIONS_PER_NSQD`).
+    #: fits under nsqd's ``max_rdy_count`` per connection (at most 200).
     connections_per_nsqd: int | None = None
     #: Seconds between two polls of nsqlookupd.
     lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL
@@ -92,8 +91,9 @@ class SubscriberOptions(ConnectionOptions):
     #: How an nsqd address announced by nsqlookupd (its ``broadcast_address`` and TCP
     #: port) becomes one this process can dial: a mapping (``{"nsqd-0:4150":
     #: "127.0.0.1:24150"}``, or by host alone ``{"nsqd-0": "10.0.0.5"}``, keeping the
-    #: port) or a callable ``address -> address`` (see
-    #: :func:`~txnsq._wire.address.map_address`). Only discovered addresses are mapped.
+    #: port; addresses it does not name are dialled as they are) or a callable
+    #: ``address -> address`` (returning its argument keeps it). Only discovered
+    #: addresses are mapped.
     address_map: AddressMap | None = field(default=None, hash=False)
     #: Seconds :meth:`Subscriber.close` waits, by default, for the I/O thread to
     #: requeue what is in flight and close the connections.

@@ -112,11 +112,10 @@ LookupdFetcher = Callable[[str, float], tuple[int, bytes]]
 
 
 class ConnectionState:
-    """One subscribed connection and what is in flight on it (owned by the I/O thread).
-
-    :ivar address: the nsqd's ``"host:port"``.
-    :ivar alive: ``False`` once the connection is lost or closed; messages taken from it
-        can no longer be answered (nsqd redelivers them).
+    """One subscribed connection of a :class:`~txnsq.blocking.Subscriber` and what is in
+    flight on it: the first item of each run of messages
+    :meth:`~txnsq.blocking.Subscriber.take` returns. Callers read its :attr:`address`
+    and :attr:`alive`; the rest belongs to the subscriber's I/O thread.
     """
 
     __slots__ = (
@@ -132,16 +131,36 @@ class ConnectionState:
     )
 
     def __init__(self, conn: SubscriberConnection) -> None:
+        # Only address and alive are for callers: the rest is the I/O thread's, and left
+        # out of the reference (":meta private:").
+        # The connection.
+        #: :meta private:
         self.conn = conn
+        #: The nsqd's address, ``"host:port"`` (or ``"unix:/path"``).
         self.address = conn.address
+        # The connection's socket, for the I/O thread's selector (-1 until it adopts it).
+        #: :meta private:
         self.fd = -1
+        #: ``False`` once the connection is lost or closed: messages taken from it can no
+        #: longer be answered (nsqd redelivers them).
         self.alive = True
-        #: the liveness rule on the subscriber's clock (from when the I/O thread adopts it)
+        # When the connection counts as silent, on the subscriber's clock (from when the
+        # I/O thread adopts it; None before).
+        #: :meta private:
         self.liveness: Liveness | None = None
-        #: message id -> time of delivery (the subscriber's clock), for TOUCH and shutdown
+        # Message id -> time of delivery (the subscriber's clock), for TOUCH and close.
+        #: :meta private:
         self.inflight: dict[bytes, float] = {}
-        self.rdy = 0  # the RDY last sent
-        self.paused = False  # a message past the cutoff came: RDY 0 from then on
+        # The RDY last sent on it.
+        #: :meta private:
+        self.rdy = 0
+        # Whether a message past the cutoff (Subscriber.set_cutoff) came: RDY 0 from then
+        # on.
+        #: :meta private:
+        self.paused = False
+        # Whether the subscriber has logged that messages on it are in flight past nsqd's
+        # --max-msg-timeout (once per connection).
+        #: :meta private:
         self.warned_old = False
 
     def __repr__(self) -> str:

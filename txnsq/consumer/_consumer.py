@@ -138,28 +138,45 @@ class _SessionOwner:
 
 class Consumer(Service):
     """Consume ``topic``/``channel`` and hand every message to ``handler``, or lists of
-    them to ``batch_handler``.
+    them to ``batch_handler``: a Twisted service that keeps a connection to every nsqd
+    that has the topic (given, or found through nsqlookupd), each reconnected with
+    exponential backoff while the consumer runs.
 
     A handler per message::
+
+        from twisted.internet import reactor
+        from txnsq import Consumer
 
         def handle(message):
             print(message.body)  # returns None: finished
 
         consumer = Consumer("orders", "billing", handle,
-                            nsqd_tcp_addresses=["127.0.0.1:4150"], max_in_flight=100)
-        consumer.startService()
+                            lookupd_http_addresses=["127.0.0.1:4161"],
+                            max_in_flight=100)
+        consumer.startService()  # or consumer.setServiceParent(application)
+        reactor.run()
 
     A batch handler, for stores that take rows in bulk (up to ``batch_max_count``
     messages, or what came within ``batch_linger`` seconds of the first)::
 
+        import sqlite3
+
+        db = sqlite3.connect("clicks.db")
+
         def insert(messages):
-            db.executemany("INSERT INTO clicks VALUES (?)",
-                           [(m.body,) for m in messages])  # returns None: all finished
+            with db:  # one transaction; returns None: all finished
+                db.executemany("INSERT INTO clicks VALUES (?)",
+                               [(m.body,) for m in messages])
 
         consumer = Consumer("clicks", "archive", batch_handler=insert,
                             nsqd_tcp_addresses=["127.0.0.1:4150"],
                             batch_max_count=500, batch_linger=1.0, max_in_flight=1000)
 
+    :param topic: the topic to read (nsqd's topic names: 1 to 64 characters of
+        ``[.a-zA-Z0-9_-]``, optionally ending in ``#ephemeral``).
+    :param channel: the channel to read it through: every channel of a topic gets a
+        copy of each message, and the consumers of one channel share its messages
+        (each goes to one of them). Same rule as a topic name.
     :param handler: called with each :class:`~txnsq.message.Message`. Return ``True`` or
         ``None`` to finish it, ``False`` to requeue it (with backoff), a Deferred or
         coroutine that fires with one of those, or raise (requeue with backoff). The
@@ -189,6 +206,8 @@ class Consumer(Service):
         ``handler``. Several batches may be in the handler at once, as many as
         ``max_in_flight`` has room for: ``max_in_flight`` must be at least
         ``batch_max_count`` (twice lets one batch fill while another is handled).
+
+        .. versionadded:: 0.3.0
     :param nsqd_tcp_addresses: nsqds to connect to directly, each as ``"host:port"``
         (``"[::1]:4150"`` for IPv6; a bare host means port 4150), a ``(host, port)``
         pair, an endpoint string for
@@ -201,7 +220,10 @@ class Consumer(Service):
     :param options: a :class:`~txnsq.options.ConsumerOptions`, or a plain
         :class:`~txnsq.options.ConnectionOptions` (the other fields take their
         defaults); keyword arguments (``settings``) replace its fields
-        (``Consumer(..., max_in_flight=100)``). Available as :attr:`options`.
+        (``Consumer(..., max_in_flight=100)``); each field says what it does.
+        Available as :attr:`options`.
+
+        .. versionadded:: 0.2.0
     :param giving_up: called with a message that exceeded ``max_attempts`` once it has
         been finished (with a dead-letter topic: once its dead letter was acknowledged);
         the default logs it.
@@ -212,22 +234,32 @@ class Consumer(Service):
         ``options.dead_letter`` is set (a :class:`~txnsq.producer.Producer` you start
         and stop); by default the consumer keeps a producer of its own per nsqd and
         publishes each dead letter to the nsqd the message came from.
-    :param reactor: the reactor (time, TCP); the global one by default.
-    :param endpoint_factory: ``(reactor, host, port) -> IStreamClientEndpoint`` to connect
-        to a ``host:port`` address with (nsqds given as endpoints or endpoint strings
-        use those); by default ``TCP4ClientEndpoint``/``TCP6ClientEndpoint`` for an IP
-        address, else ``HostnameEndpoint``. Lets tests and users plug in their own.
-    :param agent: the ``IAgent`` used to poll nsqlookupd.
+    :param reactor: provides :class:`~twisted.internet.interfaces.IReactorTCP` and
+        :class:`~twisted.internet.interfaces.IReactorTime`; the global reactor when
+        ``None``.
+    :param endpoint_factory: called as ``endpoint_factory(reactor, host, port)``,
+        returns the :class:`~twisted.internet.interfaces.IStreamClientEndpoint` to
+        connect to a ``"host:port"`` address with (nsqds given as endpoints or endpoint
+        strings use those); by default a
+        :class:`~twisted.internet.endpoints.TCP4ClientEndpoint` or
+        :class:`~twisted.internet.endpoints.TCP6ClientEndpoint` for an IP address, else
+        a :class:`~twisted.internet.endpoints.HostnameEndpoint`. Lets tests
+        (:attr:`txnsq.testing.FakeNSQD.endpoint_factory`) and users plug in their own.
+    :param agent: the :class:`~twisted.web.iweb.IAgent` that polls nsqlookupd; by
+        default each nsqlookupd's :class:`~txnsq.http.LookupdHTTPClient` keeps its own
+        pool of persistent connections.
+    :param rng: the random source of the reconnect and lookupd-poll jitter (a seeded
+        :class:`random.Random` makes the delays repeatable).
     :param tracing: a :class:`~txnsq.tracing.Tracing` to make an OpenTelemetry span per
         handled message, or per batch with a ``batch_handler`` (linked to its messages'
         producer spans), and, with ``envelope=True``, unwrap the trace context
         producers put in the bodies; ``None`` (the default): no tracing, nothing paid
         for it.
-    :raises ValueError, TypeError: on an invalid name, address or option; a keyword
-        that is neither a parameter nor a :class:`~txnsq.options.ConsumerOptions`
-        field is a TypeError naming the nearest valid name; neither or both of
-        ``handler`` and ``batch_handler`` is a TypeError; with ``batch_handler``, a
-        ``max_in_flight`` below ``batch_max_count`` is a ValueError naming both.
+    :raises TypeError: for an argument of the wrong type; a keyword that is neither a
+        parameter nor a :class:`~txnsq.options.ConsumerOptions` field (naming the
+        nearest valid name); neither or both of ``handler`` and ``batch_handler``.
+    :raises ValueError: for an invalid topic or channel name, address or setting; with
+        ``batch_handler``, a ``max_in_flight`` below ``batch_max_count`` (naming both).
     """
 
     _log: Final = Logger()
@@ -429,13 +461,12 @@ class Consumer(Service):
         return [n.address for n in self._nsqds.values() if n.session and n.session.subscribed]
 
     def stats(self) -> dict[str, Any]:
-        """Counters, per nsqd and in total: received, finished, requeued, timed out,
-        given up, dead-lettered, in flight, RDY, connections, backoff level (the keys of
-        :class:`txnsq.observers.ConsumerStats`). Per nsqd, ``connects`` counts the
-        connections that subscribed (a failed handshake is not one). Counters never go
-        down: an nsqd's are kept across its reconnects, and for the life of the
-        consumer once nsqlookupd no longer lists it (``connected`` then false), so
-        that they go on from there if it is listed again."""
+        """Return this consumer's counters now, in total and per nsqd: a
+        :class:`~txnsq.observers.ConsumerStats`, which describes each key (messages
+        received, finished, requeued, timed out, given up and dead-lettered, in flight,
+        RDY, connections, backoff). Counters never go down, not even for an nsqd that
+        nsqlookupd no longer lists; reading them costs nothing on the message path;
+        :class:`txnsq.metrics.ConsumerCollector` exports them to Prometheus."""
         per: dict[str, dict[str, Any]] = {}
         totals = dict.fromkeys(_TOTALS, 0)
         for nsqd in self._nsqds.values():

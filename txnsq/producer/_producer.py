@@ -111,70 +111,108 @@ def _forget_idle(batchers: dict[str, Batcher]) -> int:
 
 
 def default_retry_policy() -> Callable[[int], float]:
-    """Return the default reconnect delay policy, ``attempt`` (from 1) -> seconds:
-    :data:`txnsq._wire.retry.DEFAULT_RETRY` (1 s, doubling up to 60 s, each delay
-    shortened by up to 20% at random), as every client uses."""
+    """Return the reconnect delays every client uses by default, as a function of the
+    attempt (from 1) returning seconds: 1 s, doubling up to 60 s, each delay shortened
+    by up to 20% at random (a :class:`~txnsq.options.RetryPolicy` with its defaults)."""
     return DEFAULT_RETRY.policy()
 
 
 class Producer(Service):
-    """Publishes to one nsqd, or to several with failover.
+    """Publishes to one nsqd, or to several with failover: a Twisted service whose
+    publishes return Deferreds that fire with nsqd's answer.
+
+    ::
+
+        from twisted.internet.task import react
+        from txnsq import Producer
+
+        async def main(reactor):
+            producer = Producer("127.0.0.1:4150")
+            producer.startService()  # or producer.setServiceParent(application)
+            await producer.publish("events", b"hello")  # b"OK": nsqd has it
+            await producer.stopService()  # waits for the publishes in flight
+
+        react(main)
+
+    Once started, it keeps one connection to each nsqd it was given, reconnecting with
+    exponential backoff (``reconnect_policy``). Every publish returns a
+    :class:`~twisted.internet.defer.Deferred` that fires with ``b"OK"`` when nsqd has
+    acknowledged the message, or fails with the error nsqd named
+    (:mod:`txnsq.errors`). Acknowledged means accepted into nsqd's queue, in its memory
+    (up to its ``--mem-queue-size``) or on disk: an nsqd crash can still lose it (see
+    :doc:`/explanation/delivery`). Publishes are pipelined: many may be in flight on one
+    connection at once. While no connection is ready (not started yet, nsqd down,
+    reconnecting), publishes wait for one, at most ``ready_timeout`` seconds. A publish
+    whose connection is lost before nsqd answered fails with
+    :class:`~txnsq.errors.ConnectionClosed`: nsqd may or may not have stored it, so it is
+    not sent again unless ``publish_retries`` asks for that (and accepts duplicates).
+
+    With ``batch=True``, :meth:`publish` calls to the same topic are coalesced into
+    MPUBs: each publish keeps its own Deferred, fired when nsqd has acknowledged its
+    message, or failed with the error that concerns it: a batch nsqd refuses because of
+    one message (too big) is sent again without it, so only that message fails. What is
+    published in one reactor turn goes out together at the end of the turn; while 4
+    batches of a topic are unanswered, what is published meanwhile waits and goes
+    together as soon as one is answered. Nothing waits for a timer unless
+    ``batch_linger`` (seconds) asks for it. Order per topic is kept.
+    :meth:`multi_publish` and :meth:`deferred_publish` are not batched.
+    :meth:`publish_nowait` publishes without a Deferred per message, batched the same
+    way.
 
     :param nsqd_tcp_addresses: an nsqd as ``"host:port"`` (``"[::1]:4150"`` for IPv6;
         a bare host means port 4150) or a ``(host, port)`` pair, an endpoint string for
         :func:`~twisted.internet.endpoints.clientFromString` (for example
         ``"tcp:host=nsqd.example:port=4150"`` or ``"unix:/run/nsqd.sock"``), or any
         :class:`~twisted.internet.interfaces.IStreamClientEndpoint`; or a sequence of
-        those (addresses are read as every txnsq client reads them, see
-        :func:`txnsq.blocking.parse_address`). With several, a connection is kept to
-        each and publishes go to the ready ones in turn; when one fails its new
-        publishes go to the others.
-    :param options: a :class:`~txnsq.options.ProducerOptions`, or a plain
-        :class:`~txnsq.options.ConnectionOptions` (the other fields take their
-        defaults); keyword arguments (``settings``) replace its fields
-        (``Producer(address, ready_timeout=2.0)``). What they mean: a publish waits at
-        most ``ready_timeout`` seconds for a ready connection (then
-        :class:`~txnsq.errors.NotReady`) and at most ``command_timeout`` for nsqd's
-        answer once sent (then the connection, which can no longer be trusted to
-        answer in order, is closed and its publishes fail with
-        :class:`~txnsq.errors.CommandTimeout`); a publish lost with its connection, or
-        refused with ``E_PUB_FAILED``/``E_MPUB_FAILED``/``E_DPUB_FAILED``, is sent
-        again up to ``publish_retries`` times (a message may then be stored twice);
-        ``stop_timeout`` bounds :meth:`stopService`'s wait; ``connect_timeout`` applies
-        to ``"host:port"`` addresses (an endpoint carries its own); reconnects follow
-        ``reconnect_policy``. Available as :attr:`options`. The keywords of txnsq 0.1
-        (``identify``, ``timeout``, ``retry``, ``retry_policy`` (a ``RetryPolicy`` or
-        any ``policy(attempt) -> seconds``), ``publish_timeout``, ``addresses``) still
-        work, with a :class:`DeprecationWarning`, until 0.4.0 (a setting given its
-        new name too takes that one).
-    :param reactor: provides ``IReactorTCP`` and ``IReactorTime`` (the global reactor
-        when ``None``).
-    :param endpoint_factory: ``(reactor, host, port) -> IStreamClientEndpoint`` to
-        connect to a ``host:port`` address with, as the
-        :class:`~txnsq.consumer.Consumer`'s (``Producer(nsqd.address,
-        endpoint_factory=nsqd.endpoint_factory)`` for a :class:`~txnsq.testing.FakeNSQD`).
+        those (read as every txnsq client reads addresses: :doc:`/reference/addresses`).
+        With several, a connection is kept to each and publishes go to the ready ones in
+        turn; when one fails its new publishes go to the others.
+    :param options: the settings, a :class:`~txnsq.options.ProducerOptions` (each field
+        says what it does), or a plain :class:`~txnsq.options.ConnectionOptions` (the
+        other fields take their defaults). Keyword arguments (``settings``) replace its
+        fields: ``Producer(address, ready_timeout=2.0, batch=True)``. Available as
+        :attr:`options`.
+
+        .. versionadded:: 0.2.0
+    :param reactor: provides :class:`~twisted.internet.interfaces.IReactorTCP` and
+        :class:`~twisted.internet.interfaces.IReactorTime`; the global reactor when
+        ``None``.
+    :param endpoint_factory: called as ``endpoint_factory(reactor, host, port)``, returns
+        the :class:`~twisted.internet.interfaces.IStreamClientEndpoint` to connect to a
+        ``"host:port"`` address with (an endpoint or endpoint string given as an address
+        is used as it is), as the :class:`~txnsq.consumer.Consumer`'s:
+        ``Producer(nsqd.address, endpoint_factory=nsqd.endpoint_factory)`` for a
+        :class:`~txnsq.testing.FakeNSQD`.
+
+        .. versionadded:: 0.2.0
     :param rng: the random source of the reconnect policy's jitter (a seeded
         :class:`random.Random` gives the same delays as a Consumer with the same seed).
     :param tracing: a :class:`~txnsq.tracing.Tracing` to make OpenTelemetry spans of
         the publishes (and, with ``envelope=True``, carry the trace context in the
         bodies); ``None`` (the default): no tracing, nothing paid for it.
+
+        .. versionadded:: 0.2.0
     :param on_publish_error: called as ``on_publish_error(topic, body, error)`` for each
         message handed to :meth:`publish_nowait` that could not be published (after
         failover and ``publish_retries``): ``error`` is the exception (nsqd's refusal,
         :class:`~txnsq.errors.ConnectionClosed`, :class:`~txnsq.errors.NotReady`,
-        :class:`ProducerStopped`...). It runs in the reactor thread; what it raises is
-        logged. ``None`` (the default): each such message is logged at error level.
+        :class:`~txnsq.errors.ProducerStopped`...). It runs in the reactor thread; what
+        it raises is logged. ``None`` (the default): each such message is logged at
+        error level.
 
-    With ``batch=True``, :meth:`publish` calls to the same topic are coalesced into
-    MPUBs: each publish keeps its own Deferred, fired when nsqd has acknowledged
-    its message, or failed with the error that concerns it: a batch nsqd refuses because
-    of one message (too big) is sent again without it, so only that message fails.
-    What is published in one reactor turn goes out together at the end of the turn;
-    while 4 batches of a topic are unanswered, what is published meanwhile waits and
-    goes together as soon as one is answered. Nothing waits for a timer unless
-    ``batch_linger`` (seconds) asks for it. Order per topic is kept.
-    :meth:`multi_publish` and :meth:`deferred_publish` are not batched.
-    :raises TypeError, ValueError: for invalid arguments (nothing is connected).
+        .. versionadded:: 0.3.0
+    :raises TypeError: for an argument of the wrong type, or a keyword that is neither a
+        parameter nor a :class:`~txnsq.options.ProducerOptions` field (naming the
+        nearest one). Nothing is connected.
+    :raises ValueError: for an invalid address or setting. Nothing is connected.
+
+    .. deprecated:: 0.2.0
+       The keywords of txnsq 0.1: ``identify`` (use the seconds fields of
+       :class:`~txnsq.options.ConnectionOptions`), ``timeout`` (use ``ready_timeout``),
+       ``retry`` (use ``publish_retries``), ``retry_policy`` (use ``reconnect_policy``),
+       ``publish_timeout`` (use ``command_timeout``) and ``addresses=`` (use
+       ``nsqd_tcp_addresses=``, or pass it first). They still work, with a
+       :exc:`DeprecationWarning`, until 0.4.0.
     """
 
     #: The producer's settings (frozen).
@@ -456,6 +494,8 @@ class Producer(Service):
         :class:`~txnsq.errors.PublishBufferFull` and takes nothing; wait for
         :meth:`wait_for_room` and hand it over again.
 
+        .. versionadded:: 0.3.0
+
         :return: ``None``.
         :raises TypeError: if ``topic`` is not a str or ``body`` not bytes.
         :raises ValueError: for an invalid topic name or an empty body.
@@ -503,6 +543,8 @@ class Producer(Service):
             is held. It never fails, and its wait is bounded: a message waits at most
             ``ready_timeout`` for a connection and ``command_timeout`` for nsqd's answer.
             Messages handed over after the call are not waited for.
+
+        .. versionadded:: 0.3.0
         """
         return self._ledger.flush()
 
@@ -513,6 +555,8 @@ class Producer(Service):
             (of ``buffer_max_count`` and of ``buffer_max_bytes``; at once if it is). It
             fails with :class:`ProducerStopped` if the producer stops first. Cancelling
             it is harmless.
+
+        .. versionadded:: 0.3.0
         """
         return self._ledger.wait_for_room()
 
@@ -590,34 +634,12 @@ class Producer(Service):
         return self._waiting.count + self._batched()
 
     def stats(self) -> ProducerStats:
-        """Counters of this producer, per nsqd and in total (see
-        :class:`txnsq.observers.ProducerStats`; new keys may be added, none is removed or
-        changes meaning). Counters last across restarts; reading them costs nothing on
-        the publish path.
-
-        - ``published``: publishes nsqd confirmed (a :meth:`multi_publish` counts one);
-          ``failed``: publishes that failed (nsqd's error, a lost connection, no
-          connection in time, stopped, or cancelled before being sent);
-        - ``in_flight``: publishes sent and not answered yet (each message of a batch
-          counts one); ``queued``: publishes waiting to be sent;
-        - ``batches``: batches sent (with ``batch=True``; each an MPUB, or a PUB for a
-          batch of one), ``batched``: the publishes they carried (``batched / batches``
-          is the mean batch size), ``max_batch``: the largest;
-        - ``batch_sizes``: how many batches had each size, as a histogram: the count of
-          batches of at most ``batch_size_bounds[i]`` messages (and more than the bound
-          before it) at index ``i``, and of the larger ones at the last index;
-          ``batch_size_bounds``: 1, 2, 4, ..., 4096;
-        - ``buffered``, ``buffered_bytes``: the messages :meth:`publish_nowait` holds
-          now (handed over, not yet acknowledged or reported) and their bytes;
-          ``buffer_failed``: those it reported as failed, in total (they are counted in
-          ``failed`` too);
-        - ``connections``: how many connections are ready;
-        - ``nsqd``: per nsqd address, whether it is ``connected``, its ``published``,
-          ``failed`` and ``batches``, and ``publish_latency``: a histogram of the
-          seconds from the write that carried a publish command to nsqd's answer. The
-          commands of one write (one reactor turn's) are timed together once all of
-          them are answered: two clock reads per write, none per publish (a batch is
-          one command).
+        """Return this producer's counters now, in total and per nsqd: a
+        :class:`~txnsq.observers.ProducerStats`, which describes each key (publishes
+        acknowledged and failed, in flight and queued, batch sizes, what
+        :meth:`publish_nowait` holds, and each nsqd's publish latency). Counters last
+        across restarts; reading them costs nothing on the publish path;
+        :class:`txnsq.metrics.ProducerCollector` exports them to Prometheus.
         """
         state = self._state
         ready = {connection.label for connection in self._open_links}

@@ -106,7 +106,8 @@ Writes::
 
   ``batchSize``             messages per MPUB (default 500)
   ``maxPendingBatches``     MPUBs in flight per task (default 4)
-  ``maxBodySize``           largest MPUB body in bytes (default 5 MiB, nsqd's default)
+  ``maxBodySize``           largest MPUB body in bytes (default 1 MiB; at most nsqd's
+                            ``--max-body-size``)
   ``ignoreExtraColumns``    ``true``: leave out columns other than value/topic/delay_ms
 
 Reads::

@@ -163,7 +163,7 @@ class LagProbe:
         for lookupd in self.options.lookupd_http_addresses:
             try:
                 with LookupdHTTPClient(lookupd, timeout=LAG_TIMEOUT_S) as client:
-                    producers = client.lookup(self.options.topic).producers
+                    producers = client.lookup(self.options.topic).nsqds
             except (NSQError, OSError, ValueError) as e:
                 _log.debug("nsq reader: nsqlookupd %s: %s", lookupd, e)
                 continue

@@ -13,7 +13,7 @@ the same meaning and default as in the Python clients. Durations are seconds, or
 number with a unit (``"500ms"``, ``"30s"``, ``"15m"``, ``"1h"``). The old spellings
 (``nsqd``, ``lookupd``, ``timeout``, ``msgTimeoutMs``, ``heartbeatIntervalMs``,
 ``availableNowIdleMs``, ``readTimeout``) still work until 0.4.0, with a
-:class:`DeprecationWarning` (:func:`txnsq._api.compat.fold_spark_options`).
+:class:`DeprecationWarning` (:mod:`txnsq.spark` lists them).
 
 This module needs neither pyspark nor pyarrow.
 """
@@ -52,7 +52,9 @@ __all__ = [
 ]
 
 #: The largest MPUB body the writer builds unless ``maxBodySize`` says: every client's
-#: one default (:data:`txnsq._wire.batching.DEFAULT_MAX_BATCH_BYTES`, which says why).
+#: one default, 1 MiB: nsqd's default ``--max-msg-size``, a fifth of its
+#: ``--max-body-size`` (smaller MPUBs are answered sooner, and a refused or lost one
+#: costs less to send again).
 DEFAULT_MAX_BODY_SIZE: Final = DEFAULT_MAX_BATCH_BYTES
 DEFAULT_BATCH_SIZE: Final = 500
 DEFAULT_MAX_PENDING: Final = 4
@@ -125,14 +127,13 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ConnectionSettings(compat.ConnectionSettingsCompat):
-    """How to reach and talk to nsqd: what both the reader and the writer need.
+    """How to reach and talk to nsqd: what both the reader and the writer need."""
 
-    :ivar nsqd_tcp_addresses: option ``nsqdTcpAddresses``, as ``"host:port"`` or ``"unix:/path"``.
-    :ivar options: the :class:`~txnsq.options.ConnectionOptions` the other options
-        parse into (its ``auth_secret`` is never shown in a ``repr``).
-    """
-
+    #: Option ``nsqdTcpAddresses``: the nsqds, as ``"host:port"`` or ``"unix:/path"``.
     nsqd_tcp_addresses: tuple[str, ...]
+    #: The :class:`~txnsq.options.ConnectionOptions` the shared options (``tls*``,
+    #: ``compression``, ``authSecret``, ``clientId``, the timeouts...) parse into (its
+    #: ``auth_secret`` is never shown in a ``repr``).
     options: ConnectionOptions = field(default_factory=ConnectionOptions)
 
     @property
@@ -156,11 +157,20 @@ class ConnectionSettings(compat.ConnectionSettingsCompat):
 class WriteOptions:
     """Options of ``df.write.format("nsq")`` and ``df.writeStream.format("nsq")``."""
 
+    #: Where to publish, and how to talk to nsqd.
     connection: ConnectionSettings
+    #: Option ``topic``: the topic of rows without a ``topic`` column (``None``: every
+    #: row names its own).
     topic: str | None
+    #: Option ``batchSize``: messages per MPUB.
     batch_size: int = DEFAULT_BATCH_SIZE
+    #: Option ``maxPendingBatches``: MPUBs a task keeps in flight, unanswered, at once.
     max_pending: int = DEFAULT_MAX_PENDING
+    #: Option ``maxBodySize``: the largest MPUB body in bytes (a batch that would be
+    #: larger is split).
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    #: Option ``ignoreExtraColumns``: leave out columns other than ``value``, ``topic``
+    #: and ``delay_ms`` rather than fail the query.
     ignore_extra_columns: bool = False
 
 
@@ -168,27 +178,56 @@ class WriteOptions:
 class ReadOptions(compat.ReadOptionsCompat):
     """Options of ``spark.readStream.format("nsq")`` (times in seconds)."""
 
+    #: The nsqds to read from (with nsqlookupd, those it does not list too), and how to
+    #: talk to them.
     connection: ConnectionSettings
+    #: Option ``topic``: the topic read.
     topic: str
+    #: Option ``channel``: the channel read.
     channel: str
+    #: Option ``lookupdHttpAddresses``: the nsqlookupds that list the topic's nsqds.
     lookupd_http_addresses: tuple[str, ...] = ()
+    #: Option ``lookupdPollInterval``: seconds between two polls of nsqlookupd.
     lookupd_poll_interval: float = 60.0
+    #: Option ``lookupdPollJitter``: each poll interval is shortened by up to this
+    #: fraction, at random.
     lookupd_poll_jitter: float = 0.3
+    #: Option ``lookupdRequestTimeout``: seconds one nsqlookupd request may take.
     lookupd_request_timeout: float = 5.0
+    #: Option ``maxMessagesPerTrigger``: the most messages in one micro-batch.
     max_messages_per_trigger: int = DEFAULT_MAX_MESSAGES_PER_TRIGGER
+    #: Option ``maxInFlight``: the most messages held at once (the batch being
+    #: processed and those waiting for the next), over every connection.
     max_in_flight: int = 2 * DEFAULT_MAX_MESSAGES_PER_TRIGGER
+    #: Option ``connectionsPerNsqd``: connections to each nsqd (``None``: as many as
+    #: ``max_in_flight`` needs under nsqd's ``max_rdy_count``).
     connections_per_nsqd: int | None = None
+    #: Option ``availableNowIdle``: seconds without a new message that end a
+    #: ``Trigger.AvailableNow`` run.
     available_now_idle: float = DEFAULT_AVAILABLE_NOW_IDLE
-    #: nsqlookupd's broadcast addresses -> addresses to dial, from ``addressMap``
+    #: Option ``addressMap``: ``(announced, reachable)`` pairs; an nsqd nsqlookupd
+    #: announces as ``announced`` is dialled at ``reachable``.
     address_map: tuple[tuple[str, str], ...] = ()
+    #: Option ``maxBytesPerTrigger``: the most bytes of bodies in one micro-batch (it
+    #: exceeds them by one message at most); ``None``: no limit.
     max_bytes_per_trigger: int | None = None
+    #: Option ``minMessagesPerTrigger``: a micro-batch waits for this many messages, at
+    #: most ``max_trigger_delay``; ``None``: it does not wait.
     min_messages_per_trigger: int | None = None
+    #: Option ``maxTriggerDelay``: seconds ``min_messages_per_trigger`` may hold a batch.
     max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY_S
+    #: Option ``numPartitions``: the input partitions of each micro-batch.
     num_partitions: int = 1
+    #: Option ``maxAttempts``: a message delivered more times is given up (to
+    #: ``dead_letter``, or finished and dropped); 0: never.
     max_attempts: int = 0
+    #: Options ``deadLetterTopic`` and ``deadLetterEnvelope``: where given-up messages
+    #: are published, and how; ``None``: they are dropped (and logged).
     dead_letter: DeadLetter | None = None
+    #: Option ``reportLag``: put each nsqd's channel statistics in the query's progress.
     report_lag: bool = True
-    #: ``(nsqd TCP address, its HTTP address)`` pairs for the lag statistics
+    #: Option ``nsqdHttp``: ``(nsqd TCP address, its HTTP address)`` pairs for the lag
+    #: statistics.
     nsqd_http: tuple[tuple[str, str], ...] = ()
 
     def subscriber_options(self) -> SubscriberOptions:

@@ -171,7 +171,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Trigger.AvailableNow: read what was published before now, then finish.
 
         Messages nsqd timestamps after this call are not taken (they stay queued for the
-        next run); the run ends when nothing new arrives for ``availableNowIdleMs``.
+        next run); the run ends when nothing new arrives for ``availableNowIdle``.
         ``minMessagesPerTrigger`` does not apply.
         """
         state = self._ensure()

@@ -70,16 +70,16 @@ class SchemaError(ValueError):
 
 @dataclass(frozen=True)
 class WriteColumns:
-    """Which columns a write publishes from, checked against the DataFrame's schema.
+    """Which columns a write publishes from, checked against the DataFrame's schema."""
 
-    :ivar topic: the ``topic`` column, when there is no ``topic`` option (the option
-        wins, as in Kafka's sink).
-    :ivar delay: the ``delay_ms`` column, if any.
-    """
-
+    #: The message column's name: ``value`` or ``body``.
     value: str
+    #: Whether that column is a string (published as its UTF-8 bytes) rather than binary.
     value_is_string: bool
+    #: The ``topic`` column, when there is no ``topic`` option (the option wins, as in
+    #: Kafka's sink); ``None`` without one.
     topic: str | None
+    #: The ``delay_ms`` column, if any.
     delay: str | None = None
 
 
@@ -152,8 +152,11 @@ def resolve_write_columns(schema: StructType, options: WriteOptions) -> WriteCol
 class NSQWriteCommitMessage(WriterCommitMessage):
     """What one task reports: how many messages it published, and where."""
 
+    #: The messages the task published (every one acknowledged by nsqd).
     messages: int
+    #: The nsqd it published to, ``"host:port"``.
     nsqd_address: str
+    #: The task's partition.
     partition_id: int
 
 
@@ -355,13 +358,13 @@ def mpub_commands(
     topic: str, values: pa.Array, batch_size: int, max_body_size: int
 ) -> Iterator[bytes]:
     """Return the MPUB commands for ``values`` (a binary array of non-empty bodies): at
-    most ``batch_size`` messages and ``max_body_size`` bytes each, in order, cut by
-    :func:`txnsq._wire.batching.mpub_cut` (a body too big for ``max_body_size`` goes alone).
+    most ``batch_size`` messages and ``max_body_size`` bytes each, in order, cut by the
+    rule every txnsq client cuts MPUBs by (a body too big for ``max_body_size`` goes
+    alone).
 
-    The bodies are framed as MPUB carries them (:func:`~txnsq._wire.commands.mpub`: each
-    preceded by its 4-byte big-endian size) by Arrow, for the whole array at once, and
-    the commands are cut from that one buffer: its offsets are the framed ends the rule
-    reads.
+    The bodies are framed as MPUB carries them (each preceded by its 4-byte big-endian
+    size) by Arrow, for the whole array at once, and the commands are cut from that one
+    buffer: its offsets are the framed ends the rule reads.
     """
     count = len(values)
     if not count:

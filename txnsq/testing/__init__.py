@@ -5,38 +5,11 @@ for integration tests.
 a :class:`~twisted.internet.task.Clock`, so code that uses :class:`~txnsq.Producer` or
 :class:`~txnsq.Consumer` runs unchanged inside a
 :class:`~twisted.trial.unittest.SynchronousTestCase`: no sockets, no real reactor, no
-waiting. Pass the same clock as ``reactor=`` and the fake's endpoint::
-
-    from twisted.internet.task import Clock
-    from twisted.trial.unittest import SynchronousTestCase
-
-    from txnsq import Consumer, Producer
-    from txnsq.testing import FakeNSQD
-
-    class OrdersTests(SynchronousTestCase):
-        def test_round_trip(self):
-            clock = Clock()
-            nsqd = FakeNSQD(clock)
-            producer = Producer(nsqd.endpoint(), reactor=clock)
-            producer.startService()
-            d = producer.publish("orders", b"order-1")
-            nsqd.flush()
-            self.assertEqual(self.successResultOf(d), b"OK")
-            self.assertEqual(nsqd.published("orders"), [b"order-1"])
-
-            seen = []
-            consumer = Consumer("orders", "billing", lambda m: seen.append(m.body),
-                                nsqd_tcp_addresses=[nsqd.address], reactor=clock,
-                                endpoint_factory=nsqd.endpoint_factory)
-            consumer.startService()
-            nsqd.flush()
-            self.assertEqual(seen, [b"order-1"])
-            self.assertEqual(nsqd.channel_stats("orders", "billing").finished, 1)
-
-Bytes move on the clock's next turn: :meth:`FakeNSQD.flush` (``clock.advance(0)``) runs
-every exchange that is due now, and :meth:`FakeNSQD.advance` moves time forward one
-scheduled event at a time (message timeouts, REQ delays, DPUB, heartbeats, reconnects),
-so each happens at its own moment.
+waiting: pass the same clock as ``reactor=`` and the fake's endpoint (its entry below
+shows a test). Bytes move on the clock's next turn: :meth:`FakeNSQD.flush`
+(``clock.advance(0)``) runs every exchange that is due now, and :meth:`FakeNSQD.advance`
+moves time forward one scheduled event at a time (message timeouts, REQ delays, DPUB,
+heartbeats, reconnects), so each happens at its own moment.
 
 What the fake does as nsqd v1.3 does (``tests/integration/test_testing.py`` runs the same
 scenarios against both and compares what the client sees): the handshake (IDENTIFY
@@ -56,6 +29,11 @@ are the same daemons for any other use (a ``with`` block, a session-wide fixture
 :mod:`txnsq.testing.pytest` offers them as pytest fixtures. The programs are taken from
 ``$NSQ_BIN_DIR`` or ``PATH`` (or ``bin_dir=``)::
 
+    from twisted.trial.unittest import TestCase
+
+    from txnsq import Producer
+    from txnsq.testing import start_nsqd
+
     class OrdersTests(TestCase):
         def setUp(self):
             self.nsqd = start_nsqd(self)
@@ -65,6 +43,11 @@ are the same daemons for any other use (a ``with`` block, a session-wide fixture
             producer.startService()
             self.addCleanup(producer.stopService)
             self.assertEqual(await producer.publish("orders", b"order-1"), b"OK")
+
+.. versionadded:: 0.3.0
+   The real processes: :class:`NSQDProcess`, :class:`LookupdProcess`,
+   :func:`start_nsqd`, :func:`start_lookupd`, their options and errors, and the pytest
+   plugin :mod:`txnsq.testing.pytest`.
 """
 
 from __future__ import annotations
@@ -138,7 +121,36 @@ _MAX_STEPS = 1_000_000
 
 
 class FakeNSQD:
-    """An nsqd in memory, for tests.
+    """An nsqd in memory, for tests: the NSQ protocol over in-memory connections,
+    driven by a clock.
+
+    ::
+
+        from twisted.internet.task import Clock
+        from twisted.trial.unittest import SynchronousTestCase
+
+        from txnsq import Consumer, Producer
+        from txnsq.testing import FakeNSQD
+
+        class OrdersTests(SynchronousTestCase):
+            def test_round_trip(self):
+                clock = Clock()
+                nsqd = FakeNSQD(clock)
+                producer = Producer(nsqd.endpoint(), reactor=clock)
+                producer.startService()
+                d = producer.publish("orders", b"order-1")
+                nsqd.flush()
+                self.assertEqual(self.successResultOf(d), b"OK")
+                self.assertEqual(nsqd.published("orders"), [b"order-1"])
+
+                seen = []
+                consumer = Consumer("orders", "billing", lambda m: seen.append(m.body),
+                                    nsqd_tcp_addresses=[nsqd.address], reactor=clock,
+                                    endpoint_factory=nsqd.endpoint_factory)
+                consumer.startService()
+                nsqd.flush()
+                self.assertEqual(seen, [b"order-1"])
+                self.assertEqual(nsqd.channel_stats("orders", "billing").finished, 1)
 
     :param clock: the clock that drives it: pass the same object as ``reactor=`` to
         your :class:`~txnsq.Producer` / :class:`~txnsq.Consumer` (a
@@ -171,9 +183,13 @@ class FakeNSQD:
         secret = options.get("auth_secret")
         if isinstance(secret, str):
             options["auth_secret"] = secret.encode("utf-8")
+        #: The clock that drives it.
         self.clock = clock
         self.host, self.port = parse_address(address)
+        #: The HTTP port a :class:`FakeLookupd` reports for it (its TCP port + 1 by
+        #: default).
         self.http_port = http_port if http_port is not None else self.port + 1
+        #: Its settings.
         self.config = dataclasses.replace(config or NSQDConfig(), **options)
         self._state = NSQDState(clock, self.config, self.host, self.port)
         self._connections: list[ServerProtocol] = []  # the open ones, oldest first
@@ -527,7 +543,9 @@ class FakeLookupd(LookupAgent):
     ) -> None:
         address = format_address(*parse_address(address, NSQLOOKUPD_HTTP_PORT))
         super().__init__(clock, address, self._answer, lambda: self.available)
+        #: ``"host:port"``: what to list in ``lookupd_http_addresses``.
         self.address = address
+        #: The fake nsqds registered with it (see :meth:`add` and :meth:`remove`).
         self.nsqds: list[FakeNSQD] = list(nsqds)
         #: while false, every request fails as if nsqlookupd were down
         self.available = True

@@ -558,14 +558,19 @@ class NSQProcess:
 class LookupdProcess(NSQProcess):
     """An nsqlookupd run for tests, on free ports of 127.0.0.1::
 
+        from txnsq import Consumer
+        from txnsq.testing import LookupdProcess, NSQDProcess
+
         with LookupdProcess() as lookupd, NSQDProcess(lookupds=[lookupd]) as nsqd:
-            consumer = Consumer("orders", "billing", handle,
+            consumer = Consumer("orders", "billing", print,  # print(message): finished
                                 lookupd_http_addresses=[lookupd.http_address])
 
     :param options: the settings (:class:`ProcessOptions`); keyword arguments replace
         its fields.
     :raises TypeError, ValueError: for an invalid setting.
     :raises BinaryNotFoundError: when ``nsqlookupd`` is not found.
+
+    .. versionadded:: 0.3.0
     """
 
     program = "nsqlookupd"
@@ -615,6 +620,8 @@ class NSQDProcess(NSQProcess):
     :raises TypeError, ValueError: for an invalid setting, or an ``args`` that sets an
         address or the data path.
     :raises BinaryNotFoundError: when ``nsqd`` is not found.
+
+    .. versionadded:: 0.3.0
     """
 
     program = "nsqd"
@@ -725,6 +732,8 @@ def start_lookupd(
     :returns: the running :class:`LookupdProcess`.
     :raises ProcessStartError: when it does not start (it is closed then).
     :raises BinaryNotFoundError: when ``nsqlookupd`` is not found.
+
+    .. versionadded:: 0.3.0
     """
     return _started(test, LookupdProcess(options, **settings))
 
@@ -744,6 +753,8 @@ def start_nsqd(
     :returns: the running :class:`NSQDProcess`.
     :raises ProcessStartError: when it does not start (it is closed then).
     :raises BinaryNotFoundError: when ``nsqd`` is not found.
+
+    .. versionadded:: 0.3.0
     """
     return _started(test, NSQDProcess(options, **settings))
 

@@ -40,33 +40,57 @@ __all__ = [
 
 @dataclass(frozen=True, kw_only=True)
 class NSQDConfig:
-    """How a fake nsqd is set up; defaults are nsqd v1.3's. Times are in seconds.
+    """How a fake nsqd is set up (:class:`FakeNSQD`'s ``config``, or its keyword
+    arguments); the defaults are nsqd v1.3's, and each field is the nsqd flag of the
+    same name. Times are in seconds.
 
     :raises ValueError: for a value nsqd itself would refuse to start with.
     """
 
+    #: The highest RDY a connection may send (``--max-rdy-count``).
     max_rdy_count: int = 2500
+    #: How long a message stays in flight unanswered before it is delivered again,
+    #: unless IDENTIFY asks for another (``--msg-timeout``).
     msg_timeout: float = 60.0
+    #: The longest ``msg_timeout`` a client may ask for, and the longest TOUCH can keep
+    #: a message in flight (``--max-msg-timeout``).
     max_msg_timeout: float = 900.0
+    #: The longest REQ or DPUB delay accepted (``--max-req-timeout``).
     max_req_timeout: float = 3600.0
+    #: The largest message body, in bytes (``--max-msg-size``).
     max_msg_size: int = 1024 * 1024
+    #: The largest command body (an MPUB's), in bytes (``--max-body-size``).
     max_body_size: int = 5 * 1024 * 1024
-    #: the heartbeat interval a client gets unless IDENTIFY asks for another
+    #: The heartbeat interval a client gets unless IDENTIFY asks for another.
     heartbeat_interval: float = 30.0
+    #: The longest heartbeat interval a client may ask for
+    #: (``--max-heartbeat-interval``).
     max_heartbeat_interval: float = 60.0
+    #: The largest output buffer a client may ask for, in bytes
+    #: (``--max-output-buffer-size``).
     max_output_buffer_size: int = 64 * 1024
+    #: The longest output buffer timeout a client may ask for
+    #: (``--max-output-buffer-timeout``).
     max_output_buffer_timeout: float = 30.0
-    #: send ``_heartbeat_`` and close clients silent for two intervals, as nsqd does
+    #: Send ``_heartbeat_`` and close clients silent for two intervals, as nsqd does.
     heartbeats: bool = True
+    #: Whether clients may ask for snappy compression (``--snappy``).
     snappy: bool = True
+    #: Whether clients may ask for deflate compression (``--deflate``).
     deflate: bool = True
+    #: The highest deflate level a client may ask for (``--max-deflate-level``).
     max_deflate_level: int = 6
-    #: when set, nsqd requires AUTH with this secret (``auth_required`` in IDENTIFY)
+    #: When set, nsqd requires AUTH with this secret (``auth_required`` in IDENTIFY).
     auth_secret: bytes | None = field(default=None, repr=False)
+    #: The identity AUTH answers with (and ``/stats`` would show).
     auth_identity: str = "fake-identity"
+    #: The most consumers a channel may have, 0 for no limit
+    #: (``--max-channel-consumers``); past it SUB fails as nsqd's does.
     max_channel_consumers: int = 0
+    #: The version IDENTIFY's answer reports.
     version: str = "1.3.0"
-    #: deliver what each side writes in reads of at most this many bytes (None: whole)
+    #: Deliver what each side writes in reads of at most this many bytes (``None``:
+    #: whole), to test reassembly of frames split across reads.
     chunk_size: int | None = None
     #: nsqd's ``--topology-zone`` and ``--topology-region`` as nsq's unreleased master
     #: has them: when either is a str (``""``: master with none set), IDENTIFY's answer
@@ -115,23 +139,26 @@ class ChannelClient(Protocol):
 
 
 class FakeMessage:
-    """One message as one channel holds it.
-
-    :ivar id: the 16-byte id (ASCII hex), shared by the copies in every channel.
-    :ivar body: the body.
-    :ivar timestamp: nanoseconds on the fake's clock when it was published.
-    :ivar attempts: how many times it has been delivered from this channel.
-    """
+    """One message as one channel holds it (:meth:`FakeNSQD.in_flight` returns them)."""
 
     __slots__ = ("attempts", "body", "client", "delivered_at", "id", "timeout", "timestamp")
 
     def __init__(self, id: bytes, body: bytes, timestamp: int) -> None:
+        #: The 16-byte id (ASCII hex), shared by the copies in every channel.
         self.id = id
+        #: The body.
         self.body = body
+        #: When it was published, in nanoseconds on the fake's clock.
         self.timestamp = timestamp
+        #: How many times it has been delivered from this channel.
         self.attempts = 0
+        # The connection it is in flight on.
+        #: :meta private:
         self.client: ChannelClient | None = None
+        #: When it was last delivered, on the fake's clock (seconds).
         self.delivered_at = 0.0
+        # Its in-flight timeout.
+        #: :meta private:
         self.timeout: IDelayedCall | None = None
 
     def __repr__(self) -> str:
@@ -140,84 +167,110 @@ class FakeMessage:
 
 @dataclass(frozen=True)
 class MessageEvent:
-    """Something that happened to a message in a channel (see ``FakeNSQD.history``).
+    """Something that happened to a message in a channel (see
+    :meth:`FakeNSQD.history`)."""
 
-    ``kind`` is ``"delivered"``, ``"finished"``, ``"requeued"`` (``delay`` in seconds),
-    ``"timed_out"`` or ``"touched"``; ``client`` is the connection's number
-    (:attr:`ClientInfo.number`); ``time`` is the clock's time.
-    """
-
+    #: ``"delivered"``, ``"finished"``, ``"requeued"``, ``"timed_out"`` or
+    #: ``"touched"``.
     kind: str
+    #: The message's id.
     id: bytes
+    #: The message's body.
     body: bytes
+    #: Its deliveries from this channel so far.
     attempts: int
+    #: The number (:attr:`ClientInfo.number`) of the connection it was delivered to, or
+    #: ``None`` when there is none (the connection has gone).
     client: int | None
+    #: When it happened, on the fake's clock (seconds).
     time: float
+    #: A requeue's delay, in seconds (0 for the other kinds).
     delay: float = 0.0
 
 
 @dataclass(frozen=True)
 class PublishRecord:
-    """One publish command a client sent and nsqd accepted.
+    """One publish command a client sent and nsqd accepted (see
+    :meth:`FakeNSQD.publish_records`)."""
 
-    ``command`` is ``"PUB"``, ``"MPUB"`` or ``"DPUB"``; ``delay`` is DPUB's defer time in
-    seconds; ``client`` is the connection's number.
-    """
-
+    #: The topic published to.
     topic: str
+    #: ``"PUB"``, ``"MPUB"`` or ``"DPUB"``.
     command: str
+    #: The bodies it carried (one for PUB and DPUB).
     bodies: tuple[bytes, ...]
+    #: DPUB's defer time, in seconds (0 for the others).
     delay: float
+    #: The connection's number (:attr:`ClientInfo.number`).
     client: int
+    #: When it was accepted, on the fake's clock (seconds).
     time: float
 
 
 @dataclass(frozen=True)
 class ChannelStats:
-    """A channel's counters, named after nsqd's ``/stats``.
+    """A channel's counters, named after nsqd's ``/stats`` (see
+    :meth:`FakeNSQD.channel_stats`)."""
 
-    ``depth`` messages are waiting, ``in_flight`` are delivered and unanswered,
-    ``deferred`` wait for a REQ delay or DPUB; ``message_count`` is every message the
-    channel received; ``finished``, ``requeued`` and ``timed_out`` count FIN, REQ and
-    in-flight timeouts; ``clients`` is the number of subscribed connections.
-    """
-
+    #: Messages waiting to be delivered.
     depth: int
+    #: Messages delivered and not answered yet.
     in_flight: int
+    #: Messages waiting for a REQ delay or a DPUB's time.
     deferred: int
+    #: Every message the channel received.
     message_count: int
+    #: FINs.
     finished: int
+    #: REQs.
     requeued: int
+    #: In-flight timeouts (messages delivered again because nobody answered in time).
     timed_out: int
+    #: TOUCHes.
     touched: int
+    #: Subscribed connections.
     clients: int
 
 
 @dataclass(frozen=True)
 class ClientInfo:
-    """A snapshot of one client connection (see ``FakeNSQD.clients``)."""
+    """A snapshot of one client connection (see :meth:`FakeNSQD.clients`)."""
 
-    #: the fake's own number for the connection (1, 2, ...), used in events and records
+    #: The fake's own number for the connection (1, 2, ...), used in events and records.
     number: int
-    #: ``"init"``, ``"subscribed"``, ``"closing"`` (after CLS) or ``"closed"``
+    #: ``"init"``, ``"subscribed"``, ``"closing"`` (after CLS) or ``"closed"``.
     state: str
+    #: IDENTIFY's ``client_id`` (``""`` before IDENTIFY).
     client_id: str
+    #: IDENTIFY's ``hostname``.
     hostname: str
+    #: IDENTIFY's ``user_agent``.
     user_agent: str
+    #: The topic it subscribed to (``None`` before SUB).
     topic: str | None
+    #: The channel it subscribed to (``None`` before SUB).
     channel: str | None
+    #: The RDY it last sent.
     rdy: int
+    #: Messages delivered to it and not answered yet.
     in_flight: int
+    #: Messages delivered to it.
     message_count: int
+    #: FINs it sent.
     finish_count: int
+    #: REQs it sent.
     requeue_count: int
-    #: ``"snappy"``, ``"deflate"`` or None
+    #: ``"snappy"``, ``"deflate"`` or ``None``.
     compression: str | None
+    #: The heartbeat interval agreed in IDENTIFY, in seconds.
     heartbeat_interval: float
+    #: The message timeout agreed in IDENTIFY, in seconds.
     msg_timeout: float
+    #: Whether it authenticated (AUTH) successfully.
     authenticated: bool
-    #: what IDENTIFY's ``topology_zone`` and ``topology_region`` said (``""``: not sent)
+    #: What IDENTIFY's ``topology_zone`` said (``""``: not sent).
     topology_zone: str = ""
+    #: What IDENTIFY's ``topology_region`` said (``""``: not sent).
     topology_region: str = ""
 
 

@@ -36,6 +36,8 @@ To change how every nsqd of a module or a directory is run, override
 
 Importing this module imports pytest and :mod:`txnsq.testing`, and installs no reactor.
 Below, each fixture's parameters are the fixtures it uses.
+
+.. versionadded:: 0.3.0
 """
 
 from __future__ import annotations
