@@ -52,6 +52,7 @@ from zope.interface import implementer
 from txnsq._api import compat
 from txnsq._twisted.endpoints import peer_address, peer_label
 from txnsq._twisted.handshake import HandshakeDriver
+from txnsq._twisted.liveness import LivenessTimer
 from txnsq._wire import commands, liveness
 from txnsq._wire.connection import (
     Answered,
@@ -249,7 +250,7 @@ class NSQProtocol(compat.ProtocolCompat, Protocol):
         self._answering = False
         self._core: ConnectionCore[defer.Deferred[bytes], Message] | None = None
         self._driver: HandshakeDriver | None = None
-        self._liveness_timer: IDelayedCall | None = None
+        self._liveness: LivenessTimer | None = None
         self._ready_waiters: list[defer.Deferred[Features]] = []
         self._ready_result: Features | BaseException | None = None
         self._in_read = False
@@ -693,9 +694,9 @@ class NSQProtocol(compat.ProtocolCompat, Protocol):
         driver = self._driver
         if driver is not None:
             driver.stop()
-        timer, self._liveness_timer = self._liveness_timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
+        liveness, self._liveness = self._liveness, None
+        if liveness is not None:
+            liveness.stop()
         if not first:
             if self._closing_reason is None:
                 # Closed on purpose, then found broken in the same read (a callback of an
@@ -753,7 +754,8 @@ class NSQProtocol(compat.ProtocolCompat, Protocol):
         if not self._answering:
             return  # it ended the connection: when_ready fails with why
         self._ready_result = features
-        self._schedule_liveness_check(core.check_interval)
+        self._liveness = LivenessTimer(self._clock, core, self._silent)
+        self._liveness.start()
         waiters, self._ready_waiters = self._ready_waiters, []
         for d in waiters:
             d.callback(features)
@@ -786,34 +788,13 @@ class NSQProtocol(compat.ProtocolCompat, Protocol):
 
     # -- liveness
 
-    def _check_liveness(self) -> None:
-        """The liveness timer: drop the connection if the core finds it silent, or its
-        commands unanswered too long; otherwise look again later."""
-        timer, self._liveness_timer = self._liveness_timer, None
+    def _silent(self, error: BaseException) -> None:
+        """The liveness timer found the connection dead: drop it."""
         core = self._core
-        if not self._answering or core is None:
-            return
-        now = self._clock.seconds()
-        error = core.check(now)
-        if error is None:
-            # From now, not from when this check was due: the checks that count the
-            # silence are at least an interval apart, so it is found out at the bound
-            # (four intervals), not one interval later, when a timer fires a little late.
-            self._schedule_liveness_check(core.check_interval)
-            return
-        if timer is not None and now - timer.getTime() > core.check_interval:
-            # This check comes late: the reactor was held up (a blocking handler, a
-            # pause of the process), so what nsqd sent may be waiting, unread. Judge
-            # again once the reactor has read it (timed calls run before I/O).
-            self._schedule_liveness_check(0)
-            return
         self._log.warn(
             "Closing connection to nsqd {peer}: {error} ({count} command(s) unanswered)",
             peer=self.peer,
             error=error,
-            count=core.waiting,
+            count=core.waiting if core is not None else 0,
         )
         self._tear_down(error, abort=True)
-
-    def _schedule_liveness_check(self, delay: float) -> None:
-        self._liveness_timer = self._clock.callLater(delay, self._check_liveness)

@@ -322,7 +322,7 @@ class ExamplesTests(TestCase):
         suite = pyunit.TestLoader().loadTestsFromTestCase(case)  # type: ignore[arg-type]
         result = pyunit.TestResult()
         suite.run(result)
-        self.assertEqual(result.testsRun, 1)
+        self.assertEqual(result.testsRun, 2)
         self.assertTrue(result.wasSuccessful(), result.errors + result.failures)
 
     def test_real_nsqd_trial(self) -> None:

@@ -39,6 +39,7 @@ from tests.support.wire import (
 )
 from txnsq import protocol as protocol_module
 from txnsq._twisted import handshake as handshake_driver
+from txnsq._twisted.liveness import LivenessTimer
 from txnsq._wire import handshake as handshake_module
 from txnsq._wire.commands import CLS, NOP
 from txnsq._wire.connection import READ_BATCH_BYTES
@@ -858,7 +859,7 @@ class TimeoutTests(SynchronousTestCase):
         server.handshake()
         # What is left is the liveness check (tests/unit/test_protocol_liveness.py).
         [call] = server.clock.getDelayedCalls()
-        self.assertEqual(call.func, server.protocol._check_liveness)
+        self.assertIsInstance(getattr(call.func, "__self__", None), LivenessTimer)
         server.clock.advance(60)
         self.assertTrue(server.protocol.is_ready)
         self.assertFalse(server.transport.disconnecting)

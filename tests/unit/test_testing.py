@@ -668,7 +668,7 @@ class OrdersTests(SynchronousTestCase):
         assert isinstance(case, type)
         result = unittest.TestResult()
         unittest.defaultTestLoader.loadTestsFromTestCase(case).run(result)
-        self.assertEqual((result.testsRun, result.errors, result.failures), (1, [], []))
+        self.assertEqual((result.testsRun, result.errors, result.failures), (2, [], []))
 
     def test_reconnects_after_a_network_failure(self):
         clock = Clock()

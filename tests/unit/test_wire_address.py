@@ -354,6 +354,20 @@ class AddressMapTests(SynchronousTestCase):
             "n:4151",
         )
 
+    def test_announced_addresses_mapped_and_failures_kept_apart(self) -> None:
+        from txnsq._wire.address import map_announced
+
+        def mapping(address: str) -> str:
+            if address.startswith("bad"):
+                raise KeyError(address)  # a callable map is user code: any error
+            return address.replace("nsqd-0", "10.0.0.5")
+
+        dial, failed = map_announced(["nsqd-0:4150", "other:4150", "bad:4150"], mapping)
+        self.assertEqual(dial, {"nsqd-0:4150": "10.0.0.5:4150", "other:4150": "other:4150"})
+        self.assertEqual(list(failed), ["bad:4150"])
+        self.assertIsInstance(failed["bad:4150"], KeyError)
+        self.assertEqual(map_announced(["h:1"], None), ({"h:1": "h:1"}, {}))
+
     def test_bad_maps(self) -> None:
         from txnsq._wire.address import check_address_map
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
@@ -52,6 +52,7 @@ __all__ = [
     "check_http_scheme",
     "format_address",
     "map_address",
+    "map_announced",
     "map_http_address",
     "parse_address",
     "parse_nsqd_address",
@@ -411,6 +412,26 @@ def map_address(address: str, mapping: AddressMap | None) -> str:
     else:
         raise TypeError(f"address map must be a mapping or a callable, not {mapping!r}")
     return format_address(*parse_address(target))
+
+
+def map_announced(
+    announced: Iterable[str], mapping: AddressMap | None
+) -> tuple[dict[str, str], dict[str, Exception]]:
+    """The addresses to dial for the nsqds nsqlookupd ``announced``, through ``mapping``
+    (:func:`map_address`): ``({announced: to dial}, {announced: the error})``.
+
+    An address the map fails on is left out with its error, whatever the error: a
+    callable map is the user's code, and it costs only that nsqd (the caller logs it),
+    never the poll.
+    """
+    dial: dict[str, str] = {}
+    failed: dict[str, Exception] = {}
+    for address in announced:
+        try:
+            dial[address] = map_address(address, mapping)
+        except Exception as e:
+            failed[address] = e
+    return dial, failed
 
 
 def map_http_address(tcp_address: str, http_address: str, mapping: AddressMap | None) -> str:

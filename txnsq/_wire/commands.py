@@ -344,6 +344,19 @@ def touch(message_id: bytes) -> bytes:
     return b"TOUCH " + _message_id(message_id) + b"\n"
 
 
+def id_sequence(message_ids: Iterable[bytes]) -> Sequence[bytes]:
+    """``message_ids`` as a sequence (a list or tuple as it is; any other iterable, such
+    as a generator, read into a list).
+
+    :raises TypeError: for ``bytes`` or ``str`` (one id given where many are expected).
+    """
+    if isinstance(message_ids, list | tuple):
+        return message_ids
+    if isinstance(message_ids, bytes | str):
+        raise TypeError(f"message_ids must be an iterable of ids, not {type(message_ids).__name__}")
+    return list(message_ids)
+
+
 def fin_many(message_ids: Sequence[bytes]) -> bytes:
     """Return ``FIN <id>`` for every id, joined (``b""`` for none).
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Generic, TypeAlias, TypeVar
 
 from txnsq._wire import commands
@@ -79,6 +79,7 @@ from txnsq.errors import (
 
 __all__ = [
     "READ_BATCH_BYTES",
+    "AnswerSlot",
     "Answered",
     "ConnectionCore",
     "CoreState",
@@ -198,6 +199,24 @@ def command_timeout_error(label: str, timeout: float, waiting: int) -> CommandTi
     """The error a connection to nsqd ``label`` is closed with when ``waiting`` commands
     got no answer at all for ``timeout`` seconds (``command_timeout``)."""
     return CommandTimeout(command_timeout_words(label, timeout, waiting))
+
+
+class AnswerSlot:
+    """A command's answer for a shell that waits by blocking (the blocking
+    :class:`~txnsq.blocking.Connection`; the Twisted one waits on Deferreds): the token
+    it gives :meth:`ConnectionCore.command`, filled in when the answer comes."""
+
+    __slots__ = ("done", "error", "pipelined", "value")
+
+    def __init__(self, pipelined: bool = False) -> None:
+        #: Sent without waiting for the answer (a pipelined MPUB).
+        self.pipelined = pipelined
+        #: Whether the answer came (or the command failed).
+        self.done = False
+        #: The answer's body.
+        self.value: bytes = b""
+        #: Why the command failed, if it did.
+        self.error: NSQError | None = None
 
 
 def command_timeout_words(label: str, timeout: float, waiting: int) -> str:
@@ -643,35 +662,37 @@ class ConnectionCore(Generic[W, M]):
         self.send(commands.fin(message_id))
         self._answered_messages += 1
 
-    def finish_many(self, message_ids: Sequence[bytes]) -> None:
+    def finish_many(self, message_ids: Iterable[bytes]) -> None:
         """Queue a ``FIN`` for every id, as one piece of output.
 
         :raises TypeError, ValueError: for an invalid id (nothing is sent).
         :raises NotReady: when the connection is over.
         """
+        message_ids = commands.id_sequence(message_ids)
         data = commands.fin_many(message_ids)
         if data:
             self.send(data)
             self._answered_messages += len(message_ids)
 
-    def requeue_many(self, message_ids: Sequence[bytes], delay_ms: int = 0) -> None:
+    def requeue_many(self, message_ids: Iterable[bytes], delay_ms: int = 0) -> None:
         """Queue a ``REQ`` for every id, each after ``delay_ms``, as one piece of output.
 
         :raises TypeError, ValueError: for an invalid id or delay (nothing is sent).
         :raises NotReady: when the connection is over.
         """
+        message_ids = commands.id_sequence(message_ids)
         data = commands.req_many(message_ids, delay_ms)
         if data:
             self.send(data)
             self._answered_messages += len(message_ids)
 
-    def touch_many(self, message_ids: Sequence[bytes]) -> None:
+    def touch_many(self, message_ids: Iterable[bytes]) -> None:
         """Queue a ``TOUCH`` for every id, as one piece of output.
 
         :raises TypeError, ValueError: for an invalid id (nothing is sent).
         :raises NotReady: when the connection is over.
         """
-        data = commands.touch_many(message_ids)
+        data = commands.touch_many(commands.id_sequence(message_ids))
         if data:
             self.send(data)
 

@@ -14,6 +14,7 @@ from txnsq._wire import batching, commands, liveness
 from txnsq._wire.address import NSQD_TCP_PORT, UnixSocket, parse_address, parse_nsqd_address
 from txnsq._wire.connection import (
     Answered,
+    AnswerSlot,
     ConnectionCore,
     Ended,
     ServerError,
@@ -25,7 +26,13 @@ from txnsq._wire.handshake import Handshake
 from txnsq._wire.identify import Features, IdentifyOptions
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq.blocking._handshake import open_connection
-from txnsq.blocking._socket import NSQTimeoutError, Waiter, read_available, send_some
+from txnsq.blocking._socket import (
+    NSQTimeoutError,
+    Waiter,
+    deadline_after,
+    read_available,
+    send_some,
+)
 from txnsq.errors import ConnectionClosed, NSQError, NSQServerError
 from txnsq.options import ConnectionOptions, client_options
 from txnsq.tls_options import TLSOptions, unix_tls_needs_hostname
@@ -41,19 +48,6 @@ __all__ = [
 
 #: nsqd's default TCP port.
 DEFAULT_PORT: Final = NSQD_TCP_PORT
-
-
-
-class _Slot:
-    """One command waiting for its response frame."""
-
-    __slots__ = ("done", "error", "pipelined", "value")
-
-    def __init__(self, pipelined: bool = False) -> None:
-        self.pipelined = pipelined
-        self.done = False
-        self.value: bytes = b""
-        self.error: NSQError | None = None
 
 
 class Connection(compat.BlockingConnectionCompat):
@@ -89,9 +83,7 @@ class Connection(compat.BlockingConnectionCompat):
         The timeouts, in seconds: ``connect_timeout`` bounds the TCP connect,
         ``handshake_timeout`` the handshake (and :meth:`subscribe`), ``command_timeout``
         every other wait for nsqd (an answer, a write; ``None``: only the silence bound
-        below). Deprecated until 0.4.0: ``identify=IdentifyOptions(...)`` (use the
-        fields) and ``timeout=`` (use ``command_timeout``; it also fills in
-        ``connect_timeout`` and ``handshake_timeout``).
+        below). (Keywords of earlier releases, and what replaces each: :doc:`/reference/settings`.)
     :param max_body_size: nsqd's ``--max-body-size`` if known: larger MPUBs are refused
         before sending, and :meth:`multi_publish` splits below it.
     :param max_msg_size: nsqd's ``--max-msg-size`` if known: larger bodies are refused
@@ -110,10 +102,10 @@ class Connection(compat.BlockingConnectionCompat):
     :meth:`poll`) and no frame has completed for :attr:`silence_timeout` seconds (the
     rule, and why: :doc:`/explanation/failure-detection`; with heartbeats off, only time
     spent waiting counts, so a connection left alone between calls is not presumed dead
-    for it), the connection is closed
-    and the call raises :class:`~txnsq.errors.ConnectionSilent` (a
-    :class:`~txnsq.errors.ConnectionClosed`); commands still waiting, pipelined
-    publishes included, fail with it. The handshake is bounded by ``handshake_timeout``.
+    for it), the connection is closed and the call raises
+    :class:`~txnsq.errors.ConnectionSilent` (a :class:`~txnsq.errors.ConnectionClosed`);
+    commands still waiting, pipelined publishes included, fail with it. The handshake is
+    bounded by ``handshake_timeout``.
     """
 
     def __init__(
@@ -184,7 +176,7 @@ class Connection(compat.BlockingConnectionCompat):
         self._sock: socket.socket | None = None
         self._waiter: Waiter | None = None
         self._max_frame_size = max_frame_size
-        self._core: ConnectionCore[_Slot, MessageFrame] | None = None
+        self._core: ConnectionCore[AnswerSlot, MessageFrame] | None = None
         self._out = bytearray()  # bytes not written yet
         self._messages: list[MessageFrame] = []
         self._pipelined = 0
@@ -403,7 +395,7 @@ class Connection(compat.BlockingConnectionCompat):
         self._raise_pipeline_error()
         if self._pipelined >= max_pending:
             self._wait_pipelined(max_pending - 1)
-        slot = _Slot(pipelined=True)
+        slot = AnswerSlot(pipelined=True)
         self._send(command, slot)
         self._pipelined += 1
 
@@ -465,7 +457,7 @@ class Connection(compat.BlockingConnectionCompat):
             messages, self._messages = self._messages, []
             return messages
         self._check_usable()
-        deadline = _deadline(timeout)
+        deadline = deadline_after(timeout)
         while True:
             self._read_once(deadline, timeout_ok=True)
             if self._messages:
@@ -495,18 +487,18 @@ class Connection(compat.BlockingConnectionCompat):
 
     def finish_many(self, message_ids: Iterable[bytes]) -> None:
         """``FIN`` several messages in one write."""
-        self._usable_core().finish_many(_as_list(message_ids))
+        self._usable_core().finish_many(message_ids)
         self._write_now()
 
     def requeue_many(self, message_ids: Iterable[bytes], delay: float = 0.0) -> None:
         """``REQ`` several messages in one write, each after ``delay`` seconds."""
         delay_ms = seconds_to_ms(delay, "delay")
-        self._usable_core().requeue_many(_as_list(message_ids), delay_ms)
+        self._usable_core().requeue_many(message_ids, delay_ms)
         self._write_now()
 
     def touch_many(self, message_ids: Iterable[bytes]) -> None:
         """``TOUCH`` several messages in one write."""
-        self._usable_core().touch_many(_as_list(message_ids))
+        self._usable_core().touch_many(message_ids)
         self._write_now()
 
     def close_cleanly(self) -> None:
@@ -516,7 +508,7 @@ class Connection(compat.BlockingConnectionCompat):
         Messages that arrived before the answer stay available from :meth:`receive`.
         """
         self._raise_pipeline_error()
-        slot = _Slot()
+        slot = AnswerSlot()
         self._usable_core().close_cleanly(slot)
         self._write_now()
         self._wait_slot(slot)
@@ -531,7 +523,7 @@ class Connection(compat.BlockingConnectionCompat):
         if self._error is not None or self._sock is None:
             return False
         try:
-            self._read_once(_deadline(0.0), timeout_ok=True)
+            self._read_once(deadline_after(0.0), timeout_ok=True)
         except NSQError:
             return False
         return self._error is None
@@ -573,7 +565,7 @@ class Connection(compat.BlockingConnectionCompat):
         """When a wait for nsqd's answers that may last ``timeout`` seconds ends (the
         error past it says how long that was)."""
         self._answer_wait = timeout
-        return _deadline(timeout)
+        return deadline_after(timeout)
 
     def _timed_out(self) -> NSQTimeoutError:
         """The error of a wait that reached its deadline, saying what was waited for, in
@@ -590,11 +582,11 @@ class Connection(compat.BlockingConnectionCompat):
 
     def _request(self, data: bytes, deadline: float | None = None) -> bytes:
         self._raise_pipeline_error()
-        slot = _Slot()
+        slot = AnswerSlot()
         self._send(data, slot, deadline)
         return self._wait_slot(slot, deadline)
 
-    def _wait_slot(self, slot: _Slot, deadline: float | None = None) -> bytes:
+    def _wait_slot(self, slot: AnswerSlot, deadline: float | None = None) -> bytes:
         if deadline is None:
             deadline = self._answer_deadline(self.command_timeout)
         while not slot.done:
@@ -615,7 +607,7 @@ class Connection(compat.BlockingConnectionCompat):
         if self._sock is None:
             raise ConnectionClosed("not connected")
 
-    def _usable_core(self) -> ConnectionCore[_Slot, MessageFrame]:
+    def _usable_core(self) -> ConnectionCore[AnswerSlot, MessageFrame]:
         self._check_usable()
         core = self._core
         if core is None:
@@ -645,7 +637,7 @@ class Connection(compat.BlockingConnectionCompat):
                     self._ended(event)
                     return
 
-    def _answered(self, slot: _Slot, data: bytes, error: NSQError | None) -> None:
+    def _answered(self, slot: AnswerSlot, data: bytes, error: NSQError | None) -> None:
         slot.done = True
         slot.value = data
         slot.error = error
@@ -660,7 +652,7 @@ class Connection(compat.BlockingConnectionCompat):
         if self.on_nonfatal_error is not None:
             self.on_nonfatal_error(error)
 
-    def _ended(self, event: Ended[_Slot]) -> None:
+    def _ended(self, event: Ended[AnswerSlot]) -> None:
         """The core ended the connection: the error goes to the command it answers, or,
         when it answers none, to the next call; the connection is closed."""
         error = event.error
@@ -692,7 +684,9 @@ class Connection(compat.BlockingConnectionCompat):
 
     # -- internals: socket I/O ---------------------------------------------------------
 
-    def _send(self, data: bytes, slot: _Slot | None = None, deadline: float | None = None) -> None:
+    def _send(
+        self, data: bytes, slot: AnswerSlot | None = None, deadline: float | None = None
+    ) -> None:
         """Queue ``data`` in the core (with ``slot`` when nsqd answers it) and write it."""
         core = self._usable_core()
         if slot is None:
@@ -708,7 +702,7 @@ class Connection(compat.BlockingConnectionCompat):
         if core is not None:
             data, _ = core.data_to_send()
             self._out += data
-        self._flush(_deadline(self.command_timeout) if deadline is None else deadline)
+        self._flush(deadline_after(self.command_timeout) if deadline is None else deadline)
 
     def _flush(self, deadline: float | None) -> None:
         """Write the output buffer, reading whatever arrives meanwhile (so that neither
@@ -782,7 +776,7 @@ class Connection(compat.BlockingConnectionCompat):
         if readable:
             self._read_available()
         if self._out and self._sock is not None:
-            self._flush(_deadline(self.command_timeout))
+            self._flush(deadline_after(self.command_timeout))
 
     def _read_available(self) -> None:
         """Read what the socket has now and hand it to the core."""
@@ -799,15 +793,3 @@ class Connection(compat.BlockingConnectionCompat):
                 self._write_now()  # heartbeat answers
         if eof and self._error is None:
             raise self._fail(ConnectionClosed(f"nsqd at {self.address} closed the connection"))
-
-
-def _deadline(timeout: float | None) -> float | None:
-    return None if timeout is None else time.monotonic() + timeout
-
-
-def _as_list(message_ids: Iterable[bytes]) -> Sequence[bytes]:
-    if isinstance(message_ids, list | tuple):
-        return message_ids
-    if isinstance(message_ids, bytes | str):
-        raise TypeError(f"message_ids must be an iterable of ids, not {type(message_ids).__name__}")
-    return list(message_ids)

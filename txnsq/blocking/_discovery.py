@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Final
 
-from txnsq._wire.address import map_address
+from txnsq._wire.address import map_announced
 from txnsq._wire.admin import LookupResult, check_response_size, lookupd_lookup
 from txnsq._wire.lookup import (
     MAX_LOOKUP_RESPONSE_SIZE,
@@ -380,13 +380,10 @@ class Discovery:
         mapping = self._options.address_map
         if mapping is None:
             return announced
-        dial: set[str] = set()
-        for address in announced:
-            try:
-                dial.add(map_address(address, mapping))
-            except Exception as e:  # a callable map is user code: log, skip, go on
-                _log.warning("nsq subscriber: address map failed for %s: %r", address, e)
-        return frozenset(dial)
+        dial, failed = map_announced(announced, mapping)
+        for address, error in failed.items():
+            _log.warning("nsq subscriber: address map failed for %s: %r", address, error)
+        return frozenset(dial.values())
 
     # -- dialling -------------------------------------------------------------------------
 

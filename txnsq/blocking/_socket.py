@@ -11,6 +11,7 @@ from __future__ import annotations
 import select
 import socket
 import ssl
+import time
 from typing import Final
 
 from txnsq.errors import ConnectionClosed, unreachable
@@ -20,6 +21,7 @@ __all__ = [
     "SEND_CHUNK",
     "NSQTimeoutError",
     "Waiter",
+    "deadline_after",
     "dial",
     "read_available",
     "recv_some",
@@ -152,3 +154,9 @@ def send_some(sock: socket.socket, data: bytearray) -> int:
         return sock.send(memoryview(data)[:SEND_CHUNK])
     except _NOT_NOW:
         return 0
+
+
+def deadline_after(timeout: float | None) -> float | None:
+    """The :func:`time.monotonic` time ``timeout`` seconds from now (``None``: no
+    deadline)."""
+    return None if timeout is None else time.monotonic() + timeout

@@ -24,20 +24,19 @@ so that one back from an outage is read again within seconds), dead connections 
 :class:`~txnsq._wire.liveness.Liveness` on each connection's
 :attr:`~txnsq.blocking.Connection.progress` (no frame completed for about two heartbeat
 intervals: the connection is closed and dialled again, as a lost one), and announced
-addresses mapped by :func:`~txnsq._wire.address.map_address`.
+addresses mapped by :func:`~txnsq._wire.address.map_announced`.
 
 :class:`Subscriber` and its I/O thread are here; its options are in
 :mod:`txnsq.blocking._subscriber_options`, its discovery (an object with a thread of its
 own, told of lost connections) in :mod:`txnsq.blocking._discovery`, the per-connection
-state both threads see in :mod:`txnsq.blocking._subscriber_state`.
+state both threads see in :mod:`txnsq.blocking._subscriber_state`, its auto TOUCH in
+:mod:`txnsq.blocking._touches`.
 
 This module needs neither Twisted nor pyspark.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import math
 import random
@@ -56,7 +55,6 @@ from txnsq._wire.frames import MessageFrame
 from txnsq._wire.liveness import SILENT, Liveness
 from txnsq._wire.numbers import check_number, seconds_to_ms
 from txnsq._wire.rdy import RdyController, RdyUpdate
-from txnsq._wire.touch import touch_schedule
 from txnsq.blocking._discovery import Discovery
 from txnsq.blocking._subscriber_options import MAX_CONNECTIONS_PER_NSQD, SubscriberOptions
 from txnsq.blocking._subscriber_state import (
@@ -67,6 +65,7 @@ from txnsq.blocking._subscriber_state import (
     SubscriberConnection,
     describe_failure,
 )
+from txnsq.blocking._touches import Touches
 from txnsq.options import ConnectionOptions, check_batch_room, client_options
 
 __all__ = [
@@ -86,17 +85,6 @@ _log = logging.getLogger("txnsq.blocking")
 _SHUTDOWN_IO_TIMEOUT_S: Final = 2.0
 #: The I/O thread looks at its clock at least this often (seconds).
 _MAX_WAIT_S: Final = 1.0
-
-
-class _TouchGroup:
-    """Messages delivered by one read: touched together, on one schedule."""
-
-    __slots__ = ("delivered_at", "ids", "state")
-
-    def __init__(self, state: ConnectionState, delivered_at: float, ids: list[bytes]) -> None:
-        self.state = state
-        self.delivered_at = delivered_at
-        self.ids = ids
 
 
 # -- the subscriber -----------------------------------------------------------------------
@@ -208,8 +196,7 @@ class Subscriber(SubscriberCompat):
             redistribute_interval=options.rdy_redistribute_interval,
             rng=rng,
         )
-        self._touches: list[tuple[float, int, _TouchGroup]] = []  # a heap
-        self._touch_seq = itertools.count()
+        self._touches = Touches(self._lost)
         self._next_liveness = math.inf  # when to check every connection's liveness next
         # -- discovery: finds and dials the nsqds, on a thread of its own
         self._discovery = Discovery(
@@ -605,13 +592,7 @@ class Subscriber(SubscriberCompat):
         if redelivered:
             # nsqd timed out an earlier delivery and sent it again: that one is void.
             self._send_rdy(self._rdy.messages_answered(state, redelivered))
-        features = state.conn.features
-        at = touch_schedule(
-            features.msg_timeout_ms / 1000.0, features.max_msg_timeout_ms / 1000.0, now, now
-        )
-        if at is not None:
-            group = _TouchGroup(state, now, ids)
-            heapq.heappush(self._touches, (at, next(self._touch_seq), group))
+        self._touches.delivered(state, ids, now)
         cutoff = self._cutoff_ns
         if cutoff is not None:
             keep = [m for m in messages if m.timestamp <= cutoff]
@@ -656,11 +637,13 @@ class Subscriber(SubscriberCompat):
     def _next_due(self) -> float:
         """When :meth:`_tick` has something to do next."""
         due = self._next_liveness
-        if self._touches:
-            due = min(due, self._touches[0][0])
-        for rdy_due in (self._rdy.next_release_at, self._rdy.next_redistribute_at):
-            if rdy_due is not None:
-                due = min(due, rdy_due)
+        for other in (
+            self._touches.next_due(),
+            self._rdy.next_release_at,
+            self._rdy.next_redistribute_at,
+        ):
+            if other is not None:
+                due = min(due, other)
         return due
 
     def _tick(self, now: float) -> None:
@@ -676,10 +659,7 @@ class Subscriber(SubscriberCompat):
                 if live is not None and self._alive(state, now):
                     due = min(due, now + live.timeout - live.silent_for(now))
             self._next_liveness = due
-        touches = self._touches
-        while touches and touches[0][0] <= now:
-            _, _, group = heapq.heappop(touches)
-            self._touch(group, now)
+        self._touches.touch_due(now)
         release = self._rdy.next_release_at
         if release is not None and release <= now:
             self._send_rdy(self._rdy.release(now))
@@ -703,36 +683,6 @@ class Subscriber(SubscriberCompat):
             silence_error(state.address, live.silent_for(now), state.conn.silence_timeout),
         )
         return False
-
-    def _touch(self, group: _TouchGroup, now: float) -> None:
-        state = group.state
-        if not state.alive:
-            return
-        inflight = state.inflight
-        ids = [i for i in group.ids if i in inflight]
-        if not ids:
-            return
-        group.ids = ids
-        try:
-            state.conn.touch_many(ids)
-        except Exception as e:  # ends this connection only
-            self._lost(state, e)
-            return
-        features = state.conn.features
-        max_timeout = features.max_msg_timeout_ms / 1000.0
-        at = touch_schedule(features.msg_timeout_ms / 1000.0, max_timeout, group.delivered_at, now)
-        if at is not None:
-            heapq.heappush(self._touches, (at, next(self._touch_seq), group))
-        elif not state.warned_old:
-            state.warned_old = True
-            _log.warning(
-                "nsq subscriber: messages on %s have been in flight for %.0f s; nsqd's "
-                "max-msg-timeout (%.0f s) stops further TOUCHes: nsqd will redeliver them "
-                "(duplicates) unless they are answered first",
-                state.address,
-                now - group.delivered_at,
-                max_timeout,
-            )
 
     def _lost(self, state: ConnectionState, error: BaseException) -> None:
         """``state``'s connection failed: close it, share its RDY among the others, and
@@ -796,7 +746,7 @@ class Subscriber(SubscriberCompat):
             state.alive = False
             _close_quietly(conn)
         self._states = []
-        self._touches = []
+        self._touches.clear()
         self._conn_count = 0
 
 

@@ -33,7 +33,7 @@ from twisted.python.failure import Failure
 from txnsq._twisted.endpoints import EndpointFactory, NSQDAddress, NSQDTarget, nsqd_target
 from txnsq._twisted.reactor import given_or_global
 from txnsq._twisted.service import NSQDService
-from txnsq._wire.address import map_address
+from txnsq._wire.address import map_announced
 from txnsq._wire.backoff import requeue_delay
 from txnsq._wire.deadletter import DeadLetter
 from txnsq.consumer._aio import asyncio_loop
@@ -47,6 +47,7 @@ from txnsq.consumer._handlers import (
     traced,
     traced_batches,
 )
+from txnsq.consumer._observers import Observers
 from txnsq.consumer._results import HandlerResults
 from txnsq.consumer._session import NSQDState, Session, SessionFlags
 from txnsq.errors import CommandTimeout, NotReady, NSQError, WrongPeerError
@@ -305,7 +306,7 @@ class Consumer(Service):
         self._handler = handler
         if handler is not None and tracing is not None:
             self._handler = traced(handler, topic, channel, tracing)
-        self._observers: list[IConsumerObserver] = list(observers)
+        self._observers = Observers(observers, self._log)
         self._give_ups = GiveUp(
             topic,
             channel,
@@ -316,7 +317,7 @@ class Consumer(Service):
             targets=self._targets,
             publisher=dead_letter_producer,
             giving_up=giving_up,
-            notify=self._notify,
+            notify=self._observers.notify,
         )
         self._results = HandlerResults(
             topic,
@@ -334,7 +335,12 @@ class Consumer(Service):
         self._max_attempts = opts.max_attempts
         self._flags = SessionFlags()
         self._flow = Flow(
-            opts, reactor, self._rng, lambda: bool(self.running), self._notify, self._flags
+            opts,
+            reactor,
+            self._rng,
+            lambda: bool(self.running),
+            self._observers.notify,
+            self._flags,
         )
         self._rdy = self._flow.rdy
         self._poller = self._lookupd_poller(lookupd_http_addresses, agent)
@@ -389,7 +395,7 @@ class Consumer(Service):
             poll_jitter=opts.lookupd_poll_jitter,
             request_timeout=opts.lookupd_request_timeout,
             rng=self._rng,
-            on_failure=self._lookupd_failed,
+            on_failure=partial(self._observers.notify, "lookupd_poll_failed"),
         )
 
     # ------------------------------------------------------------------ public API
@@ -448,13 +454,11 @@ class Consumer(Service):
     def add_observer(self, observer: IConsumerObserver) -> None:
         """Tell ``observer`` (an :class:`~txnsq.observers.IConsumerObserver`) about this
         consumer's events from now on."""
-        if observer not in self._observers:
-            self._observers.append(observer)
+        self._observers.add(observer)
 
     def remove_observer(self, observer: IConsumerObserver) -> None:
         """Stop telling ``observer`` about events (if it was told)."""
-        if observer in self._observers:
-            self._observers.remove(observer)
+        self._observers.remove(observer)
 
     def connections(self) -> list[str]:
         """Addresses of the nsqds with a subscribed connection."""
@@ -480,16 +484,9 @@ class Consumer(Service):
             )
             per[nsqd.address] = {
                 "connected": live,
-                "received": nsqd.received,
-                "finished": nsqd.finished,
-                "requeued": nsqd.requeued,
-                "timed_out": nsqd.timed_out,
-                "given_up": nsqd.given_up,
-                "dead_lettered": nsqd.dead_lettered,
-                "dead_letter_failed": nsqd.dead_letter_failed,
+                **{key: getattr(nsqd, key) for key in _KEPT},
                 "in_flight": in_flight,
                 "rdy": rdy,
-                "connects": nsqd.connects,
             }
             for key in totals:
                 totals[key] += per[nsqd.address][key]
@@ -615,7 +612,7 @@ class Consumer(Service):
             channel=self.channel,
             nsqd=nsqd.address,
         )
-        self._notify("connection_ready", nsqd.address)
+        self._observers.notify("connection_ready", nsqd.address)
         self._flow.add_session(session, features.max_rdy_count)
 
     def _session_lost(self, session: Session, reason: Failure) -> None:
@@ -634,7 +631,7 @@ class Consumer(Service):
             )
             self._flow.remove_session(session)
             self._check_drained()
-            self._notify("connection_lost", nsqd.address, reason)
+            self._observers.notify("connection_lost", nsqd.address, reason)
         if not self.running:
             return
         if self._poller is not None and session.subscribed and not nsqd.static:
@@ -676,46 +673,23 @@ class Consumer(Service):
     def _map_addresses(self, producers: frozenset[str]) -> frozenset[str]:
         """The addresses to dial for those nsqlookupd announced (``address_map``); one
         the map cannot turn into an address is logged and left out."""
-        mapped = set()
-        for address in producers:
-            try:
-                target = map_address(address, self.options.address_map)
-            except (TypeError, ValueError) as e:
-                self._log.error(
-                    "Ignoring nsqd {nsqd} from nsqlookupd: address_map failed: {error}",
-                    nsqd=address,
-                    error=e,
-                )
-                continue
+        dial, failed = map_announced(producers, self.options.address_map)
+        for address, error in failed.items():
+            self._log.error(
+                "Ignoring nsqd {nsqd} from nsqlookupd: address_map failed: {error}",
+                nsqd=address,
+                error=error,
+            )
+        for address, target in dial.items():
             if target != address and target not in self._nsqds:
                 self._log.info(
                     "nsqd {announced} (from nsqlookupd) is dialled as {nsqd} (address_map)",
                     announced=address,
                     nsqd=target,
                 )
-            mapped.add(target)
-        return frozenset(mapped)
+        return frozenset(dial.values())
 
     # ---------------------------------------------------------------- messages
-
-    def _lookupd_failed(self, lookupd: str, reason: Failure) -> None:
-        self._notify("lookupd_poll_failed", lookupd, reason)
-
-    def _notify(self, event: str, *args: Any) -> None:
-        """Call ``event`` on every observer that has it; an observer's exception is
-        logged, not raised."""
-        for observer in tuple(self._observers):
-            method = getattr(observer, event, None)
-            if method is None:
-                continue
-            try:
-                method(*args)
-            except Exception:
-                self._log.failure(
-                    "Consumer observer {observer!r} raised on {event}",
-                    observer=observer,
-                    event=event,
-                )
 
     def _default_requeue_delay(self, attempts: int) -> float:
         opts = self.options

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from txnsq._api import compat
+from txnsq._api.compat import spark as spark_compat
 from txnsq._api.deprecate import suggest
 from txnsq._wire import liveness
 from txnsq._wire.address import (
@@ -126,7 +126,7 @@ class OptionError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class ConnectionSettings(compat.ConnectionSettingsCompat):
+class ConnectionSettings(spark_compat.ConnectionSettingsCompat):
     """How to reach and talk to nsqd: what both the reader and the writer need."""
 
     #: Option ``nsqdTcpAddresses``: the nsqds, as ``"host:port"`` or ``"unix:/path"``.
@@ -175,7 +175,7 @@ class WriteOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class ReadOptions(compat.ReadOptionsCompat):
+class ReadOptions(spark_compat.ReadOptionsCompat):
     """Options of ``spark.readStream.format("nsq")`` (times in seconds)."""
 
     #: The nsqds to read from (with nsqlookupd, those it does not list too), and how to
@@ -285,7 +285,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
 
     :raises OptionError: for an unknown, missing or invalid option.
     """
-    opts = _known(options, _COMMON_NAMES + _READ_NAMES, compat.SPARK_OLD_OPTIONS, "read")
+    opts = _known(options, _COMMON_NAMES + _READ_NAMES, spark_compat.SPARK_OLD_OPTIONS, "read")
     spelled = _fold_old(opts)
     connection = _connection(opts, _read_connection_settings(opts), spelled)
     topic = _topic(opts, required=True)
@@ -502,7 +502,7 @@ def _known(
 
 
 def _fold_old(opts: dict[str, str]) -> dict[str, str]:
-    """:func:`txnsq._api.compat.fold_spark_options` (the old spellings in ``opts``,
+    """:func:`txnsq._api.compat.spark.fold_spark_options` (the old spellings in ``opts``,
     folded into today's): for each option it filled in, the name the user wrote.
 
     :raises OptionError: for an old option's bad value, naming it.
@@ -512,7 +512,7 @@ def _fold_old(opts: dict[str, str]) -> dict[str, str]:
         return _seconds({"value": text}, "value", name, 0.0, positive=True)
 
     try:
-        return compat.fold_spark_options(opts, check_seconds)
+        return spark_compat.fold_spark_options(opts, check_seconds)
     except ValueError as e:
         raise OptionError(str(e)) from None
 
