@@ -24,7 +24,7 @@ from benchmarks import compare
 from benchmarks._envs import VERSION, find_python, requirement
 from tests.support.env import in_ci
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.once]
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOADS = ("pub-batched", "pub-nowait", "latency-nowait", "consume")

@@ -37,7 +37,7 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from tests.support.env import LOOPBACK, REPO, in_ci
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.once]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -25,9 +25,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support.env import REPO
+
+# What it reads is the source, the same under every Python: once per CI run.
+pytestmark = pytest.mark.once
 
 #: The directories whose Python files are the project's modules.
 PROJECT = ("txnsq", "tests", "benchmarks")
