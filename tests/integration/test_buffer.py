@@ -17,7 +17,7 @@ from twisted.trial.unittest import TestCase
 
 from tests.support.processes import start_nsqd
 from tests.support.proxy import start_proxy
-from tests.support.publishing import make_channel, message_count, read_messages
+from tests.support.publishing import make_channel, message_count, out_of_place, read_messages
 from txnsq._wire.retry import RetryPolicy
 from txnsq.errors import BadMessageError, ConnectionClosed, PublishBufferFull
 from txnsq.producer import Producer
@@ -63,7 +63,10 @@ class BufferIntegrationTests(TestCase):
 
     async def test_100k_messages_and_one_oversize_body_reported_alone(self) -> None:
         nsqd = start_nsqd(self, [f"--max-msg-size={MAX_MSG_SIZE}", "--mem-queue-size=200000"])
-        producer = self.producer(nsqd.tcp_address, buffer_max_count=20_000)
+        # Publishes wait up to ready_timeout for a connection: 100,000 of them, through
+        # the reconnect that the refusal costs on nsqd v1.2, take longer than the default
+        # 10 s on a loaded machine.
+        producer = self.producer(nsqd.tcp_address, buffer_max_count=20_000, ready_timeout=120)
         await producer.when_ready()
         topic = "nowait_100k"
         make_channel(nsqd, topic)
@@ -84,7 +87,7 @@ class BufferIntegrationTests(TestCase):
         )
         self.assertLess(stats["batches"], count // 10)
         # One connection, order kept (the refused batch's others were sent again first).
-        self.assertEqual(read_messages(nsqd, topic, count), bodies)
+        self.assertIsNone(out_of_place(read_messages(nsqd, topic, count), bodies))
 
     async def test_tls_and_deflate(self) -> None:
         from tests.support.certs import certs_for, nsqd_tls_args
@@ -104,7 +107,7 @@ class BufferIntegrationTests(TestCase):
         self.assertEqual(self.reported, [])
         clients = nsqd.stats()["producers"]
         self.assertTrue(any(c.get("tls") and c.get("deflate") for c in clients), clients)
-        self.assertEqual(read_messages(nsqd, topic, len(bodies)), bodies)
+        self.assertIsNone(out_of_place(read_messages(nsqd, topic, len(bodies)), bodies))
 
     async def test_connection_cut_mid_stream(self) -> None:
         """The connection is cut inside a batch: the messages it lost are reported with

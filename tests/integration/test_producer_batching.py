@@ -16,7 +16,14 @@ from twisted.trial.unittest import TestCase
 
 from tests.support.processes import start_nsqd
 from tests.support.proxy import start_proxy
-from tests.support.publishing import make_channel, message_count, read_messages, settle
+from tests.support.publishing import (
+    failed_settled,
+    make_channel,
+    message_count,
+    out_of_place,
+    read_messages,
+    settle,
+)
 from txnsq._wire.retry import RetryPolicy
 from txnsq.errors import BadMessageError, ConnectionClosed
 from txnsq.producer import Producer
@@ -42,7 +49,10 @@ class BatchingIntegrationTests(TestCase):
     ) -> Generator[Any, Any, None]:
         # A memory queue for every message: nsqd keeps the order only within it.
         nsqd = start_nsqd(self, [f"--max-msg-size={MAX_MSG_SIZE}", "--mem-queue-size=200000"])
-        producer = self.producer(nsqd.tcp_address)
+        # Publishes wait up to ready_timeout for a connection: 100,000 of them, through
+        # the reconnect that the refusal costs on nsqd v1.2, take longer than the default
+        # 10 s on a loaded machine.
+        producer = self.producer(nsqd.tcp_address, ready_timeout=120)
         yield producer.when_ready()
         topic = "batched_100k"
         make_channel(nsqd, topic)
@@ -53,7 +63,7 @@ class BatchingIntegrationTests(TestCase):
         bad = producer.publish(topic, oversize)
         ds += [producer.publish(topic, body) for body in bodies[count // 2 :]]
         results = yield defer.gatherResults([settle(d) for d in ds])
-        self.assertEqual([ok for ok, _ in results], [True] * count)
+        self.assertIsNone(failed_settled(results))
         ok, failure = yield settle(bad)
         self.assertFalse(ok)
         failure.trap(BadMessageError)
@@ -63,7 +73,7 @@ class BatchingIntegrationTests(TestCase):
         self.assertEqual((stats["published"], stats["failed"]), (count, 1))
         self.assertLess(stats["batches"], count // 10)
         # One connection, order kept (the refused batch's others were sent again first).
-        self.assertEqual(read_messages(nsqd, topic, count), bodies)
+        self.assertIsNone(out_of_place(read_messages(nsqd, topic, count), bodies))
 
     @defer.inlineCallbacks
     def test_tls_and_deflate(self) -> Generator[Any, Any, None]:
@@ -86,7 +96,7 @@ class BatchingIntegrationTests(TestCase):
         self.assertEqual(set(results), {b"OK"})
         clients = nsqd.stats()["producers"]
         self.assertTrue(any(c.get("tls") and c.get("deflate") for c in clients), clients)
-        self.assertEqual(read_messages(nsqd, topic, len(bodies)), bodies)
+        self.assertIsNone(out_of_place(read_messages(nsqd, topic, len(bodies)), bodies))
 
     @defer.inlineCallbacks
     def test_connection_cut_mid_batch(self) -> Generator[Any, Any, None]:

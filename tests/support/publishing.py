@@ -4,7 +4,7 @@ counts, messages."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from twisted.internet import defer
@@ -66,3 +66,32 @@ def message_count(nsqd: NSQD, topic: str) -> int:
 def settle(d: defer.Deferred[Any]) -> defer.Deferred[tuple[bool, Any]]:
     """A Deferred for ``(success, result-or-Failure)`` that never fails."""
     return d.addCallbacks(lambda r: (True, r), lambda f: (False, f))
+
+
+def out_of_place(got: Sequence[Any], expected: Sequence[Any], around: int = 3) -> str | None:
+    """Where ``got`` first differs from ``expected``, in a line (both lengths, the first
+    index that differs, a few items of each from there), or ``None`` when they are equal.
+
+    For long sequences (100,000 messages) in place of ``assertEqual``, whose diff of two
+    such lists takes the CPU for minutes when they differ.
+    """
+    if list(got) == list(expected):
+        return None
+    pairs = enumerate(zip(got, expected, strict=False))
+    at = next((i for i, (g, e) in pairs if g != e), None)
+    if at is None:
+        at = min(len(got), len(expected))
+    return (
+        f"{len(got)} items, {len(expected)} expected; item {at} on: "
+        f"{list(got[at:at + around])!r}, expected {list(expected[at:at + around])!r}"
+    )
+
+
+def failed_settled(results: Sequence[tuple[bool, Any]], show: int = 3) -> str | None:
+    """Of :func:`settle`'s results, how many failed and the first few (index, error), or
+    ``None`` when none did."""
+    failed = [(i, r) for i, (ok, r) in enumerate(results) if not ok]
+    if not failed:
+        return None
+    first = ", ".join(f"#{i}: {getattr(f, 'value', f)!r}" for i, f in failed[:show])
+    return f"{len(failed)} of {len(results)} failed; first: {first}"
