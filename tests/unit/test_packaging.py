@@ -151,6 +151,17 @@ class MetadataTests(SynchronousTestCase):
         names = [line.split("=", 1)[0].strip() for line in lines_of(metadata["project_urls"])]
         self.assertEqual(names, ["Homepage", "Documentation", "Source", "Changelog", "Issues"])
 
+    def test_every_package_is_in_the_wheel(self) -> None:
+        """setup.cfg lists its packages by hand: a package left out is missing from the
+        wheel, and only an installed wheel would show it."""
+        listed = set(setup_cfg()["options"]["packages"].split())
+        found = {
+            ".".join(init.parent.relative_to(REPO).parts)
+            for init in (REPO / "txnsq").rglob("__init__.py")
+        }
+        self.assertEqual(found - listed, set())
+        self.assertEqual(listed - found - {"twisted.plugins"}, set())
+
     def test_sdist_without_tests(self) -> None:
         """The sdist carries no test (scripts/check-dist checks the built one)."""
         manifest = lines_of((REPO / "MANIFEST.in").read_text(encoding="utf-8"))
