@@ -192,17 +192,7 @@ def handler_parts(obj: object) -> tuple[Callable[[Message], Any], IService | Non
     :raises TypeError: saying why ``obj`` is not a handler (one line, to follow the
         option and the object's name).
     """
-    _refuse_awaitable(obj)
-    handle = getattr(obj, "handle", None)
-    if not callable(handle):
-        if not callable(obj):
-            raise TypeError(
-                f"is not a handler: {_describe(obj)} is not callable and has no "
-                "handle(message) method"
-            )
-        handle = obj
-    service: IService | None = IService(obj) if IService.providedBy(obj) else None
-    return handle, service
+    return _parts(obj, "handle", "handler", "handle(message)")
 
 
 def batch_handler_parts(
@@ -213,13 +203,24 @@ def batch_handler_parts(
 
     :raises TypeError: saying why ``obj`` is not a batch handler.
     """
+    return _parts(obj, "handle_batch", "batch handler", "handle_batch(messages)")
+
+
+def _parts(
+    obj: object, method: str, what: str, signature: str
+) -> tuple[Callable[..., Any], IService | None]:
+    """``obj``'s ``method`` when it has one, else ``obj`` itself when callable, and its
+    service (see :func:`handler_parts`).
+
+    :raises TypeError: saying why ``obj`` is not a ``what``.
+    """
     _refuse_awaitable(obj)
-    handle = getattr(obj, "handle_batch", None)
+    handle = getattr(obj, method, None)
     if not callable(handle):
         if not callable(obj):
             raise TypeError(
-                f"is not a batch handler: {_describe(obj)} is not callable and has no "
-                "handle_batch(messages) method"
+                f"is not a {what}: {_describe(obj)} is not callable and has no "
+                f"{signature} method"
             )
         handle = obj
     service: IService | None = IService(obj) if IService.providedBy(obj) else None
