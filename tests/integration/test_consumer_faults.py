@@ -539,8 +539,10 @@ class CutInsideTests(FaultTestCase):
             handler,
             [proxy.address],
             max_in_flight=100,
+            # (a message timeout long enough that a loaded machine's late reads do not
+            # pass for nsqd sending beyond the RDY: see the connection core)
             identify=IdentifyOptions(
-                msg_timeout_ms=1000, snappy=codec == "snappy", deflate=codec == "deflate"
+                msg_timeout_ms=5000, snappy=codec == "snappy", deflate=codec == "deflate"
             ),
         )
         await self.eventually(lambda: len(consumed) >= 1000, what="1000 consumed")

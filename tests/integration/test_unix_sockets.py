@@ -283,8 +283,15 @@ class BlockingClientTests(SynchronousTestCase):
             client.create_channel(topic, CHANNEL)
             client.publish(topic, b"one")
             client.multi_publish(topic, [b"two", b"three"])
-            channel = client.stats(topic).channel(topic, CHANNEL)
-            assert channel is not None
+            # nsqd hands a topic's messages to its channels on a goroutine of its own:
+            # the channel's depth follows the publishes' OK, soon but not at once.
+            deadline = time.monotonic() + 10.0
+            while True:
+                channel = client.stats(topic).channel(topic, CHANNEL)
+                assert channel is not None
+                if channel.depth == 3 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             self.assertEqual(channel.depth, 3)
             self.assertEqual(client.info().tcp_port, -1)
         with NSQDHTTPClient(nsqd.http_socket) as client:  # the bare path

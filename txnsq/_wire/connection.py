@@ -333,11 +333,12 @@ class ConnectionCore(Generic[W, M]):
         self._recent: deque[list[int]] = deque()
         self._recent_total = 0
         # A message nsqd timed out (and may have replaced) was received at most a message
-        # timeout ago, less what the network delayed its delivery by: counting only
-        # those received within a shorter time (2 s less, or half, counts kept in tenths
-        # of it) never counts one nsqd took back.
+        # timeout ago, less what its delivery was delayed by (the network, and a client
+        # whose reads were held up: a busy reactor, a blocking handler): counting only
+        # those received within a shorter time (5 s less, or a quarter, counts kept in
+        # tenths of it) does not count one nsqd took back unless the delay was longer.
         timeout = features.msg_timeout_ms / 1000.0
-        kept = max(timeout - 2.0, timeout / 2.0)
+        kept = max(timeout - 5.0, timeout / 4.0)
         self._recent_width = kept / 10.0
         self._recent_window = kept - self._recent_width
         self._liveness = Liveness(silence_timeout, now, command_timeout)
